@@ -1,0 +1,150 @@
+"""Where hermes-acp keeps its state and which model endpoint it talks to.
+
+Pure Python (no Twisted): the agent engine, ``--check`` and ``--setup`` all use it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+
+DEFAULT_MAX_LINE = 64 * 1024 * 1024
+DEFAULT_THREADS = 16
+DEFAULT_PERMISSION_TIMEOUT = 60.0
+
+# Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
+PROVIDERS: dict[str, str] = {
+    "openrouter": "https://openrouter.ai/api/v1",
+    "openai": "https://api.openai.com/v1",
+    "nous": "https://inference-api.nousresearch.com/v1",
+}
+_FALLBACK_KEYS = (
+    ("openrouter", "OPENROUTER_API_KEY"),
+    ("openai", "OPENAI_API_KEY"),
+    ("nous", "NOUS_API_KEY"),
+)
+
+
+def hermesHome(env: Mapping[str, str] | None = None) -> Path:
+    """The config/state folder: ``$HERMES_HOME`` or ``~/.hermes``."""
+    env = os.environ if env is None else env
+    home = env.get("HERMES_HOME", "").strip()
+    return Path(home).expanduser() if home else Path.home() / ".hermes"
+
+
+def envFile(env: Mapping[str, str] | None = None) -> Path:
+    return hermesHome(env) / ".env"
+
+
+def stateDatabase(env: Mapping[str, str] | None = None) -> Path:
+    return hermesHome(env) / "state.db"
+
+
+def loadDotenv(env: Mapping[str, str] | None = None) -> Path | None:
+    """Load ``$HERMES_HOME/.env`` into ``os.environ`` (it wins over the shell).
+
+    Returns the file loaded, or None when there is none.
+    """
+    from dotenv import load_dotenv
+
+    path = envFile(env)
+    if not path.is_file():
+        return None
+    load_dotenv(path, override=True)
+    return path
+
+
+@attrs.frozen
+class Endpoint:
+    """An OpenAI-compatible endpoint, its key and the default model."""
+
+    provider: str
+    baseURL: str | None
+    apiKey: str | None = attrs.field(repr=False, default=None)
+    model: str | None = None
+    models: tuple[str, ...] = ()
+
+    @property
+    def keyPresent(self) -> bool:
+        return bool(self.apiKey)
+
+    def problems(self) -> list[str]:
+        """What stops a turn from running, in words a user can act on."""
+        found = []
+        if not self.baseURL:
+            found.append(
+                "no model endpoint: set HERMES_BASE_URL (or OPENROUTER_API_KEY, "
+                "OPENAI_API_KEY, NOUS_API_KEY), or run `hermes-acp --setup`"
+            )
+        if not self.model:
+            found.append("no model: set HERMES_MODEL or run `hermes-acp --setup`")
+        if self.baseURL and not self.keyPresent and self.provider != "custom":
+            found.append(f"no API key for provider {self.provider}")
+        return found
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def envInt(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    """An integer setting; a missing or malformed value gives the default."""
+    try:
+        return max(minimum, int(env.get(name, "")))
+    except ValueError:
+        return default
+
+
+def envFloat(env: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        value = float(env.get(name, ""))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def resolveEndpoint(env: Mapping[str, str] | None = None) -> Endpoint:
+    """Pick the endpoint from ``HERMES_*``, then the well-known provider keys."""
+    env = os.environ if env is None else env
+    models = _split(env.get("HERMES_MODELS", ""))
+    model = env.get("HERMES_MODEL", "").strip() or (models[0] if models else None)
+    baseURL = env.get("HERMES_BASE_URL", "").strip()
+    if baseURL:
+        return Endpoint(
+            provider="custom",
+            baseURL=baseURL.rstrip("/"),
+            apiKey=env.get("HERMES_API_KEY", "").strip() or None,
+            model=model,
+            models=models,
+        )
+    for provider, keyName in _FALLBACK_KEYS:
+        key = env.get(keyName, "").strip()
+        if key:
+            url = PROVIDERS[provider]
+            if provider == "openai":
+                url = env.get("OPENAI_BASE_URL", "").strip().rstrip("/") or url
+            return Endpoint(provider, url, key, model, models)
+    return Endpoint(provider="none", baseURL=None, apiKey=None, model=model, models=models)
+
+
+@attrs.frozen
+class Settings:
+    """Process-wide tunables read once at start."""
+
+    maxLine: int = DEFAULT_MAX_LINE
+    threads: int = DEFAULT_THREADS
+    permissionTimeout: float = DEFAULT_PERMISSION_TIMEOUT
+
+    @classmethod
+    def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        return cls(
+            maxLine=envInt(env, "HERMES_ACP_MAX_LINE", DEFAULT_MAX_LINE, minimum=1024),
+            threads=envInt(env, "HERMES_ACP_THREADS", DEFAULT_THREADS),
+            permissionTimeout=envFloat(
+                env, "HERMES_ACP_PERMISSION_TIMEOUT", DEFAULT_PERMISSION_TIMEOUT
+            ),
+        )

@@ -1,0 +1,1 @@
+"""The synchronous agent engine: model client, tools, guards. Imports no Twisted."""
