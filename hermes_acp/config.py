@@ -114,7 +114,7 @@ def resolveEndpoint(env: Mapping[str, str] | None = None) -> Endpoint:
     baseURL = env.get("HERMES_BASE_URL", "").strip()
     if baseURL:
         return Endpoint(
-            provider="custom",
+            provider=env.get("HERMES_PROVIDER", "").strip().lower() or "custom",
             baseURL=baseURL.rstrip("/"),
             apiKey=env.get("HERMES_API_KEY", "").strip() or None,
             model=model,

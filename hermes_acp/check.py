@@ -1,0 +1,63 @@
+"""``hermes-acp --check``: is this machine ready to run turns?"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TextIO
+
+from . import __version__
+from .config import envFile, hermesHome, resolveEndpoint, stateDatabase
+
+
+def stateProblem(path: Path) -> str | None:
+    """Why ``state.db`` could not be written, or None when it can."""
+    if path.exists():
+        try:
+            connection = sqlite3.connect(path, timeout=2)
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                connection.execute("ROLLBACK")
+            finally:
+                connection.close()
+        except sqlite3.Error as e:
+            return f"{path} is not writable: {e}"
+        return None
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot create {path}: {folder} is not writable"
+    return None
+
+
+def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
+    """Print what hermes-acp resolved; 0 when ready, 1 with the reasons when not."""
+    env = os.environ if env is None else env
+    endpoint = resolveEndpoint(env)
+    dotenv = envFile(env)
+    state = stateDatabase(env)
+    problems = endpoint.problems()
+    stateIssue = stateProblem(state)
+    if stateIssue:
+        problems.append(stateIssue)
+    rows = [
+        ("version", __version__),
+        ("home", str(hermesHome(env))),
+        ("config file", f"{dotenv} ({'found' if dotenv.is_file() else 'not found'})"),
+        ("provider", endpoint.provider),
+        ("endpoint", endpoint.baseURL or "(none)"),
+        ("model", endpoint.model or "(none)"),
+        ("API key", "present" if endpoint.keyPresent else "not set"),
+        ("state.db", f"{state} ({'not writable' if stateIssue else 'writable'})"),
+    ]
+    for name, value in rows:
+        out.write(f"{name + ':':13}{value}\n")
+    if problems:
+        out.write("\nNot ready:\n")
+        out.writelines(f"  - {p}\n" for p in problems)
+        return 1
+    out.write("\nReady.\n")
+    return 0

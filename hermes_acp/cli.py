@@ -1,0 +1,39 @@
+"""The ``hermes-acp`` console script (also ``python -m hermes_acp``)."""
+
+from __future__ import annotations
+
+import sys
+
+from twisted.python import usage
+
+
+def main(argv: list[str] | None = None) -> None:
+    from .tap import Options, makeService, runTerminalCommand
+
+    options = Options()
+    try:
+        options.parseOptions(sys.argv[1:] if argv is None else argv)
+    except usage.UsageError as e:
+        sys.stderr.write(f"hermes-acp: {e}\n{options}")
+        sys.exit(64)
+    code = runTerminalCommand(options)
+    if code is not None:
+        sys.exit(code)
+
+    from twisted.internet import task
+    from twisted.internet.defer import Deferred
+
+    from .logs import startLogging
+    from .stdio import claimStdio
+
+    claimStdio()
+    startLogging(options["logLevel"])
+
+    async def run(reactor: object) -> None:
+        finished: Deferred[None] = Deferred()
+        service = makeService(options, onDone=lambda: finished.called or finished.callback(None))
+        service.startService()
+        reactor.addSystemEventTrigger("before", "shutdown", service.stopService)  # type: ignore[attr-defined]
+        await finished
+
+    task.react(run)

@@ -1,0 +1,88 @@
+"""Newline-delimited framing for the stdio transport.
+
+``LineReceiver`` is quadratic for large lines and drops the connection on an
+over-long one; this framer appends to a ``bytearray``, scans only the new bytes,
+and after an over-long line discards input up to the next newline while the
+connection stays up.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.interfaces import IHalfCloseableProtocol
+from twisted.internet.protocol import Protocol
+from zope.interface import implementer
+
+from .config import DEFAULT_MAX_LINE
+
+
+@implementer(IHalfCloseableProtocol)
+class LineProtocol(Protocol):
+    """Frames ``\\n``-terminated lines; tolerates ``\\r\\n`` and blank lines.
+
+    Subclasses implement :meth:`lineReceived`, :meth:`lineLengthExceeded` and
+    :meth:`inputEnded`.
+    """
+
+    delimiter = b"\n"
+    maxLength = DEFAULT_MAX_LINE
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of _buffer already known to hold no newline
+        self._discarding = False
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._discarding:
+            end = data.find(self.delimiter)
+            if end < 0:
+                return
+            self._discarding = False
+            data = data[end + 1 :]
+        self._buffer += data
+        start = 0
+        while True:
+            end = self._buffer.find(self.delimiter, max(start, self._scanned))
+            if end < 0:
+                break
+            line = bytes(self._buffer[start:end])
+            start = end + 1
+            self._deliver(line)
+        del self._buffer[:start]
+        self._scanned = len(self._buffer)
+        if len(self._buffer) > self.maxLength:
+            size = len(self._buffer)
+            self._buffer.clear()
+            self._scanned = 0
+            self._discarding = True
+            self.lineLengthExceeded(size)
+
+    def _deliver(self, line: bytes) -> None:
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if len(line) > self.maxLength:
+            self.lineLengthExceeded(len(line))
+        elif line.strip():
+            self.lineReceived(line)
+
+    def sendLine(self, line: bytes) -> None:
+        self.transport.writeSequence((line, self.delimiter))
+
+    def readConnectionLost(self) -> None:
+        """stdin reached EOF: a final unterminated line still counts."""
+        rest, self._buffer = bytes(self._buffer), bytearray()
+        if rest and not self._discarding:
+            self._deliver(rest)
+        self.inputEnded()
+
+    def writeConnectionLost(self) -> None:
+        """The reader of our stdout went away; nothing more can be said."""
+        self.transport.loseConnection()
+
+    def lineReceived(self, line: bytes) -> None:
+        raise NotImplementedError
+
+    def lineLengthExceeded(self, size: int) -> None:
+        raise NotImplementedError
+
+    def inputEnded(self) -> None:
+        raise NotImplementedError

@@ -1,0 +1,357 @@
+"""JSON-RPC 2.0 in both directions over the line framer.
+
+Incoming requests run concurrently as Deferreds (a handler may return a plain
+value, a Deferred or a coroutine); ``$/cancel_request`` cancels one. Outgoing
+requests get their own id space and return Deferreds that fire with the
+client's result, or fail with :class:`RemoteError`, a timeout, a cancel or the
+connection's loss.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+from twisted.internet.defer import CancelledError, Deferred, fail, maybeDeferred, succeed
+from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from .framing import LineProtocol
+
+log = Logger()
+
+Handler = Callable[[dict[str, Any]], Any]
+
+#: After stdin closes, how long cancelled requests get to answer.
+DRAIN_GRACE = 1.0
+
+
+class JSONRPCError(Exception):
+    """An error answered to the peer; subclasses fix the code."""
+
+    code = -32603
+    default = "Internal error"
+
+    def __init__(self, message: str | None = None, data: Any = None) -> None:
+        super().__init__(message or self.default)
+        self.message = message or self.default
+        self.data = data
+
+    def toJSON(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class ParseError(JSONRPCError):
+    code, default = -32700, "Parse error"
+
+
+class InvalidRequest(JSONRPCError):
+    code, default = -32600, "Invalid request"
+
+
+class MethodNotFound(JSONRPCError):
+    code, default = -32601, "Method not found"
+
+
+class InvalidParams(JSONRPCError):
+    code, default = -32602, "Invalid params"
+
+
+class InternalError(JSONRPCError):
+    code, default = -32603, "Internal error"
+
+
+class AuthRequired(JSONRPCError):
+    code, default = -32000, "Authentication required"
+
+
+class ResourceNotFound(JSONRPCError):
+    code, default = -32002, "Resource not found"
+
+
+class RequestCancelled(JSONRPCError):
+    code, default = -32800, "Request cancelled"
+
+
+class RemoteError(Exception):
+    """The peer answered one of our requests with an error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message, self.data = code, message, data
+
+
+@attrs.frozen
+class Reply:
+    """A handler result plus work to run only once the response is written."""
+
+    result: Any
+    afterSent: Callable[[], None]
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """Compact JSON, UTF-8, never with a raw newline."""
+    try:
+        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: escape rather than emit bad UTF-8
+        return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+def _idKey(requestId: Any) -> str:
+    return json.dumps(requestId, sort_keys=True)
+
+
+def _validId(requestId: Any) -> bool:
+    return requestId is None or (
+        isinstance(requestId, (str, int, float)) and not isinstance(requestId, bool)
+    )
+
+
+class JSONRPCConnection(LineProtocol):
+    """One JSON-RPC peer on the other end of stdio."""
+
+    def __init__(
+        self,
+        requests: Mapping[str, Handler],
+        notifications: Mapping[str, Handler],
+        clock: IReactorTime,
+        maxLength: int | None = None,
+    ) -> None:
+        super().__init__()
+        self._requests = requests
+        self._notifications = notifications
+        self._clock = clock
+        if maxLength is not None:
+            self.maxLength = maxLength
+        self._incoming: dict[str, Deferred[Any]] = {}
+        self._outgoing: dict[int, Deferred[Any]] = {}
+        self._nextId = 0
+        self._draining = False
+        self._closed = False
+        self._doneWaiters: list[Deferred[None]] = []
+        self.closeReason: Failure | None = None
+
+    # -- receiving ---------------------------------------------------------
+
+    def lineReceived(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError as e:
+            self._sendError(None, ParseError(f"Parse error: {e}"))
+            return
+        if isinstance(message, list):
+            self._sendError(None, InvalidRequest("Invalid request: batches are not supported"))
+            return
+        if not isinstance(message, dict):
+            self._sendError(None, InvalidRequest("Invalid request: not a JSON object"))
+            return
+        hasId = "id" in message
+        requestId = message.get("id")
+        if "method" in message:
+            method = message["method"]
+            if message.get("jsonrpc") != "2.0":
+                self._sendError(requestId, InvalidRequest('Invalid request: "jsonrpc" must be "2.0"'))
+            elif not isinstance(method, str):
+                self._sendError(requestId, InvalidRequest('Invalid request: "method" must be a string'))
+            elif hasId and not _validId(requestId):
+                self._sendError(requestId, InvalidRequest('Invalid request: "id" must be a string, number or null'))
+            elif hasId:
+                self._requestReceived(requestId, method, message.get("params"))
+            else:
+                self._notificationReceived(method, message.get("params"))
+        elif hasId and ("result" in message) != ("error" in message):
+            self._responseReceived(requestId, message)
+        else:
+            self._sendError(requestId, InvalidRequest("Invalid request: neither a request nor a response"))
+
+    def _requestReceived(self, requestId: Any, method: str, params: Any) -> None:
+        key = _idKey(requestId)
+        if key in self._incoming:
+            self._sendError(requestId, InvalidRequest(f"Invalid request: id {key} is already in use"))
+            return
+        if self._draining:
+            self._sendError(requestId, RequestCancelled("Request cancelled: input closed"))
+            return
+        handler = self._requests.get(method)
+        if handler is None:
+            self._sendError(requestId, MethodNotFound(f"Method not found: {method}", {"method": method}))
+            return
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            self._sendError(requestId, InvalidParams("Invalid params: params must be an object"))
+            return
+        d = maybeDeferred(handler, params)
+        self._incoming[key] = d
+        d.addCallbacks(
+            lambda result: self._sendResult(requestId, result),
+            lambda failure: self._sendFailure(requestId, method, failure),
+        )
+        d.addBoth(lambda _: self._requestFinished(key))
+
+    def _notificationReceived(self, method: str, params: Any) -> None:
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            log.warn("ignoring notification {method} with non-object params", method=method)
+            return
+        if method == "$/cancel_request":
+            self.cancelIncoming(params.get("requestId"))
+            return
+        handler = self._notifications.get(method)
+        if handler is None:
+            log.debug("ignoring unknown notification {method}", method=method)
+            return
+        d = maybeDeferred(handler, params)
+        d.addErrback(
+            lambda f: log.failure("notification {method} failed", f, method=method)
+        )
+
+    def _responseReceived(self, requestId: Any, message: dict[str, Any]) -> None:
+        d = self._outgoing.pop(requestId, None) if isinstance(requestId, int) else None
+        if d is None:
+            log.debug("dropping response to unknown or cancelled request {id!r}", id=requestId)
+            return
+        error = message.get("error")
+        if error is None:
+            d.callback(message.get("result"))
+            return
+        if not isinstance(error, dict):
+            error = {"code": InternalError.code, "message": repr(error)}
+        d.errback(
+            RemoteError(
+                error.get("code") if isinstance(error.get("code"), int) else InternalError.code,
+                str(error.get("message", "")),
+                error.get("data"),
+            )
+        )
+
+    def cancelIncoming(self, requestId: Any) -> None:
+        """Cancel the handler running for one of the peer's requests."""
+        d = self._incoming.get(_idKey(requestId))
+        if d is not None:
+            d.cancel()
+
+    # -- sending -----------------------------------------------------------
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._closed or self.transport is None:
+            log.debug("connection closed; dropping {method}", method=message.get("method"))
+            return
+        self.sendLine(encode(message))
+
+    def _sendResult(self, requestId: Any, result: Any) -> None:
+        afterSent = None
+        if isinstance(result, Reply):
+            result, afterSent = result.result, result.afterSent
+        try:
+            line = encode({"jsonrpc": "2.0", "id": requestId, "result": result})
+        except (TypeError, ValueError):
+            log.failure("result for request {id!r} is not JSON", id=requestId)
+            self._sendError(requestId, InternalError("Internal error: result is not JSON"))
+            return
+        if not self._closed and self.transport is not None:
+            self.sendLine(line)
+        if afterSent is not None:
+            afterSent()
+
+    def _sendError(self, requestId: Any, error: JSONRPCError) -> None:
+        self._send({"jsonrpc": "2.0", "id": requestId, "error": error.toJSON()})
+
+    def _sendFailure(self, requestId: Any, method: str, failure: Failure) -> None:
+        if failure.check(JSONRPCError):
+            self._sendError(requestId, failure.value)
+        elif failure.check(CancelledError):
+            self._sendError(requestId, RequestCancelled())
+        else:
+            log.failure("request {method} (id {id!r}) failed", failure, method=method, id=requestId)
+            self._sendError(
+                requestId,
+                InternalError(f"Internal error: {failure.type.__name__} while handling {method}"),
+            )
+
+    def notify(self, method: str, params: Mapping[str, Any]) -> None:
+        """Send a notification."""
+        self._send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def callRemote(
+        self, method: str, params: Mapping[str, Any], timeout: float | None = None
+    ) -> Deferred[Any]:
+        """Send a request; cancelling the Deferred tells the peer with ``$/cancel_request``."""
+        if self._closed:
+            return fail(ConnectionDone("connection closed"))
+        requestId = self._nextId
+        self._nextId += 1
+
+        def cancel(d: Deferred[Any]) -> None:
+            if self._outgoing.pop(requestId, None) is not None:
+                self.notify("$/cancel_request", {"requestId": requestId})
+
+        d: Deferred[Any] = Deferred(cancel)
+        self._outgoing[requestId] = d
+        self._send({"jsonrpc": "2.0", "id": requestId, "method": method, "params": params})
+        if timeout is not None:
+            d.addTimeout(timeout, self._clock)
+        return d
+
+    # -- over-long lines and shutdown -------------------------------------
+
+    def lineLengthExceeded(self, size: int) -> None:
+        self._sendError(
+            None,
+            InvalidRequest(
+                f"Invalid request: message of at least {size} bytes exceeds the "
+                f"{self.maxLength}-byte limit (HERMES_ACP_MAX_LINE); it was skipped"
+            ),
+        )
+
+    def inputEnded(self) -> None:
+        """stdin closed: cancel running work, flush answers, then close."""
+        self._draining = True
+        self._failOutgoing(Failure(ConnectionDone("input closed")))
+        for d in list(self._incoming.values()):
+            d.cancel()
+        if self._incoming:
+            self._clock.callLater(DRAIN_GRACE, self._closeNow)
+        else:
+            self._closeNow()
+
+    def _requestFinished(self, key: str) -> None:
+        self._incoming.pop(key, None)
+        if self._draining and not self._incoming:
+            self._closeNow()
+
+    def _closeNow(self) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.loseConnection()
+
+    def _failOutgoing(self, reason: Failure) -> None:
+        outgoing, self._outgoing = self._outgoing, {}
+        for d in outgoing.values():
+            d.errback(reason)
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
+        self._closed = True
+        self.closeReason = reason
+        self._failOutgoing(reason)
+        for d in list(self._incoming.values()):
+            d.cancel()
+        waiters, self._doneWaiters = self._doneWaiters, []
+        for waiter in waiters:
+            waiter.callback(None)
+
+    def whenDone(self) -> Deferred[None]:
+        """A fresh Deferred that fires once the connection is gone."""
+        if self._closed:
+            return succeed(None)
+        d: Deferred[None] = Deferred()
+        self._doneWaiters.append(d)
+        return d

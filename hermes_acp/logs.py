@@ -1,0 +1,105 @@
+"""Logging: everything goes to stderr through ``twisted.logger``; secrets never do."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from typing import IO
+
+from twisted.logger import (
+    FilteringLogObserver,
+    ILogObserver,
+    LogLevel,
+    LogLevelFilterPredicate,
+    formatEventAsClassicLogText,
+    globalLogBeginner,
+)
+from zope.interface import implementer
+
+_SECRET_NAME = re.compile(r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD)$")
+REDACTED = "[REDACTED]"
+
+
+def secretValues(env: Mapping[str, str] | None = None) -> list[str]:
+    """Values of environment variables that hold credentials."""
+    env = os.environ if env is None else env
+    return sorted(
+        {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 8}, key=len, reverse=True
+    )
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+@implementer(ILogObserver)
+class RedactingTextObserver:
+    """Classic one-line text to a stream, with known secrets scrubbed."""
+
+    def __init__(self, stream: IO[str], secrets: Iterable[str]) -> None:
+        self.stream = stream
+        self.secrets = list(secrets)
+
+    def __call__(self, event: dict) -> None:
+        text = formatEventAsClassicLogText(event)
+        if text is None:
+            return
+        try:
+            self.stream.write(redact(text, self.secrets))
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed stderr must never take the agent down
+
+
+def parseLevel(name: str) -> LogLevel:
+    try:
+        return LogLevel.levelWithName(name.lower())
+    except Exception:
+        raise ValueError(f"unknown log level {name!r} (debug, info, warn, error, critical)")
+
+
+def startLogging(level: LogLevel, stream: IO[str] | None = None) -> None:
+    """Send ``twisted.logger`` and stdlib ``logging`` to stderr."""
+    observer = RedactingTextObserver(stream or sys.stderr, secretValues())
+    globalLogBeginner.beginLoggingTo(
+        [FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=level)])],
+        redirectStandardIO=False,
+    )
+    bridgeStdlibLogging()
+
+
+class _ToTwisted(logging.Handler):
+    """Forwards stdlib records (openai, httpx, the engine) into twisted.logger."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from twisted.logger import Logger
+
+        self._log = Logger(namespace="stdlib")
+
+    _LEVELS = {
+        logging.DEBUG: LogLevel.debug,
+        logging.INFO: LogLevel.info,
+        logging.WARNING: LogLevel.warn,
+        logging.ERROR: LogLevel.error,
+        logging.CRITICAL: LogLevel.critical,
+    }
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = self._LEVELS.get(record.levelno, LogLevel.warn)
+        self._log.emit(level, "{name}: {message}", name=record.name, message=record.getMessage())
+
+
+def bridgeStdlibLogging() -> None:
+    root = logging.getLogger()
+    if not any(isinstance(h, _ToTwisted) for h in root.handlers):
+        root.addHandler(_ToTwisted())
+    root.setLevel(logging.INFO)
+    for noisy in ("httpx", "httpcore", "openai", "httpx2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+

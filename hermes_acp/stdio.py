@@ -1,0 +1,81 @@
+"""Own the process's stdin and stdout for the protocol, and nothing else.
+
+:func:`claimStdio` moves the protocol onto private, non-inheritable duplicates
+of fds 0 and 1, then points fd 1 at stderr and fd 0 at ``/dev/null``. After it,
+a stray ``print``, a C extension, ``twist``'s own log file or a child process
+writes to stderr and reads nothing, and only protocol frames reach the real
+stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+import attrs
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.protocol import Protocol
+from twisted.logger import Logger
+
+log = Logger()
+
+
+@attrs.frozen
+class StdioFDs:
+    stdin: int
+    stdout: int
+
+
+def claimStdio() -> StdioFDs:
+    """Take fds 0 and 1 for the protocol; idempotent per process."""
+    global _claimed
+    if _claimed is None:
+        sys.stdout.flush()
+        protocolIn = os.dup(0)  # os.dup makes non-inheritable fds (PEP 446)
+        protocolOut = os.dup(1)
+        os.dup2(2, 1)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        _claimed = StdioFDs(protocolIn, protocolOut)
+    return _claimed
+
+
+_claimed: StdioFDs | None = None
+
+
+class StdioService(Service):
+    """Connects one protocol to the claimed stdio when the service starts.
+
+    ``onDone`` runs once the connection is gone (stdin EOF or a write error):
+    the entry point stops the reactor there, never right after a write.
+    """
+
+    def __init__(
+        self,
+        protocolFactory: Callable[[], Protocol],
+        onDone: Callable[[], None],
+        reactor: object = None,
+    ) -> None:
+        self.protocolFactory = protocolFactory
+        self.onDone = onDone
+        self.reactor = reactor
+        self.protocol: Protocol | None = None
+
+    def startService(self) -> None:
+        from twisted.internet.stdio import StandardIO
+
+        fds = claimStdio()
+        Service.startService(self)
+        self.protocol = self.protocolFactory()
+        StandardIO(self.protocol, stdin=fds.stdin, stdout=fds.stdout, reactor=self.reactor)
+        done: Deferred[None] = self.protocol.whenDone()  # type: ignore[attr-defined]
+        done.addCallback(lambda _: self.onDone())
+
+    def stopService(self) -> None:
+        Service.stopService(self)
+        transport = getattr(self.protocol, "transport", None)
+        if transport is not None:
+            transport.loseConnection()

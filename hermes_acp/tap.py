@@ -1,0 +1,90 @@
+"""One ``Options`` and one ``makeService`` for every entry point.
+
+``twist hermes-acp``, the ``hermes-acp`` script and ``python -m hermes_acp``
+all build the service here.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from twisted.application.service import IService, MultiService
+from twisted.python import usage
+
+from . import __version__
+
+
+class Options(usage.Options):
+    synopsis = "[--check | --setup [--provider P --api-key K --model M --base-url URL]]"
+    longdesc = (
+        "Serve the Agent Client Protocol on stdin/stdout for a code editor. "
+        "Configuration comes from $HERMES_HOME/.env (default ~/.hermes/.env) and the environment."
+    )
+    optFlags = [
+        ["check", None, "Print the resolved configuration and exit (1 when something is missing)."],
+        ["setup", None, "Choose a model provider, key and default model; write $HERMES_HOME/.env."],
+    ]
+    optParameters = [
+        ["provider", None, None, "With --setup: openrouter, openai, nous or custom."],
+        ["base-url", None, None, "With --setup: the OpenAI-compatible base URL (custom providers)."],
+        ["api-key", None, None, "With --setup: the API key."],
+        ["model", None, None, "With --setup: the default model."],
+        ["log-level", None, "info", "Log level on stderr: debug, info, warn, error."],
+    ]
+
+    def opt_version(self) -> None:
+        """Print the version and exit."""
+        print(f"hermes-acp {__version__}")
+        sys.exit(0)
+
+    def postOptions(self) -> None:
+        from .logs import parseLevel
+
+        try:
+            self["logLevel"] = parseLevel(self["log-level"])
+        except ValueError as e:
+            raise usage.UsageError(str(e))
+        setupOnly = [name for name in ("provider", "base-url", "api-key", "model") if self[name]]
+        if setupOnly and not self["setup"]:
+            raise usage.UsageError(f"--{setupOnly[0]} only goes with --setup")
+
+
+def runTerminalCommand(options: Options) -> int | None:
+    """Run ``--check`` or ``--setup`` if asked; their exit code, else None."""
+    from .config import loadDotenv
+
+    if options["setup"]:
+        from .setup_wizard import runSetup
+
+        return runSetup(options, sys.stdout, interactive=sys.stdin.isatty())
+    if options["check"]:
+        from .check import runCheck
+
+        loadDotenv()
+        return runCheck(sys.stdout)
+    return None
+
+
+def makeService(options: Options, onDone: Callable[[], None] | None = None) -> IService:
+    """The agent service; ``onDone`` runs when the editor closes the connection."""
+    from twisted.internet import reactor
+
+    from .acp import ACPAgent
+    from .config import Settings, loadDotenv
+    from .stdio import StdioService
+
+    code = runTerminalCommand(options)
+    if code is not None:
+        sys.exit(code)
+    loadDotenv()
+    settings = Settings.fromEnv()
+
+    def stopReactor() -> None:
+        if reactor.running:
+            reactor.stop()
+
+    agent = ACPAgent(clock=reactor, settings=settings)
+    top = MultiService()
+    StdioService(agent.buildProtocol, onDone or stopReactor, reactor).setServiceParent(top)
+    return top
