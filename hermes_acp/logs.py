@@ -70,7 +70,6 @@ def startLogging(level: LogLevel, stream: IO[str] | None = None) -> None:
         [FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=level)])],
         redirectStandardIO=False,
     )
-    bridgeStdlibLogging()
 
 
 class _ToTwisted(logging.Handler):

@@ -69,20 +69,25 @@ def runTerminalCommand(options: Options) -> int | None:
 def makeService(options: Options, onDone: Callable[[], None] | None = None) -> IService:
     """The agent service; ``onDone`` runs when the editor closes the connection."""
     from twisted.internet import reactor
+    from twisted.internet.error import ReactorNotRunning
 
     from .acp import ACPAgent
     from .config import Settings, loadDotenv
+    from .logs import bridgeStdlibLogging
     from .stdio import StdioService
 
     code = runTerminalCommand(options)
     if code is not None:
         sys.exit(code)
     loadDotenv()
+    bridgeStdlibLogging()
     settings = Settings.fromEnv()
 
     def stopReactor() -> None:
-        if reactor.running:
+        try:
             reactor.stop()
+        except ReactorNotRunning:
+            pass  # already stopping (SIGTERM, or twist's own shutdown)
 
     agent = ACPAgent(clock=reactor, settings=settings)
     top = MultiService()

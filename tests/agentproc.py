@@ -1,0 +1,129 @@
+"""Run the real agent process the ways users do, with a private HERMES_HOME."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+BIN = Path(sys.executable).parent
+ENTRY_POINTS: dict[str, list[str]] = {
+    "python -m hermes_acp": [sys.executable, "-m", "hermes_acp"],
+    "hermes-acp": [str(BIN / "hermes-acp")],
+    "twist hermes-acp": [str(BIN / "twist"), "hermes-acp"],
+}
+_MODEL_VARS = (
+    "HERMES_BASE_URL", "HERMES_API_KEY", "HERMES_MODEL", "HERMES_MODELS", "HERMES_PROVIDER",
+    "OPENROUTER_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "NOUS_API_KEY",
+)
+
+
+def agentEnv(home: str | os.PathLike[str] | None = None, **extra: str) -> dict[str, str]:
+    """The test process's environment minus model settings, with its own HERMES_HOME."""
+    env = {k: v for k, v in os.environ.items() if k not in _MODEL_VARS and not k.startswith("HERMES_ACP_")}
+    env["HERMES_HOME"] = str(home) if home is not None else tempfile.mkdtemp(prefix="hermes-home-")
+    env.update(extra)
+    return env
+
+
+def frame(method: str, params: Mapping[str, Any] | None = None, requestId: Any = None) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if requestId is not None:
+        message["id"] = requestId
+    if params is not None:
+        message["params"] = params
+    return json.dumps(message).encode() + b"\n"
+
+
+def initialize(requestId: Any = 0, **params: Any) -> bytes:
+    return frame("initialize", {"protocolVersion": 1, "clientCapabilities": {}, **params}, requestId)
+
+
+@attrs.frozen
+class Run:
+    stdout: bytes
+    stderr: bytes
+    returncode: int
+
+    def frames(self) -> list[dict[str, Any]]:
+        """Every stdout line parsed as JSON; any other line fails the test."""
+        lines = self.stdout.split(b"\n")
+        assert lines[-1] == b"", f"stdout does not end with a newline: {self.stdout[-200:]!r}"
+        parsed = []
+        for line in lines[:-1]:
+            try:
+                value = json.loads(line)
+            except ValueError:
+                raise AssertionError(f"non-JSON line on stdout: {line[:200]!r}") from None
+            assert isinstance(value, dict) and value.get("jsonrpc") == "2.0", line[:200]
+            parsed.append(value)
+        return parsed
+
+    def byId(self) -> dict[Any, dict[str, Any]]:
+        return {json.dumps(f.get("id")): f for f in self.frames() if "method" not in f}
+
+
+def runAgent(
+    stdin: bytes | Iterable[bytes],
+    argv: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    cwd: str | None = None,
+) -> Run:
+    """Feed ``stdin`` to the agent, close it, and collect everything it wrote."""
+    data = stdin if isinstance(stdin, bytes) else b"".join(stdin)
+    result = subprocess.run(
+        argv or ENTRY_POINTS["python -m hermes_acp"],
+        input=data,
+        capture_output=True,
+        env=dict(env) if env is not None else agentEnv(),
+        timeout=timeout,
+        cwd=cwd or tempfile.gettempdir(),
+    )
+    return Run(result.stdout, result.stderr, result.returncode)
+
+
+class LiveAgent:
+    """An agent process we talk to line by line (for timing EOF and signals)."""
+
+    def __init__(self, argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.process = subprocess.Popen(
+            argv or ENTRY_POINTS["python -m hermes_acp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=dict(env) if env is not None else agentEnv(),
+            cwd=tempfile.gettempdir(),
+        )
+
+    def send(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def readFrame(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line, "agent closed stdout"
+        return json.loads(line)
+
+    def closeStdinAndWait(self, timeout: float = 10) -> tuple[int, float]:
+        """Close stdin; the exit code and seconds until the process exited."""
+        assert self.process.stdin is not None
+        started = time.monotonic()
+        self.process.stdin.close()
+        code = self.process.wait(timeout)
+        return code, time.monotonic() - started
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

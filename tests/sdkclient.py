@@ -1,0 +1,140 @@
+"""Drive the real agent process with the official ACP Python SDK client.
+
+The test suite runs on Twisted's asyncio reactor (``--reactor asyncio``), so a
+scripted model server on the reactor and this asyncio client share one loop.
+Every line either side writes is recorded, so tests can validate each frame
+the agent wrote against the official schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import acp
+from acp.schema import ClientCapabilities, Implementation
+from twisted.internet.defer import Deferred
+
+from . import acpschema
+from .agentproc import agentEnv
+
+T = TypeVar("T")
+LIMIT = 128 * 1024 * 1024
+
+
+def onLoop(coroutine: Awaitable[T]) -> Deferred[T]:
+    """Await an asyncio coroutine from a pytest-twisted test."""
+    return Deferred.fromFuture(asyncio.ensure_future(coroutine))
+
+
+class Wire:
+    """Both directions of the stdio stream, line by line, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []  # client → agent
+        self.received: list[dict[str, Any]] = []  # agent → client
+        self.order: list[tuple[str, dict[str, Any]]] = []
+        self.nonJSON: list[bytes] = []
+
+    def clientRequestMethods(self) -> dict[str, str]:
+        return {json.dumps(m["id"]): m["method"] for m in self.sent if "id" in m and "method" in m}
+
+    def problems(self) -> list[str]:
+        """Schema and key-name problems in everything the agent wrote."""
+        methods = self.clientRequestMethods()
+        found = [f"non-JSON stdout line {line[:120]!r}" for line in self.nonJSON]
+        for frame in self.received:
+            found += [f"{p} in {json.dumps(frame)[:300]}" for p in acpschema.checkAgentFrame(frame, methods)]
+        return found
+
+
+def _tapWriter(writer: asyncio.StreamWriter, wire: Wire) -> asyncio.StreamWriter:
+    """Record what the client writes (the SDK insists on a real StreamWriter)."""
+    write = writer.write
+    partial = b""
+
+    def tappedWrite(data: bytes) -> None:
+        nonlocal partial
+        *lines, partial = (partial + data).split(b"\n")
+        for line in lines:
+            if line.strip():
+                message = json.loads(line)
+                wire.sent.append(message)
+                wire.order.append(("sent", message))
+        write(data)
+
+    writer.write = tappedWrite  # type: ignore[method-assign]
+    return writer
+
+
+def _tapReader(reader: asyncio.StreamReader, wire: Wire) -> tuple[asyncio.StreamReader, asyncio.Task[None]]:
+    tapped = asyncio.StreamReader(limit=LIMIT)
+
+    async def pump() -> None:
+        while line := await reader.readline():
+            try:
+                message = json.loads(line)
+            except ValueError:
+                wire.nonJSON.append(line)
+            else:
+                wire.received.append(message)
+                wire.order.append(("received", message))
+            tapped.feed_data(line)
+        tapped.feed_eof()
+
+    return tapped, asyncio.ensure_future(pump())
+
+
+class RecordingClient:
+    """An editor stand-in: records updates; answers permission requests by policy."""
+
+    def __init__(self, permission: Callable[[dict[str, Any]], Awaitable[Any] | Any] | None = None) -> None:
+        self.updates: list[tuple[str, Any]] = []
+        self.permissionRequests: list[Any] = []
+        self._permission = permission
+
+    async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
+        self.updates.append((session_id, update))
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: list[Any], **kw: Any) -> Any:
+        self.permissionRequests.append((session_id, tool_call, options))
+        if self._permission is None:
+            raise acp.RequestError.method_not_found("session/request_permission")
+        answer = self._permission({"sessionId": session_id, "toolCall": tool_call, "options": options})
+        return await answer if asyncio.iscoroutine(answer) else answer
+
+
+@asynccontextmanager
+async def connect(
+    client: RecordingClient | None = None,
+    env: Mapping[str, str] | None = None,
+    argv: list[str] | None = None,
+    cwd: str | None = None,
+) -> AsyncIterator[tuple[acp.ClientSideConnection, RecordingClient, Wire, asyncio.subprocess.Process]]:
+    """Spawn the agent (``python -m hermes_acp`` by default) and connect the SDK client."""
+    client = client or RecordingClient()
+    wire = Wire()
+    command = argv or [sys.executable, "-m", "hermes_acp"]
+    async with acp.transports.spawn_stdio_transport(
+        command[0], *command[1:], env=dict(env) if env is not None else agentEnv(), cwd=cwd,
+        stderr=None, limit=LIMIT,
+    ) as (reader, writer, process):
+        tapped, pump = _tapReader(reader, wire)
+        connection = acp.connect_to_agent(client, _tapWriter(writer, wire), tapped, use_unstable_protocol=True)
+        try:
+            yield connection, client, wire, process
+        finally:
+            await connection.close()
+            pump.cancel()
+
+
+async def initialized(connection: acp.ClientSideConnection, **capabilities: Any) -> Any:
+    return await connection.initialize(
+        protocol_version=acp.PROTOCOL_VERSION,
+        client_capabilities=ClientCapabilities(**capabilities),
+        client_info=Implementation(name="hermes-acp-tests", version="0"),
+    )

@@ -1,0 +1,133 @@
+"""``--check`` and ``--setup``, as a user runs them."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from hermes_acp.config import resolveEndpoint
+from hermes_acp.setup_wizard import runSetup, writeEnv
+
+from .agentproc import ENTRY_POINTS, agentEnv
+
+SECRET = "sk-test-0123456789abcdef"
+
+
+def cli(*args: str, home: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ENTRY_POINTS["hermes-acp"] + list(args),
+        capture_output=True,
+        text=True,
+        env=agentEnv(home, **env),
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+
+
+class CheckTests(SynchronousTestCase):
+    def test_unconfiguredSaysWhatIsMissing(self) -> None:
+        """With nothing configured, --check exits 1 and names each missing piece."""
+        home = tempfile.mkdtemp()
+        out = cli("--check", home=home)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn(f"home:        {home}", out.stdout)
+        self.assertIn("not found", out.stdout)
+        self.assertIn("no model endpoint", out.stdout)
+        self.assertIn("no model:", out.stdout)
+
+    def test_configuredIsReadyAndNeverShowsTheKey(self) -> None:
+        """A configured .env passes; the key is reported present, never printed."""
+        home = tempfile.mkdtemp()
+        Path(home, ".env").write_text(
+            f"HERMES_BASE_URL=http://127.0.0.1:9/v1\nHERMES_API_KEY={SECRET}\nHERMES_MODEL=test-model\n"
+        )
+        out = cli("--check", home=home)
+        self.assertEqual(out.returncode, 0, out.stdout)
+        self.assertIn("API key:     present", out.stdout)
+        self.assertIn("model:       test-model", out.stdout)
+        self.assertIn("http://127.0.0.1:9/v1", out.stdout)
+        self.assertIn("writable", out.stdout)
+        self.assertNotIn(SECRET, out.stdout + out.stderr)
+
+    def test_unwritableStateIsReported(self) -> None:
+        """A state.db that cannot be written makes --check fail with the reason."""
+        home = tempfile.mkdtemp()
+        Path(home, ".env").write_text("HERMES_BASE_URL=http://127.0.0.1:9/v1\nHERMES_MODEL=m\n")
+        Path(home, "state.db").mkdir()  # a directory where the database should be
+        out = cli("--check", home=home)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("not writable", out.stdout)
+
+    def test_providerKeyFallback(self) -> None:
+        """OPENROUTER_API_KEY alone picks OpenRouter's endpoint."""
+        endpoint = resolveEndpoint({"OPENROUTER_API_KEY": SECRET, "HERMES_MODEL": "m"})
+        self.assertEqual((endpoint.provider, endpoint.baseURL), ("openrouter", "https://openrouter.ai/api/v1"))
+        self.assertNotIn(SECRET, repr(endpoint))
+        self.assertEqual(endpoint.problems(), [])
+
+
+class SetupTests(SynchronousTestCase):
+    def test_nonInteractiveWritesPrivateEnv(self) -> None:
+        """--setup with flags writes .env with mode 0600, and --check then passes."""
+        home = tempfile.mkdtemp()
+        out = cli("--setup", "--provider", "custom", "--base-url", "http://localhost:11434/v1",
+                  "--model", "llama3", home=home)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        env = Path(home, ".env")
+        self.assertEqual(stat.S_IMODE(env.stat().st_mode), 0o600)
+        self.assertIn('HERMES_BASE_URL="http://localhost:11434/v1"', env.read_text())
+        self.assertEqual(cli("--check", home=home).returncode, 0)
+
+    def test_nonInteractiveNeedsEnoughFlags(self) -> None:
+        """Without a terminal and without the flags, --setup explains and exits 2."""
+        home = tempfile.mkdtemp()
+        out = cli("--setup", home=home)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("--provider", out.stdout)
+        out = cli("--setup", "--provider", "openrouter", "--model", "m", home=home)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("API key", out.stdout)
+        self.assertFalse(Path(home, ".env").exists())
+
+    def test_setupFlagsNeedSetup(self) -> None:
+        """--model without --setup is a usage error."""
+        out = cli("--model", "m", home=tempfile.mkdtemp())
+        self.assertEqual(out.returncode, 64)
+
+    def test_interactiveDialogue(self) -> None:
+        """The terminal dialogue asks provider, key and model, and keeps other .env lines."""
+        home = tempfile.mkdtemp()
+        Path(home, ".env").write_text("OTHER_SETTING=keep\nHERMES_MODEL=old\n")
+        answers = iter(["9", "2", "gpt-test"])
+        out = io.StringIO()
+        old = os.environ.get("HERMES_HOME")
+        os.environ["HERMES_HOME"] = home
+        try:
+            code = runSetup({}, out, ask=lambda prompt: next(answers), askSecret=lambda prompt: SECRET)
+        finally:
+            if old is None:
+                del os.environ["HERMES_HOME"]
+            else:
+                os.environ["HERMES_HOME"] = old
+        self.assertEqual(code, 0)
+        self.assertIn("Please answer with a number", out.getvalue())
+        text = Path(home, ".env").read_text()
+        self.assertIn("OTHER_SETTING=keep", text)
+        self.assertIn('HERMES_MODEL="gpt-test"', text)
+        self.assertNotIn("HERMES_MODEL=old", text)
+        self.assertIn('HERMES_BASE_URL="https://api.openai.com/v1"', text)
+        self.assertNotIn(SECRET, out.getvalue())
+
+    def test_writeEnvQuotesValues(self) -> None:
+        """Values with quotes and backslashes survive a round trip through python-dotenv."""
+        from dotenv import dotenv_values
+
+        path = Path(tempfile.mkdtemp(), "sub", ".env")
+        writeEnv(path, {"HERMES_API_KEY": 'a"b\\c d#e'})
+        self.assertEqual(dotenv_values(path)["HERMES_API_KEY"], 'a"b\\c d#e')

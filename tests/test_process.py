@@ -1,0 +1,181 @@
+"""The real process, through every entry point: clean stdout, errors, big lines, exit."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from hermes_acp import __version__
+
+from . import acpschema
+from .agentproc import ENTRY_POINTS, LiveAgent, agentEnv, frame, initialize, runAgent
+
+MiB = 1024 * 1024
+
+
+def assertValidStream(testCase: SynchronousTestCase, requests: list[bytes], frames: list[dict]) -> None:
+    """Every frame validates against the ACP schema and uses only its key names."""
+    methods = {}
+    for line in b"".join(requests).splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(message, dict) and "id" in message and "method" in message:
+            methods[json.dumps(message["id"])] = message["method"]
+    for f in frames:
+        testCase.assertEqual(acpschema.checkAgentFrame(f, methods), [], f)
+
+
+class EntryPointTests(SynchronousTestCase):
+    def test_initializeThroughEveryEntryPoint(self) -> None:
+        """Each entry point answers initialize with a schema-valid result, keeps stdout
+        to protocol frames (twist logs to stdout by default) and exits 0 on EOF."""
+        for name, argv in ENTRY_POINTS.items():
+            requests = [initialize(0, clientInfo={"name": "test", "version": "1"})]
+            run = runAgent(requests, argv=argv)
+            self.assertEqual(run.returncode, 0, (name, run.stderr[-2000:]))
+            frames = run.frames()
+            self.assertEqual(len(frames), 1, name)
+            result = frames[0]["result"]
+            self.assertEqual(result["protocolVersion"], 1)
+            self.assertEqual(result["agentInfo"], {"name": "hermes-acp", "title": "Hermes ACP", "version": __version__})
+            assertValidStream(self, requests, frames)
+
+    def test_versionFlag(self) -> None:
+        """--version prints the package version under every entry point."""
+        for name, argv in ENTRY_POINTS.items():
+            out = subprocess.run(argv + ["--version"], capture_output=True, env=agentEnv(), timeout=60)
+            self.assertEqual(out.returncode, 0, name)
+            self.assertEqual(out.stdout.decode().strip(), f"hermes-acp {__version__}", name)
+
+    def test_unknownOptionIsUsageError(self) -> None:
+        """A bad option exits 64 with the usage on stderr and nothing on stdout."""
+        out = subprocess.run(ENTRY_POINTS["hermes-acp"] + ["--bogus"], capture_output=True, env=agentEnv(), timeout=60)
+        self.assertEqual(out.returncode, 64)
+        self.assertEqual(out.stdout, b"")
+        self.assertIn(b"bogus", out.stderr)
+
+
+class StdoutTests(SynchronousTestCase):
+    def test_strayWritesGoToStderr(self) -> None:
+        """print, a raw write to fd 1 and a child's output during serving land on
+        stderr; a child reading stdin gets EOF, not protocol bytes."""
+        script = textwrap.dedent(
+            """
+            import os, subprocess, sys
+            import hermes_acp.acp as acp
+            original = acp.ACPAgent.initialize
+            def noisy(self, params):
+                print("STRAY-PRINT", flush=True)
+                os.write(1, b"STRAY-RAW\\n")
+                subprocess.run(["echo", "STRAY-CHILD"])
+                stolen = subprocess.run(["cat"], capture_output=True, timeout=5).stdout
+                sys.stderr.write("child read %d bytes of stdin\\n" % len(stolen))
+                return original(self, params)
+            acp.ACPAgent.initialize = noisy
+            from hermes_acp.cli import main
+            main([])
+            """
+        )
+        requests = [initialize(0), initialize(1), initialize(2)]
+        run = runAgent(requests, argv=[sys.executable, "-c", script])
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertEqual(sorted(f["id"] for f in run.frames()), [0, 1, 2])
+        for marker in (b"STRAY-PRINT", b"STRAY-RAW", b"STRAY-CHILD"):
+            self.assertNotIn(marker, run.stdout)
+            self.assertIn(marker, run.stderr)
+        self.assertIn(b"child read 0 bytes of stdin", run.stderr)
+
+
+class BadInputTests(SynchronousTestCase):
+    def test_everyBadInputGetsItsErrorAndServingGoesOn(self) -> None:
+        """Malformed JSON, batches, unknown methods, bad params, invalid UTF-8 and auth
+        failures each get their JSON-RPC error; the process keeps answering."""
+        requests = [
+            initialize(0),
+            b"{not json\n",
+            b'[{"jsonrpc":"2.0","id":9,"method":"initialize"}]\n',
+            frame("no/such/method", {}, "u"),
+            frame("_vendor.example/thing", {"_meta": {"x": 1}}, 5),
+            frame("initialize", {"clientCapabilities": {}}, 6),
+            frame("initialize", {"protocolVersion": "one"}, 7),
+            frame("_vendor.example/notice", {}),
+            b"\xff\xfe\xfd\n",
+            b"\r\n\n",
+            frame("authenticate", {"methodId": "nope"}, 10),
+            frame("authenticate", {"methodId": "hermes-setup"}, 11),
+            initialize(12, protocolVersion=65535, _meta={"traceparent": "00-x"}),
+        ]
+        run = runAgent(requests)
+        self.assertEqual(run.returncode, 0)
+        frames = run.frames()
+        assertValidStream(self, requests, frames)
+        got = [(f["id"], f["error"]["code"] if "error" in f else "ok") for f in frames]
+        self.assertEqual(
+            got,
+            [(0, "ok"), (None, -32700), (None, -32600), ("u", -32601), (5, -32601), (6, -32602),
+             (7, -32602), (None, -32700), (10, -32602), (11, -32000), (12, "ok")],
+        )
+        self.assertIn("protocolVersion", frames[5]["error"]["message"])
+        self.assertIn("hermes-acp --setup", frames[9]["error"]["message"])
+        self.assertEqual(frames[10]["result"]["protocolVersion"], 1)
+
+
+class LargeLineTests(SynchronousTestCase):
+    def test_twentyMiBLineWorks(self) -> None:
+        """A 20 MiB request is read and answered."""
+        big = initialize(1, clientInfo={"name": "x" * (20 * MiB), "version": "1"})
+        run = runAgent([big, initialize(2)], timeout=120)
+        self.assertEqual(run.returncode, 0)
+        self.assertEqual([f.get("id") for f in run.frames()], [1, 2])
+        self.assertNotIn("error", run.frames()[0])
+
+    def test_seventyMiBLineIsRefusedAndServingGoesOn(self) -> None:
+        """A 70 MiB line (over the 64 MiB default) gets -32600 with id null; the
+        next request is answered."""
+        huge = initialize(1, clientInfo={"name": "y" * (70 * MiB), "version": "1"})
+        run = runAgent([initialize(0), huge, initialize(2)], timeout=120)
+        self.assertEqual(run.returncode, 0)
+        got = [(f["id"], f.get("error", {}).get("code")) for f in run.frames()]
+        self.assertEqual(got, [(0, None), (None, -32600), (2, None)])
+
+    def test_limitIsConfigurable(self) -> None:
+        """HERMES_ACP_MAX_LINE lowers the limit."""
+        padded = initialize(1, clientInfo={"name": "z" * 5000, "version": "1"})
+        run = runAgent([padded, initialize(2)], env=agentEnv(HERMES_ACP_MAX_LINE="4096"))
+        got = [(f["id"], f.get("error", {}).get("code")) for f in run.frames()]
+        self.assertEqual(got, [(None, -32600), (2, None)])
+
+
+class ShutdownTests(SynchronousTestCase):
+    def test_eofExitsPromptly(self) -> None:
+        """Closing stdin ends the process with status 0 in well under 2 s."""
+        for name, argv in ENTRY_POINTS.items():
+            agent = LiveAgent(argv)
+            try:
+                agent.send(initialize(0))
+                self.assertEqual(agent.readFrame()["id"], 0)
+                code, seconds = agent.closeStdinAndWait()
+            finally:
+                agent.kill()
+            self.assertEqual(code, 0, name)
+            self.assertLess(seconds, 2.0, name)
+
+    def test_sigtermAndSigintExit(self) -> None:
+        """SIGTERM and SIGINT stop the console entry point with status 0 at once."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            agent = LiveAgent(ENTRY_POINTS["hermes-acp"])
+            try:
+                agent.send(initialize(0))
+                agent.readFrame()
+                agent.process.send_signal(sig)
+                code = agent.process.wait(5)
+            finally:
+                agent.kill()
+            self.assertEqual(code, 0, sig)
