@@ -1,0 +1,340 @@
+"""The model client: streaming Chat Completions from any OpenAI-compatible endpoint.
+
+The ``openai`` SDK is imported on first use only (its import takes most of a
+second). A request streams in a helper thread that hands chunks over a queue,
+so the agent thread can walk away the moment the turn is cancelled, even when
+the server has stalled mid-stream: closing an httpx response from another
+thread does not wake a blocked read, so the helper's socket is shut down too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import socket
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from hermes_acp.config import Endpoint
+from hermes_acp.engine.cancel import CANCELLED, Cancellation
+
+log = logging.getLogger(__name__)
+
+CANCELLED_FINISH = "cancelled"
+_NO_KEY = "no-key"  # keyless local servers still get a well-formed Authorization header
+
+
+class ModelError(Exception):
+    """A model request failed; the message is written for the user."""
+
+    def __init__(self, message: str, retryable: bool = False, retryAfter: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retryAfter = retryAfter
+
+
+@attrs.frozen
+class ToolCallRequest:
+    """One tool call the model asked for; C{arguments} is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@attrs.frozen
+class ModelReply:
+    """One streamed answer (possibly cut short: C{finishReason} "cancelled")."""
+
+    text: str
+    reasoning: str
+    toolCalls: tuple[ToolCallRequest, ...]
+    finishReason: str | None
+    usage: dict[str, Any] | None
+    refusal: str = ""
+
+
+@attrs.define
+class _Accumulator:
+    """Builds a L{ModelReply} from stream chunks."""
+
+    onText: Callable[[str], None]
+    onReasoning: Callable[[str], None]
+    text: list[str] = attrs.field(factory=list)
+    reasoning: list[str] = attrs.field(factory=list)
+    refusal: list[str] = attrs.field(factory=list)
+    calls: list[dict[str, Any]] = attrs.field(factory=list)
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    delivered: bool = False
+
+    def absorb(self, chunk: Any) -> None:
+        if getattr(chunk, "usage", None):
+            self.usage = chunk.usage.model_dump(exclude_none=True)
+        for choice in chunk.choices or ():
+            if choice.index not in (0, None):
+                continue
+            delta = choice.delta
+            if delta is not None:
+                extra = delta.model_extra or {}
+                reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                if isinstance(reasoning, str) and reasoning:
+                    self._emit(self.reasoning, self.onReasoning, reasoning)
+                if delta.content:
+                    self._emit(self.text, self.onText, delta.content)
+                if delta.refusal:
+                    self._emit(self.refusal, self.onText, delta.refusal)
+                for call in delta.tool_calls or ():
+                    self._absorbCall(call)
+            if choice.finish_reason:
+                self.finish = choice.finish_reason
+
+    def _emit(self, parts: list[str], callback: Callable[[str], None], text: str) -> None:
+        parts.append(text)
+        self.delivered = True
+        callback(text)
+
+    def _absorbCall(self, call: Any) -> None:
+        function = call.function
+        name = (function.name if function else None) or ""
+        arguments = (function.arguments if function else None) or ""
+        index = call.index if call.index is not None else len(self.calls) - (0 if call.id else 1)
+        slot = next((c for c in self.calls if c["index"] == index), None)
+        # Some servers send every complete call at index 0; a new id means a new call.
+        if slot is None or (call.id and slot["id"] and call.id != slot["id"]):
+            slot = {"index": index, "id": "", "name": "", "arguments": ""}
+            self.calls.append(slot)
+        slot["id"] = call.id or slot["id"]
+        slot["name"] += name
+        slot["arguments"] += arguments
+
+    def reply(self, finish: str | None = None) -> ModelReply:
+        calls = tuple(
+            ToolCallRequest(c["id"] or f"call_{i}_{id(self):x}", c["name"], c["arguments"])
+            for i, c in enumerate(self.calls)
+            if c["name"]
+        )
+        return ModelReply(
+            "".join(self.text), "".join(self.reasoning), calls, finish or self.finish,
+            self.usage, "".join(self.refusal),
+        )
+
+
+def _statusMessage(status: int, detail: str, endpoint: Endpoint, model: str) -> ModelError:
+    where = endpoint.baseURL
+    if status == 401:
+        return ModelError(f"The model endpoint {where} rejected the API key (HTTP 401): {detail}. "
+                          "Check HERMES_API_KEY (or your provider's key) or run `hermes-acp --setup`.")
+    if status == 403:
+        return ModelError(f"The model endpoint {where} refused access (HTTP 403): {detail}")
+    lowered = detail.lower()
+    if status == 404 or (status in (400, 422) and "model" in lowered and any(
+        word in lowered for word in ("not found", "does not exist", "unknown", "invalid model", "not a valid")
+    )):
+        return ModelError(f"Model {model!r} is not available at {where} (HTTP {status}): {detail}. "
+                          "Check HERMES_MODEL and the endpoint URL.")
+    if status in (408, 409, 429) or status >= 500:
+        kind = "is rate limiting requests" if status == 429 else "had a server error"
+        return ModelError(f"The model endpoint {where} {kind} (HTTP {status}): {detail}", retryable=True)
+    return ModelError(f"The model endpoint {where} rejected the request (HTTP {status}): {detail}")
+
+
+def _detail(body: Any, fallback: str) -> str:
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        if isinstance(error, str):
+            return error
+    return fallback
+
+
+def _retryAfter(headers: Any) -> float | None:
+    try:
+        return min(30.0, float(headers.get("retry-after")))
+    except (TypeError, ValueError):
+        return None
+
+
+def classify(error: BaseException, endpoint: Endpoint, model: str) -> ModelError:
+    """Turn an SDK or transport exception into a L{ModelError} a user can act on."""
+    if isinstance(error, ModelError):
+        return error
+    import openai
+
+    if isinstance(error, openai.APIStatusError):
+        result = _statusMessage(error.status_code, _detail(error.body, error.message), endpoint, model)
+        result.retryAfter = _retryAfter(error.response.headers)
+        return result
+    if isinstance(error, openai.APITimeoutError):
+        return ModelError(f"The model endpoint {endpoint.baseURL} timed out.", retryable=True)
+    if isinstance(error, openai.APIConnectionError):
+        cause = error.__cause__ or error.__context__
+        reason = f": {cause}" if cause else ""
+        return ModelError(f"Cannot reach the model endpoint {endpoint.baseURL}{reason}", retryable=True)
+    if isinstance(error, openai.APIError):
+        return ModelError(f"The model endpoint {endpoint.baseURL} reported an error: {error.message}")
+    if isinstance(error, (ValueError, KeyError, TypeError, AttributeError)):
+        return ModelError(f"The model endpoint {endpoint.baseURL} sent a malformed response: {error}")
+    if isinstance(error, openai.OpenAIError):
+        return ModelError(f"The model client failed: {error}")
+    return ModelError(f"Model request failed: {type(error).__name__}: {error}")
+
+
+@attrs.define
+class _Pump:
+    """The helper thread's request, and how to abandon it."""
+
+    stream: Any = None
+    abandoned: bool = False
+
+    def abandon(self) -> None:
+        """Stop caring, and shut the socket so a blocked read wakes up now."""
+        self.abandoned = True
+        stream = self.stream
+        try:
+            network = stream.response.extensions["network_stream"]
+            network.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
+        except Exception:  # not connected yet, already closed, or another transport
+            pass
+
+
+@attrs.define(eq=False)
+class ModelClient:
+    """Streams chat completions from one endpoint (used from one thread at a time)."""
+
+    endpoint: Endpoint
+    connectTimeout: float = 15.0
+    readTimeout: float = 600.0
+    maxRetries: int = 4
+    backoff: float = 0.5
+    _client: Any = attrs.field(default=None, init=False, repr=False)
+
+    def _openai(self) -> Any:
+        if self._client is None:
+            if not self.endpoint.baseURL:
+                raise ModelError("; ".join(self.endpoint.problems()))
+            import httpx2
+            import openai
+
+            self._client = openai.OpenAI(
+                api_key=self.endpoint.apiKey or _NO_KEY,
+                base_url=self.endpoint.baseURL,
+                max_retries=0,
+                timeout=httpx2.Timeout(self.readTimeout, connect=self.connectTimeout),
+            )
+        return self._client
+
+    def complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        cancellation: Cancellation,
+        onText: Callable[[str], None],
+        onReasoning: Callable[[str], None],
+        **options: Any,
+    ) -> ModelReply:
+        """Stream one answer; retry 429, 5xx and broken connections with backoff.
+
+        Raises L{ModelError}. A cancelled request returns what arrived so far
+        with C{finishReason} "cancelled".
+        """
+        request = {"model": model, "messages": messages, "stream": True,
+                   "stream_options": {"include_usage": True},
+                   **({"tools": tools} if tools else {}), **options}
+        attempt = 0
+        while True:
+            accumulator = _Accumulator(onText, onReasoning)
+            try:
+                return self._stream(request, accumulator, cancellation)
+            except Exception as e:
+                error = classify(e, self.endpoint, model)
+            if not error.retryable or accumulator.delivered or attempt >= self.maxRetries:
+                raise error
+            delay = error.retryAfter or min(20.0, self.backoff * 2**attempt)
+            attempt += 1
+            log.warning("model request failed (%s); retry %d in %.1f s", error, attempt, delay)
+            if cancellation.sleep(delay):
+                return accumulator.reply(CANCELLED_FINISH)
+
+    def _stream(self, request: dict[str, Any], accumulator: _Accumulator, cancellation: Cancellation) -> ModelReply:
+        client = self._openai()
+        pump = _Pump()
+        with cancellation.watching(queue.Queue()) as inbox:
+            thread = threading.Thread(target=_run, args=(client, request, pump, inbox),
+                                      name="hermes-model-stream", daemon=True)
+            thread.start()
+            while True:
+                item = inbox.get()
+                if item is CANCELLED:
+                    pump.abandon()
+                    return accumulator.reply(CANCELLED_FINISH)
+                kind, value = item
+                if kind == "chunk":
+                    accumulator.absorb(value)
+                elif kind == "error":
+                    raise value
+                else:
+                    return accumulator.reply()
+
+
+def _run(client: Any, request: dict[str, Any], pump: _Pump, inbox: queue.Queue[Any]) -> None:
+    """The helper thread: make the request and pass every chunk on."""
+    try:
+        pump.stream = client.chat.completions.create(**request)
+        if pump.abandoned:
+            pump.abandon()
+        for chunk in pump.stream:
+            if pump.abandoned:
+                break
+            inbox.put(("chunk", chunk))
+        inbox.put(("done", None))
+    except Exception as e:
+        inbox.put(("error", e))
+    finally:
+        if pump.stream is not None:
+            try:
+                pump.stream.close()
+            except Exception:
+                pass
+
+
+def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[str]:
+    """The models to offer: C{HERMES_MODELS} if set, else the endpoint's C{/models}.
+
+    Raises L{ModelError} when the list cannot be fetched.
+    """
+    if endpoint.models:
+        return list(endpoint.models)
+    if not endpoint.baseURL:
+        raise ModelError("; ".join(endpoint.problems()))
+    url = endpoint.baseURL.rstrip("/") + "/models"
+    request = urllib.request.Request(url, headers={
+        "Authorization": f"Bearer {endpoint.apiKey or _NO_KEY}", "Accept": "application/json",
+    })
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as e:
+        try:
+            detail = _detail(json.load(e), e.reason)
+        except ValueError:
+            detail = str(e.reason)
+        raise _statusMessage(e.code, detail, endpoint, endpoint.model or "") from e
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise ModelError(f"Cannot reach the model endpoint {endpoint.baseURL}: {reason}", retryable=True) from e
+    except ValueError as e:
+        raise ModelError(f"The model endpoint {endpoint.baseURL} sent a malformed model list: {e}") from e
+    data = body.get("data") if isinstance(body, dict) else body
+    if not isinstance(data, list):
+        raise ModelError(f"The model endpoint {endpoint.baseURL} sent a malformed model list")
+    return [item["id"] if isinstance(item, dict) else str(item) for item in data
+            if not isinstance(item, dict) or isinstance(item.get("id"), str)]

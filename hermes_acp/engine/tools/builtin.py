@@ -1,0 +1,28 @@
+"""The built-in tool set, under Hermes' names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hermes_acp.engine.tools.files import READ_FILE, WRITE_FILE
+from hermes_acp.engine.tools.patching import PATCH
+from hermes_acp.engine.tools.registry import Tool
+from hermes_acp.engine.tools.search import SEARCH_FILES
+from hermes_acp.engine.tools.sessions import SESSION_SEARCH
+from hermes_acp.engine.tools.terminal import TERMINAL
+from hermes_acp.engine.tools.todo import TODO
+
+BUILTIN_TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in (READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, SESSION_SEARCH)
+}
+
+
+def selectTools(names: Iterable[str] | None = None) -> dict[str, Tool]:
+    """The named built-in tools (all of them when C{names} is None)."""
+    if names is None:
+        return dict(BUILTIN_TOOLS)
+    unknown = sorted(set(names) - set(BUILTIN_TOOLS))
+    if unknown:
+        raise ValueError(f"unknown tool(s): {', '.join(unknown)}")
+    return {name: BUILTIN_TOOLS[name] for name in names}

@@ -1,0 +1,180 @@
+"""Tool definitions, their context, argument checking and dispatch."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+from hermes_acp.engine.approval import Verdict
+from hermes_acp.engine.edits import EditProposal
+from hermes_acp.engine.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+SessionSearch = Callable[[str, int], list[dict[str, Any]]]
+
+
+class ToolError(Exception):
+    """A tool could not do what was asked; the message goes to the model."""
+
+    def __init__(self, message: str, extras: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.extras = extras or {}
+
+
+@attrs.frozen
+class ToolOutcome:
+    """What a tool call produced: the text the model sees and extras for the editor."""
+
+    text: str
+    extras: dict[str, Any] = attrs.field(factory=dict)
+    failed: bool = False
+
+
+@attrs.define(eq=False)
+class PathLocks:
+    """One lock per absolute path, so parallel edits of one file take turns."""
+
+    _locks: dict[str, threading.Lock] = attrs.field(factory=dict)
+    _guard: threading.Lock = attrs.field(factory=threading.Lock)
+
+    @contextmanager
+    def held(self, path: str) -> Iterator[None]:
+        with self._guard:
+            lock = self._locks.setdefault(path, threading.Lock())
+        with lock:
+            yield
+
+
+@attrs.frozen
+class ToolContext:
+    """What a tool may use: the session's folder, I/O, approvals and state."""
+
+    cwd: str
+    workspace: Workspace
+    cancelEvent: threading.Event
+    approveCommand: Callable[[str], Verdict]
+    approveEdit: Callable[[EditProposal], Verdict]
+    todos: list[dict[str, str]]
+    locks: PathLocks
+    searchSessions: SessionSearch | None = None
+
+    def resolve(self, path: str) -> str:
+        """An absolute, normalised path; relative paths start at the session's folder."""
+        path = os.path.expanduser(path)
+        return os.path.normpath(os.path.join(self.cwd, path))
+
+    def display(self, path: str) -> str:
+        """C{path} relative to the session's folder when it is inside it."""
+        relative = os.path.relpath(path, self.cwd)
+        return path if relative.startswith("..") else relative
+
+
+@attrs.frozen
+class Tool:
+    """A tool: its name, what the model reads about it, and its handler."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Callable[..., ToolOutcome]
+    # The argument that names a file or folder, reported as "path" when the call starts.
+    pathArgument: str | None = None
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+def parameters(required: Iterable[str] = (), **properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(required)}
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
+
+
+def _coerce(name: str, value: Any, spec: dict[str, Any]) -> Any:
+    kind = spec.get("type")
+    if kind == "integer" and isinstance(value, (str, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if number.is_integer():
+            value = int(number)
+    elif kind == "boolean" and isinstance(value, str) and value.lower() in ("true", "false"):
+        value = value.lower() == "true"
+    expected = _TYPES.get(kind or "", (object,))
+    if not isinstance(value, expected) or (kind in ("integer", "number") and isinstance(value, bool)):
+        raise ToolError(f"argument {name!r} must be {kind}, not {type(value).__name__}")
+    if "enum" in spec and value not in spec["enum"]:
+        raise ToolError(f"argument {name!r} must be one of {', '.join(map(str, spec['enum']))}")
+    if "minimum" in spec and value < spec["minimum"]:
+        raise ToolError(f"argument {name!r} must be at least {spec['minimum']}")
+    return value
+
+
+def checkArguments(tool: Tool, arguments: Any) -> dict[str, Any]:
+    """The arguments with defaults filled in, or a L{ToolError} that says what is wrong."""
+    if not isinstance(arguments, dict):
+        raise ToolError(f"arguments for {tool.name} must be a JSON object")
+    properties = tool.parameters["properties"]
+    unknown = sorted(set(arguments) - set(properties))
+    if unknown:
+        raise ToolError(
+            f"unknown argument(s) for {tool.name}: {', '.join(unknown)}; "
+            f"accepted: {', '.join(properties)}"
+        )
+    missing = [name for name in tool.parameters["required"] if arguments.get(name) is None]
+    if missing:
+        raise ToolError(f"missing required argument(s) for {tool.name}: {', '.join(missing)}")
+    checked = {}
+    for name, spec in properties.items():
+        value = arguments.get(name)
+        if value is None:
+            if "default" in spec:
+                checked[name] = spec["default"]
+            continue
+        checked[name] = _coerce(name, value, spec)
+    return checked
+
+
+def parseArguments(raw: str) -> Any:
+    """Decode a tool call's JSON arguments (empty means none)."""
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise ToolError(f"the arguments are not valid JSON ({e}); send a JSON object") from e
+
+
+def runTool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
+    """Run one checked call; errors become a failed outcome, never an exception."""
+    try:
+        return tool.handler(ctx, **arguments)
+    except ToolError as e:
+        return ToolOutcome(f"Error: {e}", e.extras, failed=True)
+    except Exception as e:
+        log.exception("tool %s failed", tool.name)
+        return ToolOutcome(f"Error: {tool.name} failed unexpectedly: {type(e).__name__}: {e}", failed=True)
+
+
+def jsonText(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)

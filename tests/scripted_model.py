@@ -1,0 +1,344 @@
+"""A scripted OpenAI-compatible Chat Completions server (twisted.web), for tests and benchmarks.
+
+It serves C{POST /v1/chat/completions} (SSE streaming or plain JSON) and
+C{GET /v1/models}, and records every request. What it answers comes from
+scripts: a script is a list of responses, one per request, and a response is
+a list of steps (JSON-friendly dicts):
+
+  {"text": "Hi"}                      one content delta ({"times": N}: N deltas in one burst)
+  {"reasoning": "..."}                a reasoning_content delta ({"field": "reasoning"} to use that name)
+  {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {...} or "raw text"}], "split": 3}
+                                      tool calls (several = parallel), arguments sent in C{split} pieces
+  {"refusal": "..."}                  a refusal delta
+  {"usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+  {"finish": "length"}                the finish_reason (default: "tool_calls" after tool calls, else "stop")
+  {"stall": true} / {"stall": 1.5}    stop sending, forever or for that many seconds
+  {"status": 500, "error": "boom"}    answer with an HTTP error instead (must come first)
+  {"raw": "data: {oops\\n\\n"}        bytes sent as they are (malformed SSE)
+  {"close": true}                     drop the connection mid-stream
+
+Rules pick a script by a substring of the latest user message, so concurrent
+sessions each get their own; requests that match no rule use the default
+script. A script that runs out answers HTTP 500, unless it repeats.
+
+Run C{python tests/scripted_model.py --port 0 --script FILE.json} to host one
+in its own process; the first line on stdout is its base URL. FILE.json holds
+C{{"default": [...], "rules": [{"match": "...", "responses": [...]}],
+"models": [...], "repeat": false, "apiKey": null}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import attrs
+from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTCP, IReactorTime
+from twisted.web import http
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Request, Site
+
+Response = list[dict[str, Any]]
+
+
+@attrs.frozen
+class Recorded:
+    """One request the server received."""
+
+    method: str
+    path: str
+    body: Any
+    headers: dict[str, str]
+
+
+@attrs.define
+class Script:
+    """Responses handed out in order, one per request."""
+
+    responses: list[Response]
+    repeat: bool = False
+    position: int = 0
+
+    def next(self) -> Response | None:
+        if self.position >= len(self.responses):
+            if not (self.repeat and self.responses):
+                return None
+            self.position = 0
+        self.position += 1
+        return self.responses[self.position - 1]
+
+
+def latestUserText(body: Any) -> str:
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+            return str(content or "")
+    return ""
+
+
+def _errorBody(message: str, code: str | None = None) -> bytes:
+    return json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": code}}).encode()
+
+
+class _Playback:
+    """Plays one response's steps onto a request, honouring stalls and disconnects."""
+
+    def __init__(self, request: Request, steps: Response, model: str, streaming: bool, clock: IReactorTime) -> None:
+        self.request = request
+        self.steps = list(steps)
+        self.model = model
+        self.streaming = streaming
+        self.clock = clock
+        self.delayed: IDelayedCall | None = None
+        self.gone = False
+        self.sawTools = False
+        self.finished = False
+        self.callIndex = 0
+        self.message: dict[str, Any] = {"role": "assistant", "content": None}
+        self.finish: str | None = None
+        self.usage: dict[str, Any] | None = None
+        request.notifyFinish().addBoth(self._gone)
+
+    def _gone(self, _: object) -> None:
+        self.gone = True
+        if self.delayed is not None and self.delayed.active():
+            self.delayed.cancel()
+
+    def start(self) -> None:
+        first = self.steps[0] if self.steps else {}
+        if "status" in first:
+            self.request.setResponseCode(first["status"])
+            self.request.setHeader("content-type", "application/json")
+            self.request.write(_errorBody(first.get("error", "scripted error"), first.get("code")))
+            self.request.finish()
+            return
+        if self.streaming:
+            self.request.setHeader("content-type", "text/event-stream")
+            self.request.setHeader("cache-control", "no-cache")
+            self._chunk({"role": "assistant", "content": ""})
+        self._play()
+
+    def _chunk(self, delta: dict[str, Any] | None, finish: str | None = None, usage: dict[str, Any] | None = None,
+               times: int = 1) -> None:
+        chunk: dict[str, Any] = {
+            "id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": self.model,
+            "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        if usage is not None:
+            chunk["usage"] = usage
+        self.request.write((b"data: " + json.dumps(chunk).encode() + b"\n\n") * times)
+
+    def _play(self) -> None:
+        self.delayed = None
+        while self.steps and not self.gone:
+            step = self.steps.pop(0)
+            if "stall" in step:
+                if step["stall"] is True:
+                    return
+                self.delayed = self.clock.callLater(float(step["stall"]), self._play)
+                return
+            if "close" in step:
+                self.request.channel.transport.abortConnection()
+                return
+            self._step(step)
+        if not self.gone:
+            self._end()
+
+    def _step(self, step: dict[str, Any]) -> None:
+        if "text" in step:
+            times = int(step.get("times", 1))
+            self._add("content", step["text"] * times)
+            if self.streaming:
+                self._chunk({"content": step["text"]}, times=times)
+        elif "reasoning" in step:
+            field = step.get("field", "reasoning_content")
+            self._add(field, step["reasoning"])
+            if self.streaming:
+                self._chunk({field: step["reasoning"]})
+        elif "refusal" in step:
+            self._add("refusal", step["refusal"])
+            if self.streaming:
+                self._chunk({"refusal": step["refusal"]})
+        elif "tool_calls" in step:
+            self._toolCalls(step["tool_calls"], int(step.get("split", 1)))
+        elif "usage" in step:
+            self.usage = step["usage"]
+        elif "finish" in step:
+            self.finish = step["finish"]
+        elif "raw" in step:
+            self.request.write(step["raw"].encode())
+        else:
+            raise ValueError(f"unknown script step {step!r}")
+
+    def _add(self, field: str, text: str) -> None:
+        self.message[field] = (self.message.get(field) or "") + text
+
+    def _toolCalls(self, calls: list[dict[str, Any]], split: int) -> None:
+        self.sawTools = True
+        for call in calls:
+            arguments = call.get("arguments", {})
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments)
+            ident = call.get("id", f"call_{self.callIndex}")
+            self.message.setdefault("tool_calls", []).append(
+                {"id": ident, "type": "function", "function": {"name": call["name"], "arguments": arguments}}
+            )
+            if self.streaming:
+                size = max(1, -(-len(arguments) // split))
+                pieces = [arguments[i : i + size] for i in range(0, len(arguments), size)] or [""]
+                for n, piece in enumerate(pieces):
+                    delta: dict[str, Any] = {"index": self.callIndex, "function": {"arguments": piece}}
+                    if n == 0:
+                        delta.update(id=ident, type="function")
+                        delta["function"]["name"] = call["name"]
+                    self._chunk({"tool_calls": [delta]})
+            self.callIndex += 1
+
+    def _end(self) -> None:
+        finish = self.finish or ("tool_calls" if self.sawTools else "stop")
+        if self.streaming:
+            self._chunk({}, finish)
+            if self.usage is not None:
+                self._chunk(None, usage=self.usage)
+            self.request.write(b"data: [DONE]\n\n")
+        else:
+            self.request.setHeader("content-type", "application/json")
+            body = {
+                "id": "chatcmpl-scripted", "object": "chat.completion", "created": 0, "model": self.model,
+                "choices": [{"index": 0, "message": self.message, "finish_reason": finish}],
+                "usage": self.usage,
+            }
+            self.request.write(json.dumps(body).encode())
+        self.request.finish()
+
+
+class ScriptedModel(Resource):
+    """The server resource. Mount it at the root: it answers under C{/v1} and without."""
+
+    isLeaf = True
+
+    def __init__(
+        self,
+        default: list[Response] | None = None,
+        rules: list[tuple[str, list[Response]]] = (),  # type: ignore[assignment]
+        models: list[str] | tuple[str, ...] = ("scripted-model",),
+        apiKey: str | None = None,
+        strictModels: bool = False,
+        repeat: bool = False,
+        clock: IReactorTime | None = None,
+    ) -> None:
+        super().__init__()
+        if clock is None:
+            from twisted.internet import reactor as clock  # type: ignore[assignment]
+        self.clock = clock
+        self.repeat = repeat
+        self.default = Script(list(default or []), repeat)
+        self.rules: list[tuple[str, Script]] = []
+        for match, responses in rules:
+            self.addRule(match, responses)
+        self.models = list(models)
+        self.apiKey = apiKey
+        self.strictModels = strictModels
+        self.requests: list[Recorded] = []
+
+    @classmethod
+    def fromJSON(cls, spec: dict[str, Any], clock: IReactorTime | None = None) -> ScriptedModel:
+        return cls(
+            spec.get("default"),
+            [(rule["match"], rule["responses"]) for rule in spec.get("rules", [])],
+            spec.get("models", ["scripted-model"]),
+            spec.get("apiKey"),
+            spec.get("strictModels", False),
+            spec.get("repeat", False),
+            clock,
+        )
+
+    def addRule(self, match: str, responses: list[Response]) -> None:
+        """Answer requests whose latest user message contains C{match} with C{responses}."""
+        self.rules.append((match, Script(list(responses), self.repeat)))
+
+    @property
+    def chatRequests(self) -> list[Any]:
+        """The bodies of the chat completion requests, oldest first."""
+        return [r.body for r in self.requests if r.path.endswith("/chat/completions")]
+
+    def _record(self, request: Request, body: Any) -> None:
+        headers = {k.decode().lower(): v[-1].decode() for k, v in request.requestHeaders.getAllRawHeaders()}
+        self.requests.append(Recorded(request.method.decode(), request.path.decode(), body, headers))
+
+    def _refuse(self, request: Request, status: int, message: str, code: str | None = None) -> bytes:
+        request.setResponseCode(status)
+        request.setHeader("content-type", "application/json")
+        return _errorBody(message, code)
+
+    def _authorized(self, request: Request) -> bool:
+        return self.apiKey is None or request.getHeader("authorization") == f"Bearer {self.apiKey}"
+
+    def render_GET(self, request: Request) -> bytes:
+        self._record(request, None)
+        if not request.path.rstrip(b"/").endswith(b"/models"):
+            return self._refuse(request, http.NOT_FOUND, "not found")
+        if not self._authorized(request):
+            return self._refuse(request, http.UNAUTHORIZED, "Incorrect API key provided", "invalid_api_key")
+        request.setHeader("content-type", "application/json")
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self.models]
+        return json.dumps({"object": "list", "data": data}).encode()
+
+    def render_POST(self, request: Request) -> bytes | int:
+        try:
+            body = json.loads(request.content.read() or b"{}")
+        except ValueError:
+            return self._refuse(request, http.BAD_REQUEST, "request body is not JSON")
+        self._record(request, body)
+        if not request.path.rstrip(b"/").endswith(b"/chat/completions"):
+            return self._refuse(request, http.NOT_FOUND, "not found")
+        if not self._authorized(request):
+            return self._refuse(request, http.UNAUTHORIZED, "Incorrect API key provided", "invalid_api_key")
+        model = body.get("model", "")
+        if self.strictModels and model not in self.models:
+            return self._refuse(request, http.NOT_FOUND, f"The model `{model}` does not exist", "model_not_found")
+        text = latestUserText(body)
+        script = next((s for match, s in self.rules if match in text), self.default)
+        steps = script.next()
+        if steps is None:
+            return self._refuse(request, http.INTERNAL_SERVER_ERROR, f"script exhausted (latest user message: {text[:80]!r})")
+        _Playback(request, steps, model, bool(body.get("stream")), self.clock).start()
+        return NOT_DONE_YET
+
+
+def listen(model: ScriptedModel, reactor: IReactorTCP | None = None, port: int = 0) -> tuple[IListeningPort, str]:
+    """Serve C{model} on 127.0.0.1; return the listening port and the base URL (ending in /v1)."""
+    if reactor is None:
+        from twisted.internet import reactor  # type: ignore[assignment]
+    site = Site(model)
+    site.noisy = False
+    listening = reactor.listenTCP(port, site, interface="127.0.0.1")
+    return listening, f"http://127.0.0.1:{listening.getHost().port}/v1"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--script", help="JSON file with default/rules/models/repeat/apiKey")
+    parser.add_argument("--api-key", help="require this bearer key")
+    options = parser.parse_args(argv)
+    spec: dict[str, Any] = {}
+    if options.script:
+        with open(options.script) as f:
+            spec = json.load(f)
+    if options.api_key:
+        spec["apiKey"] = options.api_key
+    from twisted.internet import reactor
+
+    _, url = listen(ScriptedModel.fromJSON(spec), reactor, options.port)
+    sys.stdout.write(url + "\n")
+    sys.stdout.flush()
+    reactor.run()  # type: ignore[attr-defined]
+
+
+if __name__ == "__main__":
+    main()
