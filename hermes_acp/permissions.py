@@ -1,0 +1,108 @@
+"""Permission requests to the editor, with timeout-to-deny (``IPermissionBroker``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from twisted.internet.defer import CancelledError, Deferred, DeferredLock
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from .interfaces import IPermissionBroker
+
+log = Logger()
+
+ALLOW_ONCE, ALLOW_ALWAYS = "allow_once", "allow_always"
+REJECT_ONCE, REJECT_ALWAYS = "reject_once", "reject_always"
+CANCELLED, TIMEOUT, FAILED = "cancelled", "timeout", "failed"
+ALLOWED = frozenset({ALLOW_ONCE, ALLOW_ALWAYS})
+
+_NAMES = {
+    "edit": {
+        ALLOW_ONCE: "Allow this edit",
+        ALLOW_ALWAYS: "Allow edits in the workspace for this session",
+        REJECT_ONCE: "Reject",
+        REJECT_ALWAYS: "Reject edits to this file for this session",
+    },
+    "execute": {
+        ALLOW_ONCE: "Run once",
+        ALLOW_ALWAYS: "Always allow this command in this session",
+        REJECT_ONCE: "Reject",
+        REJECT_ALWAYS: "Always reject this command in this session",
+    },
+}
+
+
+def permissionOptions(kind: str) -> list[dict[str, str]]:
+    """All four option kinds; the option id is the kind."""
+    names = _NAMES.get(kind, _NAMES["execute"])
+    return [{"optionId": k, "name": names[k], "kind": k} for k in (ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE, REJECT_ALWAYS)]
+
+
+def readOutcome(result: Any, offered: list[dict[str, str]]) -> str:
+    """The client's answer as one of our outcomes; anything unexpected denies."""
+    outcome = result.get("outcome") if isinstance(result, dict) else None
+    if not isinstance(outcome, dict):
+        return FAILED
+    if outcome.get("outcome") == "cancelled":
+        return CANCELLED
+    if outcome.get("outcome") == "selected":
+        chosen = outcome.get("optionId")
+        for option in offered:
+            if option["optionId"] == chosen:
+                return option["kind"]
+    return FAILED
+
+
+@implementer(IPermissionBroker)
+@attrs.define(eq=False)
+class PermissionBroker:
+    """Sends ``session/request_permission``; serialized per session.
+
+    ``callRemote`` is the connection's; ``timeout`` counts from the moment the
+    request is sent. Cancelling the returned Deferred withdraws the request
+    (the client is sent ``$/cancel_request``) and answers "cancelled".
+    """
+
+    callRemote: Callable[..., Deferred[Any]]
+    clock: IReactorTime
+    timeout: float
+    _locks: dict[str, DeferredLock] = attrs.field(factory=dict, init=False)
+
+    def requestPermission(self, sessionId: str, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
+        lock = self._locks.setdefault(sessionId, DeferredLock())
+        d = lock.run(self._ask, sessionId, toolCall, kind)
+        d.addErrback(lambda f: (f.trap(CancelledError), CANCELLED)[1])
+        return d
+
+    def forget(self, sessionId: str) -> None:
+        self._locks.pop(sessionId, None)
+
+    def _ask(self, sessionId: str, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
+        offered = permissionOptions(kind)
+        d = self.callRemote(
+            "session/request_permission", {"sessionId": sessionId, "toolCall": toolCall, "options": offered}
+        )
+        d.addCallback(readOutcome, offered)
+        d.addTimeout(self.timeout, self.clock, onTimeoutCancel=lambda result, timeout: TIMEOUT)
+        d.addErrback(self._failed, sessionId)
+        d.addCallback(self._logged, sessionId, toolCall.get("toolCallId"))
+        return d
+
+    def _failed(self, failure: Failure, sessionId: str) -> str:
+        if failure.check(CancelledError):
+            return CANCELLED
+        log.warn(
+            "permission request for session {sessionId} failed ({error}); denying",
+            sessionId=sessionId,
+            error=failure.getErrorMessage(),
+        )
+        return FAILED
+
+    def _logged(self, outcome: str, sessionId: str, callId: Any) -> str:
+        log.info("permission for {callId} in {sessionId}: {outcome}", callId=callId, sessionId=sessionId, outcome=outcome)
+        return outcome

@@ -1,0 +1,74 @@
+"""Our own worker pool for agent turns, and the way back to the reactor.
+
+Never the reactor's shared pool (it also serves DNS and has 10 threads), and
+never ``blockingCallFromThread`` on the reactor thread (it deadlocks).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.threads import blockingCallFromThread, deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.threadable import isInIOThread
+from twisted.python.threadpool import ThreadPool
+
+log = Logger()
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: How long shutdown waits for workers before leaving them (they are daemons).
+JOIN_TIMEOUT = 1.5
+
+
+class _DaemonThreadPool(ThreadPool):
+    """A stuck model call must never keep the process from exiting."""
+
+    def threadFactory(self, *args: Any, **kwargs: Any) -> threading.Thread:  # type: ignore[override]
+        return threading.Thread(*args, daemon=True, **kwargs)
+
+
+class WorkerPool(Service):
+    """A bounded pool started and stopped with the service."""
+
+    name = "workers"
+
+    def __init__(self, reactor: Any, size: int) -> None:
+        self.reactor = reactor
+        self.pool = _DaemonThreadPool(minthreads=0, maxthreads=size, name="hermes-agent")
+
+    def startService(self) -> None:
+        Service.startService(self)
+        self.pool.start()
+
+    def run(self, f: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Deferred[T]:
+        """Run ``f`` on a worker; the Deferred fires in the reactor thread."""
+        return deferToThreadPool(self.reactor, self.pool, f, *args, **kwargs)
+
+    def stopService(self) -> Deferred[None]:
+        """Join the workers off the reactor thread, for at most JOIN_TIMEOUT."""
+        Service.stopService(self)
+        done: Deferred[None] = Deferred()
+
+        def join() -> None:
+            self.pool.stop()
+            self.reactor.callFromThread(lambda: done.called or done.callback(None))
+
+        threading.Thread(target=join, name="hermes-pool-join", daemon=True).start()
+        done.addTimeout(JOIN_TIMEOUT, self.reactor)
+        done.addErrback(lambda f: log.warn("worker threads still busy at shutdown; leaving them"))
+        return done
+
+
+def callInReactor(reactor: Any, f: Callable[P, Any], *args: P.args, **kwargs: P.kwargs) -> Any:
+    """From a worker thread: run ``f`` in the reactor thread and wait for its result.
+
+    Raises RuntimeError on the reactor thread, where waiting would deadlock.
+    """
+    if isInIOThread():
+        raise RuntimeError("callInReactor called from the reactor thread; it would deadlock")
+    return blockingCallFromThread(reactor, f, *args, **kwargs)
