@@ -1,0 +1,723 @@
+"""The persistent session store: ``$HERMES_HOME/state.db``.
+
+It keeps, per ACP session: its settings, the model-facing message history (OpenAI chat message
+dicts, stored as-is), and a journal of every ``session/update`` ``update`` object sent, numbered
+in send order, which ``session/load`` replays. FTS5 indexes the message text for
+``session_search``. The schema and its migrations live in ``hermes_acp.migrations``.
+
+Threads: this module never imports Twisted. Every ``SessionDB`` method blocks on disk, so the
+reactor thread must not call them; call them from worker threads (the ACP layer wraps them with
+``deferToThreadPool`` or a single writer thread). Any number of threads may share one
+``SessionDB``.
+
+Durability: each write method is one SQLite transaction and has committed when it returns. A
+turn is durable once ``endTurn`` has returned, so the ACP layer waits for it before sending the
+``session/prompt`` response.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from hermes_acp import migrations
+from hermes_acp.migrations import cwdKey
+
+__all__ = [
+    "Replay",
+    "SessionDB",
+    "SessionRecord",
+    "StoreError",
+    "UnknownSession",
+    "searchableText",
+    "timestamp",
+]
+
+BUSY_TIMEOUT_MS = 10_000
+LIST_PAGE_SIZE = 50
+FINAL_TOOL_STATUSES = frozenset({"completed", "failed"})
+INDEXED_ROLES = frozenset({"user", "assistant", "tool"})
+_FTS_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
+_NO_CAP = 2**63 - 1  # SQLite's largest integer: "no limit" in a LIMIT-style comparison
+
+_SESSION_COLUMNS = (
+    "session_id, cwd, additional_directories, title, model, mode, config, "
+    "created_at, updated_at, turn_state, turn, message_count"
+)
+# updateSession's keyword -> column.
+_UPDATABLE = {
+    "title": "title",
+    "model": "model",
+    "mode": "mode",
+    "config": "config",
+    "cwd": "cwd",
+    "additionalDirectories": "additional_directories",
+    "updatedAt": "updated_at",
+}
+
+
+class StoreError(Exception):
+    """``state.db`` cannot be used. The message names the file and what to do about it."""
+
+
+class UnknownSession(KeyError):
+    """No session with this id is stored."""
+
+    def __str__(self) -> str:
+        return f"unknown session {self.args[0]!r}"
+
+
+def timestamp(when: datetime | str | None = None) -> str:
+    """ISO 8601 in UTC with microseconds and ``Z`` (now, by default).
+
+    Every stored time has this one form, so text order is time order. A naive ``datetime`` or
+    string is taken as UTC.
+    """
+    if when is None:
+        when = datetime.now(timezone.utc)
+    elif isinstance(when, str):
+        when = datetime.fromisoformat(when)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@attrs.frozen
+class SessionRecord:
+    """One stored session.
+
+    As input to ``createSession`` only the settings count (``sessionId`` to ``updatedAt``);
+    ``turnState``, ``turn`` and ``messageCount`` are outputs.
+    """
+
+    sessionId: str
+    cwd: str
+    additionalDirectories: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    title: str | None = None
+    model: str | None = None
+    mode: str | None = None
+    config: dict[str, Any] = attrs.field(factory=dict)
+    createdAt: str = attrs.field(factory=timestamp)
+    updatedAt: str = attrs.field(
+        default=attrs.Factory(lambda self: self.createdAt, takes_self=True)
+    )
+    turnState: str = "idle"  # 'idle' | 'running' | 'interrupted' (the last turn died mid-way)
+    turn: int = 0  # the number of the last turn begun; turns count from 1
+    messageCount: int = 0
+
+
+@attrs.frozen
+class Replay:
+    """The journal tail to replay: whole updates in send order, and what the caps left out."""
+
+    updates: list[dict[str, Any]]
+    omittedCount: int = 0
+    omittedBytes: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        return self.omittedCount > 0
+
+
+def searchableText(message: Mapping[str, Any]) -> str | None:
+    """The text FTS indexes for one chat message, or None for roles that are not searched.
+
+    User, assistant and tool messages count: their string content, the ``text`` of list
+    (multimodal) content parts, and an assistant's tool call names and arguments.
+    """
+    if message.get("role") not in INDEXED_ROLES:
+        return None
+    content = message.get("content")
+    if isinstance(content, list):
+        parts = [part.get("text") for part in content if isinstance(part, dict)]
+    else:
+        parts = [content]
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            parts += [function.get("name"), function.get("arguments")]
+    text = "\n".join(part for part in parts if isinstance(part, str) and part)
+    # SQLite takes valid UTF-8 only; a lone surrogate becomes "?" in the index (not the message).
+    return text.encode("utf-8", "replace").decode("utf-8") if text else None
+
+
+def _encode(value: Any) -> tuple[str, int]:
+    """Compact JSON for ``value`` and its size in UTF-8 bytes."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text, len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        # Lone surrogates (e.g. undecodable tool output) cannot be stored as UTF-8 text;
+        # escaped as \udXXX they still decode to the same string.
+        text = json.dumps(value, separators=(",", ":"))
+        return text, len(text)
+
+
+def _encodeCursor(record: SessionRecord) -> str:
+    raw = json.dumps([record.updatedAt, record.sessionId], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii")
+
+
+def _decodeCursor(cursor: str) -> tuple[str, str]:
+    """The (updated_at, session_id) position in a cursor; ValueError when it is not ours."""
+    try:
+        position = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
+    except (ValueError, AttributeError) as e:  # binascii, Unicode and JSON errors are ValueErrors
+        raise ValueError(f"invalid session list cursor: {cursor!r}") from e
+    if not (
+        isinstance(position, list)
+        and len(position) == 2
+        and all(isinstance(part, str) for part in position)
+    ):
+        raise ValueError(f"invalid session list cursor: {cursor!r}")
+    return position[0], position[1]
+
+
+def _record(row: tuple[Any, ...]) -> SessionRecord:
+    (sessionId, cwd, directories, title, model, mode, config,
+     createdAt, updatedAt, turnState, turn, messageCount) = row  # fmt: skip
+    return SessionRecord(
+        sessionId=sessionId,
+        cwd=cwd,
+        additionalDirectories=json.loads(directories),
+        title=title,
+        model=model,
+        mode=mode,
+        config=json.loads(config),
+        createdAt=createdAt,
+        updatedAt=updatedAt,
+        turnState=turnState,
+        turn=turn,
+        messageCount=messageCount,
+    )
+
+
+def _checkUpdates(updates: Iterable[Any]) -> list[dict[str, Any]]:
+    updates = list(updates)
+    for update in updates:
+        if not (isinstance(update, dict) and isinstance(update.get("sessionUpdate"), str)):
+            raise ValueError(f"not a session/update object: {update!r:.200}")
+    return updates
+
+
+class SessionDB:
+    """Sessions, messages and the update journal in one SQLite file.
+
+    Every method may be called from any thread except the reactor's (they block on disk).
+
+    Threads share ONE connection, guarded by a lock, rather than one connection per thread:
+    each call is a few milliseconds of work and SQLite admits one writer at a time anyway; a
+    single connection makes every method atomic with respect to the others and lets ``close``
+    really close everything (per-thread connections would outlive pool threads). WAL mode still
+    lets other processes read while we write.
+
+    ``path`` is the file; ``journalMode`` is ``"wal"`` unless the file system refused WAL.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Open or create the file (and its folders) and migrate it to the current schema.
+
+        Raises ``StoreError`` when the file cannot be used: damaged, not SQLite, written by a
+        newer hermes-acp, or in a place we cannot write.
+        """
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(
+                f"cannot create the folder for {self.path} ({e.strerror or e}). "
+                "Make it writable, or set HERMES_HOME to a writable folder."
+            ) from e
+        with self._translated():
+            self._connection = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False
+            )
+        try:
+            self._open()
+        except BaseException:
+            self._connection.close()
+            raise
+
+    def _open(self) -> None:
+        with self._translated():
+            cursor = self._connection.cursor()
+            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            # Where WAL is impossible (some network file systems) SQLite keeps its rollback
+            # journal; everything below still holds, with less read concurrency.
+            self.journalMode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            # In WAL mode, NORMAL syncs the WAL at checkpoints rather than at every commit. A
+            # committed transaction is in the WAL file when COMMIT returns, so it survives the
+            # process being killed (kill -9); only an OS crash or power loss can lose the last
+            # few commits, and never corrupts the file. FULL would add an fsync per turn.
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        try:
+            with self._write() as cursor:
+                migrations.migrate(cursor)
+        except migrations.NewerSchemaError as e:
+            raise StoreError(
+                f"{self.path} was written by a newer hermes-acp (schema version {e.found}; "
+                f"this one knows up to {migrations.SCHEMA_VERSION}). Upgrade hermes-acp, or "
+                "set HERMES_HOME to another folder."
+            ) from e
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _explain(self, error: sqlite3.Error) -> str:
+        name = getattr(error, "sqlite_errorname", "") or ""
+        primary = "_".join(name.split("_")[:2])  # SQLITE_CANTOPEN_ISDIR -> SQLITE_CANTOPEN
+        if primary in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+            return (
+                f"{self.path} is damaged or not an SQLite database ({error}). Move it aside "
+                f"(for example rename it to {self.path.name}.broken) and hermes-acp will start "
+                "a new one, or set HERMES_HOME to another folder."
+            )
+        if primary in ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_IOERR"):
+            return (
+                f"cannot open {self.path} for writing ({error}). Check that its folder exists "
+                "and is writable, or set HERMES_HOME to a writable folder."
+            )
+        if primary in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+            return (
+                f"{self.path} stayed locked by another process for {BUSY_TIMEOUT_MS // 1000} s "
+                f"({error}). Try again, or stop the other program using it."
+            )
+        if primary == "SQLITE_FULL":
+            return f"the disk holding {self.path} is full ({error}). Free some space."
+        if isinstance(error, sqlite3.ProgrammingError):
+            return f"the session store {self.path} is not usable: {error}"
+        return f"the session store {self.path} failed: {error}"
+
+    @contextlib.contextmanager
+    def _translated(self) -> Iterator[None]:
+        """Turn sqlite3 errors into one ``StoreError`` that says what to do."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            raise StoreError(self._explain(e)) from e
+
+    @contextlib.contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Cursor]:
+        with self._lock, self._translated():
+            cursor = self._connection.cursor()
+            cursor.execute(begin)
+            try:
+                yield cursor
+            except BaseException:
+                if self._connection.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        cursor.execute("ROLLBACK")
+                raise
+            cursor.execute("COMMIT")
+
+    def _read(self) -> contextlib.AbstractContextManager[sqlite3.Cursor]:
+        """One consistent snapshot (a read transaction), under the lock."""
+        return self._transaction("BEGIN")
+
+    def _write(self) -> contextlib.AbstractContextManager[sqlite3.Cursor]:
+        """One write transaction, under the lock; it takes SQLite's write lock at once, so it
+        waits (busy_timeout) instead of failing when another process is writing."""
+        return self._transaction("BEGIN IMMEDIATE")
+
+    @staticmethod
+    def _find(cursor: sqlite3.Cursor, sessionId: str) -> SessionRecord | None:
+        row = cursor.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM acp_sessions WHERE session_id = ?", (sessionId,)
+        ).fetchone()
+        return None if row is None else _record(row)
+
+    @classmethod
+    def _require(cls, cursor: sqlite3.Cursor, sessionId: str) -> SessionRecord:
+        record = cls._find(cursor, sessionId)
+        if record is None:
+            raise UnknownSession(sessionId)
+        return record
+
+    @staticmethod
+    def _insertMessages(
+        cursor: sqlite3.Cursor, sessionId: str, first: int, messages: list[dict[str, Any]]
+    ) -> int:
+        """Insert messages numbered from ``first``; return the session's new message count."""
+        rows = []
+        for seq, message in enumerate(messages, first):
+            payload, _ = _encode(message)
+            rows.append((sessionId, seq, str(message.get("role", "")), payload,
+                         searchableText(message)))  # fmt: skip
+        cursor.executemany(
+            "INSERT INTO acp_messages (session_id, seq, role, message, text) "
+            "VALUES (?, ?, ?, ?, ?)",
+            rows,
+        )
+        count = first + len(rows)
+        cursor.execute(
+            "UPDATE acp_sessions SET message_count = ?, updated_at = ? WHERE session_id = ?",
+            (count, timestamp(), sessionId),
+        )
+        return count
+
+    @staticmethod
+    def _insertUpdates(
+        cursor: sqlite3.Cursor, sessionId: str, turn: int, updates: list[dict[str, Any]]
+    ) -> int:
+        """Append updates to the journal; return the last seq (0 for an empty journal)."""
+        (last,) = cursor.execute(
+            "SELECT coalesce(max(seq), 0) FROM acp_journal WHERE session_id = ?", (sessionId,)
+        ).fetchone()
+        rows = [
+            (sessionId, seq, turn, *_encode(update))
+            for seq, update in enumerate(updates, last + 1)
+        ]
+        cursor.executemany(
+            "INSERT INTO acp_journal (session_id, seq, turn, payload, nbytes) "
+            "VALUES (?, ?, ?, ?, ?)",
+            rows,
+        )
+        return last + len(rows)
+
+    @classmethod
+    def _failOpenToolCalls(
+        cls, cursor: sqlite3.Cursor, sessionId: str, turn: int
+    ) -> list[dict[str, Any]]:
+        """Journal a ``failed`` update for every tool call that never reached a final status."""
+        pending: dict[str, None] = {}  # an insertion-ordered set of toolCallIds
+        # instr() skips updates that are not tool calls without decoding them; it relies on
+        # the compact JSON every payload is written in.
+        rows = cursor.execute(
+            "SELECT payload FROM acp_journal WHERE session_id = ? "
+            "AND instr(payload, '\"sessionUpdate\":\"tool_call') > 0 ORDER BY seq",
+            (sessionId,),
+        )
+        for (payload,) in rows:
+            update = json.loads(payload)
+            kind, callId = update.get("sessionUpdate"), update.get("toolCallId")
+            if kind not in ("tool_call", "tool_call_update") or not isinstance(callId, str):
+                continue
+            if update.get("status") in FINAL_TOOL_STATUSES:
+                pending.pop(callId, None)
+            elif kind == "tool_call":
+                pending[callId] = None
+        failed = [
+            {"sessionUpdate": "tool_call_update", "toolCallId": callId, "status": "failed"}
+            for callId in pending
+        ]
+        cls._insertUpdates(cursor, sessionId, turn, failed)
+        cursor.execute(
+            "UPDATE acp_sessions SET turn_state = 'interrupted' WHERE session_id = ?",
+            (sessionId,),
+        )
+        return failed
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def createSession(self, record: SessionRecord) -> SessionRecord:
+        """Store a new, empty, idle session; return it as stored.
+
+        ValueError if the id is taken.
+        """
+        createdAt, updatedAt = timestamp(record.createdAt), timestamp(record.updatedAt)
+        with self._write() as cursor:
+            if self._find(cursor, record.sessionId) is not None:
+                raise ValueError(f"session {record.sessionId!r} already exists")
+            cursor.execute(
+                "INSERT INTO acp_sessions (session_id, cwd, cwd_key, additional_directories, "
+                "title, model, mode, config, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.sessionId, record.cwd, cwdKey(record.cwd),
+                 _encode(list(record.additionalDirectories))[0], record.title, record.model,
+                 record.mode, _encode(record.config)[0], createdAt, updatedAt),
+            )  # fmt: skip
+            return self._require(cursor, record.sessionId)
+
+    def getSession(self, sessionId: str) -> SessionRecord | None:
+        with self._read() as cursor:
+            return self._find(cursor, sessionId)
+
+    def updateSession(self, sessionId: str, **fields: Any) -> SessionRecord:
+        """Change some settings; return the session as stored.
+
+        Keywords: ``title``, ``model``, ``mode``, ``config``, ``cwd``, ``additionalDirectories``
+        and ``updatedAt``, which defaults to now (pass the old value to keep the list order).
+        UnknownSession for an unknown id, TypeError for another keyword.
+        """
+        unknown = set(fields) - set(_UPDATABLE)
+        if unknown:
+            raise TypeError(f"updateSession() got unexpected fields: {sorted(unknown)}")
+        values = {_UPDATABLE[name]: value for name, value in fields.items()}
+        if "config" in values:
+            values["config"] = _encode(values["config"])[0]
+        if "additional_directories" in values:
+            values["additional_directories"] = _encode(list(values["additional_directories"]))[0]
+        if "cwd" in values:
+            values["cwd_key"] = cwdKey(values["cwd"])
+        values["updated_at"] = timestamp(values.get("updated_at"))
+        assignments = ", ".join(f"{column} = ?" for column in values)  # fixed column names
+        with self._write() as cursor:
+            self._require(cursor, sessionId)
+            cursor.execute(
+                f"UPDATE acp_sessions SET {assignments} WHERE session_id = ?",
+                (*values.values(), sessionId),
+            )
+            return self._require(cursor, sessionId)
+
+    def deleteSession(self, sessionId: str) -> None:
+        """Remove the session, its messages (and their index entries) and its journal.
+
+        An unknown id is not an error.
+        """
+        with self._write() as cursor:
+            for table in ("acp_journal", "acp_messages", "acp_sessions"):
+                cursor.execute(f"DELETE FROM {table} WHERE session_id = ?", (sessionId,))
+
+    def listSessions(
+        self, cwd: str | None = None, cursor: str | None = None, limit: int = LIST_PAGE_SIZE
+    ) -> tuple[list[SessionRecord], str | None]:
+        """One page of sessions, newest ``updatedAt`` first (ties: higher id first).
+
+        ``cwd`` keeps sessions whose working directory is the same folder (compared after
+        ``os.path.realpath``). ``cursor`` is the ``nextCursor`` of the previous page; the
+        second element of the result is the next page's cursor, or None after the last page.
+        ValueError for a cursor this store did not make.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}")
+        clauses, params = [], []
+        if cwd is not None:
+            clauses.append("cwd_key = ?")
+            params.append(cwdKey(cwd))
+        if cursor is not None:
+            clauses.append("(updated_at, session_id) < (?, ?)")
+            params.extend(_decodeCursor(cursor))
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM acp_sessions {where} "
+                "ORDER BY updated_at DESC, session_id DESC LIMIT ?",
+                (*params, limit + 1),
+            ).fetchall()
+        records = [_record(row) for row in rows[:limit]]
+        more = len(rows) > limit
+        return records, _encodeCursor(records[-1]) if more else None
+
+    def forkSession(
+        self,
+        sourceId: str,
+        newId: str,
+        cwd: str,
+        additionalDirectories: Iterable[str] = (),
+    ) -> SessionRecord:
+        """Copy a session's settings, messages and journal under ``newId`` with its own cwd.
+
+        One transaction; the source is not changed. If the source is mid-turn, the copy gets
+        that turn as interrupted (its open tool calls failed), since nothing will finish it.
+        UnknownSession for an unknown source, ValueError if ``newId`` is taken.
+        """
+        now = timestamp()
+        with self._write() as cursor:
+            source = self._require(cursor, sourceId)
+            if self._find(cursor, newId) is not None:
+                raise ValueError(f"session {newId!r} already exists")
+            cursor.execute(
+                "INSERT INTO acp_sessions (session_id, cwd, cwd_key, additional_directories, "
+                "title, model, mode, config, created_at, updated_at, turn, message_count) "
+                "SELECT ?, ?, ?, ?, title, model, mode, config, ?, ?, turn, message_count "
+                "FROM acp_sessions WHERE session_id = ?",
+                (newId, cwd, cwdKey(cwd), _encode(list(additionalDirectories))[0], now, now,
+                 sourceId),
+            )  # fmt: skip
+            cursor.execute(
+                "INSERT INTO acp_messages (session_id, seq, role, message, text) "
+                "SELECT ?, seq, role, message, text FROM acp_messages "
+                "WHERE session_id = ? ORDER BY seq",
+                (newId, sourceId),
+            )
+            cursor.execute(
+                "INSERT INTO acp_journal (session_id, seq, turn, payload, nbytes) "
+                "SELECT ?, seq, turn, payload, nbytes FROM acp_journal WHERE session_id = ?",
+                (newId, sourceId),
+            )
+            if source.turnState == "running":
+                self._failOpenToolCalls(cursor, newId, source.turn)
+            return self._require(cursor, newId)
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def appendMessages(self, sessionId: str, messages: Iterable[dict[str, Any]]) -> int:
+        """Append chat messages to the history; return the new message count."""
+        messages = list(messages)
+        with self._write() as cursor:
+            record = self._require(cursor, sessionId)
+            return self._insertMessages(cursor, sessionId, record.messageCount, messages)
+
+    def loadMessages(self, sessionId: str) -> list[dict[str, Any]]:
+        """The whole history, each message exactly as it was given."""
+        with self._read() as cursor:
+            self._require(cursor, sessionId)
+            rows = cursor.execute(
+                "SELECT message FROM acp_messages WHERE session_id = ? ORDER BY seq",
+                (sessionId,),
+            ).fetchall()
+        return [json.loads(message) for (message,) in rows]
+
+    def replaceMessages(self, sessionId: str, messages: Iterable[dict[str, Any]]) -> int:
+        """Replace the whole history in one transaction (``/reset``, compaction)."""
+        messages = list(messages)
+        with self._write() as cursor:
+            self._require(cursor, sessionId)
+            cursor.execute("DELETE FROM acp_messages WHERE session_id = ?", (sessionId,))
+            return self._insertMessages(cursor, sessionId, 0, messages)
+
+    def searchMessages(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
+        """Messages whose text has every word of ``query``, best match (bm25) first.
+
+        Only the words count: punctuation is ignored and FTS5's operator words (AND, OR, NOT,
+        NEAR) are dropped, so any text is a valid query. Each hit: sessionId, title, role, seq
+        (its index in the history), snippet (matches in ``**``) and the session's updatedAt.
+        ValueError for a limit below 1.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}")
+        words = [word for word in re.findall(r"\w+", query) if word not in _FTS_OPERATORS]
+        if not words:
+            return []
+        match = " ".join(f'"{word}"' for word in words)  # \w has no quote to escape
+        with self._read() as cursor:
+            rows = cursor.execute(
+                "SELECT m.session_id, s.title, m.role, m.seq, "
+                "snippet(acp_messages_fts, 0, '**', '**', '…', 16), s.updated_at "
+                "FROM acp_messages_fts "
+                "JOIN acp_messages AS m ON m.id = acp_messages_fts.rowid "
+                "JOIN acp_sessions AS s ON s.session_id = m.session_id "
+                "WHERE acp_messages_fts MATCH ? ORDER BY rank LIMIT ?",
+                (match, limit),
+            ).fetchall()
+        keys = ("sessionId", "title", "role", "seq", "snippet", "updatedAt")
+        return [dict(zip(keys, row)) for row in rows]
+
+    # -- journal ----------------------------------------------------------------------------
+
+    def appendUpdates(self, sessionId: str, turn: int, updates: Iterable[dict[str, Any]]) -> int:
+        """Journal a batch of sent ``session/update`` ``update`` objects, in order, in one
+        transaction; return the seq of the last one (the current last seq for an empty batch).
+
+        ``turn`` tags the batch (0 for updates outside any turn).
+        """
+        updates = _checkUpdates(updates)
+        with self._write() as cursor:
+            self._require(cursor, sessionId)
+            return self._insertUpdates(cursor, sessionId, turn, updates)
+
+    def loadJournal(
+        self, sessionId: str, maxCount: int | None = None, maxBytes: int | None = None
+    ) -> Replay:
+        """The journal to replay: the longest tail within ``maxCount`` updates and
+        ``maxBytes`` bytes of JSON (None: no cap), oldest first.
+
+        Whole updates are left out, oldest first; an update is never cut.
+        """
+        with self._read() as cursor:
+            self._require(cursor, sessionId)
+            (first,) = cursor.execute(
+                "SELECT min(seq) FROM ("
+                " SELECT seq, row_number() OVER tail AS n, sum(nbytes) OVER tail AS size"
+                " FROM acp_journal WHERE session_id = ?"
+                " WINDOW tail AS (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING)"
+                ") WHERE n <= ? AND size <= ?",
+                (sessionId, _NO_CAP if maxCount is None else maxCount,
+                 _NO_CAP if maxBytes is None else maxBytes),
+            ).fetchone()  # fmt: skip
+            totalCount, totalBytes = cursor.execute(
+                "SELECT count(*), coalesce(sum(nbytes), 0) FROM acp_journal "
+                "WHERE session_id = ?",
+                (sessionId,),
+            ).fetchone()
+            rows = cursor.execute(
+                "SELECT payload, nbytes FROM acp_journal "
+                "WHERE session_id = ? AND seq >= ? ORDER BY seq",
+                (sessionId, _NO_CAP if first is None else first),
+            ).fetchall()
+        return Replay(
+            updates=[json.loads(payload) for payload, _ in rows],
+            omittedCount=totalCount - len(rows),
+            omittedBytes=totalBytes - sum(size for _, size in rows),
+        )
+
+    # -- turns ------------------------------------------------------------------------------
+
+    def beginTurn(self, sessionId: str) -> int:
+        """Mark a new turn running; return its number (1, 2, …).
+
+        ValueError if a turn is already running (end or recover it first).
+        """
+        with self._write() as cursor:
+            record = self._require(cursor, sessionId)
+            if record.turnState == "running":
+                raise ValueError(
+                    f"session {sessionId!r} is still running turn {record.turn}: "
+                    "end it (endTurn) or recover it (recoverInterrupted) first"
+                )
+            cursor.execute(
+                "UPDATE acp_sessions SET turn = ?, turn_state = 'running', updated_at = ? "
+                "WHERE session_id = ?",
+                (record.turn + 1, timestamp(), sessionId),
+            )
+            return record.turn + 1
+
+    def endTurn(
+        self, sessionId: str, turn: int, messages: Iterable[dict[str, Any]] = ()
+    ) -> int:
+        """Append the turn's new messages and mark the session idle, in one transaction;
+        return the new message count. Once this returns, the turn is durable.
+
+        ValueError unless ``turn`` is the running turn.
+        """
+        messages = list(messages)
+        with self._write() as cursor:
+            record = self._require(cursor, sessionId)
+            if record.turnState != "running" or record.turn != turn:
+                raise ValueError(
+                    f"turn {turn} of session {sessionId!r} is not running "
+                    f"(last turn {record.turn} is {record.turnState})"
+                )
+            cursor.execute(
+                "UPDATE acp_sessions SET turn_state = 'idle' WHERE session_id = ?", (sessionId,)
+            )
+            return self._insertMessages(cursor, sessionId, record.messageCount, messages)
+
+    def recoverInterrupted(self, sessionId: str) -> list[dict[str, Any]]:
+        """After a crash: if the session was left mid-turn, mark that turn interrupted and
+        journal a ``tool_call_update`` with status ``failed`` for each tool call that never
+        reached ``completed``/``failed``; return those updates ([] when nothing was running).
+
+        Call it when loading a session that no live turn in this process owns. It cannot tell
+        whether another live process is running the turn; it assumes none is.
+        """
+        with self._write() as cursor:
+            record = self._require(cursor, sessionId)
+            if record.turnState != "running":
+                return []
+            return self._failOpenToolCalls(cursor, sessionId, record.turn)
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection; later calls raise StoreError. Closing twice is harmless."""
+        with self._lock:
+            self._connection.close()
+
+    def __enter__(self) -> SessionDB:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
