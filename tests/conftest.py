@@ -1,0 +1,53 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import pytest_twisted
+
+# --- Engine tests (issue 3): a scripted model server, and tools on a temp workspace. ---
+
+
+@pytest.fixture
+def scriptedServer() -> Iterator[tuple[Any, str]]:
+    """A L{ScriptedModel} listening on 127.0.0.1; yields (server, base URL)."""
+    from .scripted_model import ScriptedModel, listen
+
+    server = ScriptedModel()
+    port, url = listen(server)
+    yield server, url
+    pytest_twisted.blockon(port.stopListening())
+
+
+class ToolBench:
+    """An agent on a temp workspace whose tools can be called directly."""
+
+    def __init__(self, cwd: str) -> None:
+        from hermes_acp.config import Endpoint
+        from hermes_acp.engine.agent import AIAgent
+
+        self.agent = AIAgent(Endpoint("custom", "http://127.0.0.1:9/v1", None, "m"), cwd)
+        self.cancelEvent = threading.Event()
+
+    def call(self, name: str, **arguments: Any) -> Any:
+        from hermes_acp.engine.tools.builtin import BUILTIN_TOOLS
+        from hermes_acp.engine.tools.registry import ToolError, ToolOutcome, checkArguments, runTool
+
+        tool = BUILTIN_TOOLS[name]
+        try:
+            checked = checkArguments(tool, arguments)
+        except ToolError as e:
+            return ToolOutcome(f"Error: {e}", failed=True)
+        return runTool(tool, self.agent.toolContext(self.cancelEvent), checked)
+
+
+@pytest.fixture
+def bench(tmp_path: Any) -> ToolBench:
+    return ToolBench(str(tmp_path))
+
+
+# --- end of engine fixtures ---

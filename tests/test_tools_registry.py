@@ -1,0 +1,123 @@
+"""Argument checking, the tool set, todo and session_search."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hermes_acp.engine.tools.builtin import BUILTIN_TOOLS, selectTools
+from hermes_acp.engine.tools.registry import ToolError, checkArguments, parseArguments
+
+
+def test_hermesToolNames() -> None:
+    assert list(BUILTIN_TOOLS) == [
+        "read_file", "write_file", "patch", "search_files", "terminal", "todo", "session_search",
+    ]
+    for tool in BUILTIN_TOOLS.values():
+        schema = tool.schema()["function"]
+        assert schema["name"] == tool.name and schema["description"]
+        assert set(schema["parameters"]["required"]) <= set(schema["parameters"]["properties"])
+
+
+def test_selectTools() -> None:
+    assert list(selectTools(["terminal", "todo"])) == ["terminal", "todo"]
+    with pytest.raises(ValueError, match="unknown tool"):
+        selectTools(["browser"])
+
+
+def test_defaultsAndCoercion() -> None:
+    tool = BUILTIN_TOOLS["read_file"]
+    assert checkArguments(tool, {"path": "a"}) == {"path": "a", "offset": 1, "limit": 500}
+    assert checkArguments(tool, {"path": "a", "offset": "3", "limit": 10.0}) == {"path": "a", "offset": 3, "limit": 10}
+    assert checkArguments(BUILTIN_TOOLS["patch"], {"path": "a", "old_string": "x", "new_string": "y",
+                                                   "replace_all": "true"})["replace_all"] is True
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        ({}, "missing required argument(s) for read_file: path"),
+        ({"path": 3}, "'path' must be string, not int"),
+        ({"path": "a", "offset": "three"}, "'offset' must be integer"),
+        ({"path": "a", "offset": True}, "'offset' must be integer"),
+        ({"path": "a", "offset": 0}, "'offset' must be at least 1"),
+        ({"path": "a", "mode": "fast"}, "unknown argument(s) for read_file: mode; accepted: path, offset, limit"),
+        (["a"], "must be a JSON object"),
+    ],
+)
+def test_badArgumentsAreExplained(arguments, words: str) -> None:
+    with pytest.raises(ToolError) as caught:
+        checkArguments(BUILTIN_TOOLS["read_file"], arguments)
+    assert words in str(caught.value)
+
+
+def test_parseArguments() -> None:
+    assert parseArguments("") == {}
+    assert parseArguments('{"a": 1}') == {"a": 1}
+    with pytest.raises(ToolError, match="not valid JSON"):
+        parseArguments('{"a": ')
+
+
+def test_todoReplacesAndSummarizes(bench) -> None:
+    todos = [{"id": "1", "content": "Write tests", "status": "in_progress"},
+             {"id": "2", "content": "Ship", "status": "pending"}]
+    outcome = bench.call("todo", todos=todos)
+    assert not outcome.failed
+    body = json.loads(outcome.text)
+    assert body["todos"] == todos
+    assert body["summary"] == {"total": 2, "pending": 1, "in_progress": 1, "completed": 0, "cancelled": 0}
+    assert outcome.extras["todos"] == todos
+    assert bench.agent.todos == todos
+
+
+def test_todoMergeByIdAndRead(bench) -> None:
+    bench.call("todo", todos=[{"id": "1", "content": "a", "status": "pending"},
+                              {"id": "2", "content": "b", "status": "pending"}])
+    bench.call("todo", merge=True, todos=[{"id": "2", "content": "b", "status": "completed"},
+                                          {"id": 3, "content": "c", "status": "pending"}])
+    read = json.loads(bench.call("todo").text)
+    assert [(t["id"], t["status"]) for t in read["todos"]] == [("1", "pending"), ("2", "completed"), ("3", "pending")]
+
+
+@pytest.mark.parametrize(
+    ("todos", "words"),
+    [
+        ([{"id": "1", "content": "x", "status": "done"}], "status must be one of pending, in_progress"),
+        ([{"id": "1", "content": "", "status": "pending"}], "content must be a non-empty string"),
+        (["x"], "must be an object"),
+        ([{"id": "1", "content": "a"}, {"id": "1", "content": "b"}], "ids must be unique"),
+    ],
+)
+def test_todoValidation(bench, todos, words: str) -> None:
+    outcome = bench.call("todo", todos=todos)
+    assert outcome.failed and words in outcome.text
+    assert bench.agent.todos == []
+
+
+def test_sessionSearchUsesTheSessionLayer(bench) -> None:
+    calls = []
+
+    def searcher(query: str, limit: int) -> list[dict]:
+        calls.append((query, limit))
+        return [{"session_id": "s1", "title": "Fix parser", "snippet": "the [parser] bug"}]
+
+    bench.agent.sessionSearch = searcher
+    outcome = bench.call("session_search", query="parser")
+    assert json.loads(outcome.text)["results"][0]["session_id"] == "s1"
+    assert calls == [("parser", 10)]
+
+
+def test_sessionSearchWithoutAStore(bench) -> None:
+    outcome = bench.call("session_search", query="x")
+    assert outcome.failed and "not available" in outcome.text
+    assert "session_search" not in bench.agent.activeTools()
+
+
+def test_sessionSearchFailureIsReported(bench) -> None:
+    def broken(query: str, limit: int) -> list[dict]:
+        raise RuntimeError("database is locked")
+
+    bench.agent.sessionSearch = broken
+    outcome = bench.call("session_search", query="x")
+    assert outcome.failed and "database is locked" in outcome.text

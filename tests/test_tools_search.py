@@ -1,0 +1,108 @@
+"""search_files: content and file-name search, with rg and with the Python fallback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hermes_acp.engine.tools import search
+
+BACKENDS = ["python", pytest.param("rg", marks=pytest.mark.skipif(not shutil.which("rg"), reason="rg not installed"))]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "python":
+        monkeypatch.setattr(search.shutil, "which", lambda name: None)
+    return request.param
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "core.py").write_text("import os\n\ndef load():\n    return os.environ\n")
+    (tmp_path / "src" / "util.py").write_text("# helper\ndef load_all():\n    pass\n")
+    (tmp_path / "README.md").write_text("Call load() first.\n")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "secret.py").write_text("def load(): ...\n")
+    (tmp_path / "blob.bin").write_bytes(b"load\x00\x01\x02")
+    return tmp_path
+
+
+def run(bench, **arguments) -> dict:
+    outcome = bench.call("search_files", **arguments)
+    assert not outcome.failed, outcome.text
+    result = json.loads(outcome.text)
+    assert result == outcome.extras["result"]
+    return result
+
+
+def test_contentMatches(bench, tree: Path, backend: str) -> None:
+    """Matches come sorted by path and line, relative to the session folder; hidden and binary files are skipped."""
+    result = run(bench, pattern=r"def load")
+    assert result == {
+        "matches": [
+            {"path": "src/pkg/core.py", "line": 3, "text": "def load():"},
+            {"path": "src/util.py", "line": 2, "text": "def load_all():"},
+        ],
+        "total": 2,
+    }
+
+
+def test_fileGlobAndPath(bench, tree: Path, backend: str) -> None:
+    assert run(bench, pattern="load", file_glob="*.md")["matches"] == [
+        {"path": "README.md", "line": 1, "text": "Call load() first."}
+    ]
+    assert [m["path"] for m in run(bench, pattern="load", path="src/pkg")["matches"]] == ["src/pkg/core.py"]
+
+
+def test_contextLines(bench, tree: Path, backend: str) -> None:
+    [match] = run(bench, pattern="return os", context=2)["matches"]
+    assert match["before"] == ["", "def load():"]
+    assert match["after"] == [""]
+
+
+def test_pagingHint(bench, tree: Path, backend: str) -> None:
+    first = run(bench, pattern="load", limit=2)
+    assert first["total"] == 3
+    assert first["hint"] == "Results truncated. Use offset=2 to see more."
+    second = run(bench, pattern="load", limit=2, offset=2)
+    assert "hint" not in second
+    assert [m["path"] for m in first["matches"] + second["matches"]] == [
+        "README.md", "src/pkg/core.py", "src/util.py",
+    ]
+
+
+def test_filesByGlobNewestFirst(bench, tree: Path, backend: str) -> None:
+    os.utime(tree / "src" / "util.py", (1_000_000, 1_000_000))
+    os.utime(tree / "src" / "pkg" / "core.py", (2_000_000, 2_000_000))
+    assert run(bench, pattern="*.py", target="files") == {"files": ["src/pkg/core.py", "src/util.py"], "total": 2}
+    assert run(bench, pattern="READ", target="files")["files"] == ["README.md"]
+
+
+def test_invalidRegex(bench, tree: Path, backend: str) -> None:
+    outcome = bench.call("search_files", pattern="(unclosed")
+    assert outcome.failed
+    assert "unclosed" in outcome.text.lower()
+
+
+def test_missingPath(bench, tree: Path) -> None:
+    outcome = bench.call("search_files", pattern="x", path="nowhere")
+    assert outcome.failed and "path not found" in outcome.text
+
+
+def test_badTarget(bench, tree: Path) -> None:
+    outcome = bench.call("search_files", pattern="x", target="symbols")
+    assert outcome.failed and "must be one of content, files" in outcome.text
+
+
+def test_collectionIsBounded(bench, tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search, "COLLECT_LIMIT", 10)
+    (tmp_path / "many.txt").write_text("hit\n" * 50)
+    result = run(bench, pattern="hit", limit=3)
+    assert result["total"] == 10
+    assert "stopped counting at 10" in result["note"]
