@@ -141,8 +141,8 @@ class _Playback:
                     return
                 self.delayed = self.clock.callLater(float(step["stall"]), self._play)
                 return
-            if "close" in step:
-                self.request.channel.transport.abortConnection()
+            if "close" in step:  # what was written is flushed first, then the connection drops
+                self.request.channel.transport.loseConnection()
                 return
             self._step(step)
         if not self.gone:
