@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -94,6 +95,16 @@ def run(agent: AIAgent, message: str, history: list | None = None):
 
 def sleep(seconds: float):
     return deferLater(reactor, seconds, lambda: None)
+
+
+async def interruptOnce(agent: AIAgent, busy: threading.Event, turn) -> tuple[Any, float]:
+    """Interrupt the turn a moment after C{busy} is set; return its result and how long it took to end."""
+    await deferToThread(busy.wait, 10)
+    await sleep(0.3)
+    began = time.monotonic()
+    agent.interrupt()
+    result = await turn
+    return result, time.monotonic() - began
 
 
 def toolResults(request: dict) -> dict[str, str]:
@@ -230,13 +241,7 @@ async def test_interruptAStalledStream(scriptedServer, workspace: Path) -> None:
     server.addRule("slow", [[{"text": "Working on it"}, {"stall": True}]])
     server.addRule("again", [[{"text": "Back to normal."}]])
     agent, seen = makeAgent(url, workspace)
-    d = run(agent, "slow question")
-    await deferToThread(seen.gotText.wait, 10)
-    await sleep(0.3)
-    started = time.monotonic()
-    agent.interrupt()
-    result = await d
-    latency = time.monotonic() - started
+    result, latency = await interruptOnce(agent, seen.gotText, run(agent, "slow question"))
     assert latency < 0.5, latency
     assert result.stop_reason == "cancelled"
     assert result.messages == [{"role": "user", "content": "slow question"},
@@ -250,14 +255,11 @@ async def test_interruptARunningCommand(scriptedServer, workspace: Path) -> None
     server, url = scriptedServer
     server.default.responses.append(tools(call("t", "terminal", command="echo $$ > pid; sleep 60")))
     agent, seen = makeAgent(url, workspace)
-    d = run(agent, "run something long")
-    await deferToThread(seen.toolStarted.wait, 10)
-    await sleep(0.3)
-    started = time.monotonic()
-    agent.interrupt()
-    result = await d
-    assert time.monotonic() - started < 0.5
+    result, latency = await interruptOnce(agent, seen.toolStarted, run(agent, "run something long"))
+    assert latency < 0.5, latency
     assert result.stop_reason == "cancelled"
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((workspace / "pid").read_text()), 0)
     assert seen.ends() == {"t": "failed"}
     assert "interrupted by the user" in result.messages[-1]["content"]
     assert len(server.chatRequests) == 1
