@@ -246,3 +246,9 @@ def test_engineImportsNeitherTwistedNorOpenAI() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_noModelChosen(scriptedServer) -> None:
+    _, url = scriptedServer
+    with pytest.raises(ModelError, match="no model chosen"):
+        client(url).complete("", MESSAGES, [], Cancellation(), print, print)

@@ -16,6 +16,8 @@ HARD = [
     "r''m -rf /",
     "\\rm -rf /usr",
     "bash -c 'rm -rf /'",
+    "sh -lc 'rm -rf /'",
+    "eval 'rm -rf /'",
     "echo $(rm -rf ~)",
     "x=`rm -rf /home`",
     "ls; rm -rf /",

@@ -195,3 +195,16 @@ def test_workspaceIncludesAdditionalDirectories(tmp_path: Path) -> None:
     assert approvals.insideWorkspace(str(tmp_path / "b" / "x.txt"))
     assert approvals.insideWorkspace(os.path.join(tempfile.gettempdir(), "scratch.txt"))
     assert not approvals.insideWorkspace("/usr/local/share/x.txt")
+
+
+def test_readRefusesHugeFiles(bench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 10)
+    (tmp_path / "big.log").write_text("x" * 11)
+    outcome = bench.call("read_file", path="big.log")
+    assert outcome.failed and "too large to read" in outcome.text
+
+
+def test_unknownEditModeIsRejected(bench) -> None:
+    with pytest.raises(ValueError):
+        bench.agent.setEditMode("yolo")
+    assert bench.agent.editMode == "default"

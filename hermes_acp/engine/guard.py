@@ -45,10 +45,11 @@ _SECRET_FILES = {".netrc", ".pgpass", ".npmrc", ".pypirc", ".git-credentials"}
 
 @attrs.frozen
 class Finding:
-    """Why a command is blocked or needs approval; C{key} names the pattern."""
+    """Why a command needs approval, or (C{hard}) never runs; C{key} names the pattern."""
 
     key: str
     reason: str
+    hard: bool = False
 
 
 def _tokens(command: str) -> list[str]:
@@ -85,14 +86,22 @@ def _simpleCommands(command: str, depth: int = 0) -> Iterator[_Simple]:
             yield simple
             words = simple.words
             if words and depth < 3:
-                name = os.path.basename(words[0])
-                if name in _SHELLS and "-c" in words[1:-1]:
-                    yield from _simpleCommands(words[words.index("-c") + 1], depth + 1)
-                elif name == "eval":
-                    yield from _simpleCommands(" ".join(words[1:]), depth + 1)
+                yield from _payloadCommands(words, depth + 1)
             previous = words
         segment = []
         piped = token in _PIPES
+
+
+def _payloadCommands(words: list[str], depth: int) -> Iterator[_Simple]:
+    """The commands inside C{sh -c '...'} (or C{-lc}, ...) and C{eval ...}."""
+    name = os.path.basename(words[0])
+    if name == "eval":
+        yield from _simpleCommands(" ".join(words[1:]), depth)
+    elif name in _SHELLS:
+        for i, word in enumerate(words[1:-1], 1):
+            if re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", word):
+                yield from _simpleCommands(words[i + 1], depth)
+                return
 
 
 def _parseSimple(tokens: list[str], pipedFrom: list[str] | None) -> _Simple:
@@ -118,8 +127,8 @@ def _parseSimple(tokens: list[str], pipedFrom: list[str] | None) -> _Simple:
         elif name in _PREFIXES:
             prefixes.append(name)
             words = words[1:]
-            while words and (words[0].startswith("-") or words[0].isdigit() or "=" in words[0]
-                             or words[0] == "{}" or re.match(r"^\d+[smhd]?$", words[0])):
+            while words and (words[0].startswith("-") or "=" in words[0] or words[0] == "{}"
+                             or re.match(r"^\d+[smhd]?$", words[0])):
                 words = words[1:]
         else:
             break
@@ -166,19 +175,14 @@ def _rmFindings(words: list[str]) -> Iterator[Finding]:
         if target in _ROOT_TARGETS or stripped in _ROOT_TARGETS or stripped in _SYSTEM_DIRS or (
             stripped.endswith("/*") and stripped[:-2] in _SYSTEM_DIRS
         ):
-            raise _Hard(Finding("rm-root", f"recursive delete of {target}"))
+            yield Finding("rm-root", f"recursive delete of {target}", hard=True)
     yield Finding("rm-recursive", "recursive delete")
-
-
-class _Hard(Exception):
-    def __init__(self, finding: Finding) -> None:
-        self.finding = finding
 
 
 def _commandFindings(simple: _Simple) -> Iterator[Finding]:
     for target in simple.writes:
         if _DISK.match(target):
-            raise _Hard(Finding("disk-write", f"overwrites the disk device {target}"))
+            yield Finding("disk-write", f"overwrites the disk device {target}", hard=True)
         kind = _sensitiveTarget(target)
         if kind:
             yield Finding(f"write-sensitive:{kind}", f"writes to {kind} ({target})")
@@ -197,18 +201,18 @@ def _commandFindings(simple: _Simple) -> Iterator[Finding]:
         if "xargs" in simple.prefixes:
             yield Finding("xargs-rm", "deletes files listed by xargs")
     elif name.startswith("mkfs"):
-        raise _Hard(Finding("mkfs", "formats a file system (mkfs)"))
+        yield Finding("mkfs", "formats a file system (mkfs)", hard=True)
     elif name == "dd":
         for arg in args:
             if arg.startswith("of=") and _DISK.match(arg[3:]):
-                raise _Hard(Finding("disk-write", f"dd onto the disk device {arg[3:]}"))
+                yield Finding("disk-write", f"dd onto the disk device {arg[3:]}", hard=True)
         yield Finding("dd", "raw copy with dd")
     elif name in _POWER or (name in {"init", "telinit"} and args[:1] in (["0"], ["6"])) or (
         name == "systemctl" and args[:1] and args[0] in {"poweroff", "reboot", "halt", "kexec"}
     ):
-        raise _Hard(Finding("power", "shuts down or reboots the machine"))
+        yield Finding("power", "shuts down or reboots the machine", hard=True)
     elif name == "kill" and "-1" in args:
-        raise _Hard(Finding("kill-all", "kills every process (kill -1)"))
+        yield Finding("kill-all", "kills every process (kill -1)", hard=True)
     elif name in {"pkill", "killall"} and ({"9", "KILL", "r"} & flags or "-KILL" in args):
         yield Finding("kill-force", f"force-kills processes by name ({name})")
     elif name == "systemctl" and args[:1] and args[0] in {"stop", "disable", "mask", "restart"}:
@@ -258,20 +262,20 @@ def check(command: str) -> tuple[Finding | None, list[Finding]]:
     """Return (hard block, dangerous findings) for a command."""
     if len(command) > MAX_COMMAND_CHARS:
         return None, [Finding("too-long", "command too long to check")]
+    found = [finding for simple in _simpleCommands(command) for finding in _commandFindings(simple)]
     if _FORK_BOMB.search(command):
-        return Finding("fork-bomb", "fork bomb"), []
-    found: dict[str, Finding] = {}
-    try:
-        for simple in _simpleCommands(command):
-            for finding in _commandFindings(simple):
-                found.setdefault(finding.key, finding)
-    except _Hard as hard:
-        return hard.finding, []
+        found.append(Finding("fork-bomb", "fork bomb", hard=True))
     if "<(" in command and re.search(r"\b(ba|z|k|da)?sh\s+<\(\s*(curl|wget)\b", command):
-        found.setdefault("pipe-to-shell", Finding("pipe-to-shell", "runs a downloaded script"))
+        found.append(Finding("pipe-to-shell", "runs a downloaded script"))
     if _SQL.search(command) or _SQL_DELETE.search(command):
-        found.setdefault("sql-destructive", Finding("sql-destructive", "destructive SQL statement"))
-    return None, list(found.values())
+        found.append(Finding("sql-destructive", "destructive SQL statement"))
+    hard = next((finding for finding in found if finding.hard), None)
+    if hard is not None:
+        return hard, []
+    unique: dict[str, Finding] = {}
+    for finding in found:
+        unique.setdefault(finding.key, finding)
+    return None, list(unique.values())
 
 
 @attrs.define(eq=False)
@@ -286,14 +290,20 @@ class CommandApprovals:
         """Check C{command}; ask the user (C{callback(command, reason)}) when needed."""
         hard, findings = check(command)
         if hard is not None:
-            return Verdict(False, f"BLOCKED: this command is never allowed ({hard.reason}). Do not try to run it another way.")
+            return Verdict(
+                False, f"BLOCKED: this command is never allowed ({hard.reason}). Do not try to run it another way."
+            )
         if not findings:
             return Verdict(True)
         keys = {f.key for f in findings}
         reason = "; ".join(f.reason for f in findings)
         with self._lock:
             if keys & self.refused:
-                return Verdict(False, f"BLOCKED: the user refused commands like this for the rest of the session ({reason}). Do not retry it.")
+                return Verdict(
+                    False,
+                    f"BLOCKED: the user refused commands like this for the rest of the session ({reason}). "
+                    "Do not retry it.",
+                )
             if keys <= self.allowed:
                 return Verdict(True)
         answer = ask(callback, command, reason)

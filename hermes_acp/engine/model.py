@@ -246,6 +246,8 @@ class ModelClient:
         Raises L{ModelError}. A cancelled request returns what arrived so far
         with C{finishReason} "cancelled".
         """
+        if not model:
+            raise ModelError("no model chosen: set HERMES_MODEL or pick a model for the session")
         request = {"model": model, "messages": messages, "stream": True,
                    "stream_options": {"include_usage": True},
                    **({"tools": tools} if tools else {}), **options}

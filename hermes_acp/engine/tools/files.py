@@ -16,6 +16,7 @@ DEFAULT_LIMIT = 500
 MAX_LIMIT = 2000
 MAX_CHARS = 100_000
 MAX_LINE_CHARS = 2000
+MAX_FILE_BYTES = 64 * 1024 * 1024
 _BINARY_SUFFIXES = frozenset(
     ".png .jpg .jpeg .gif .bmp .ico .webp .tif .tiff .pdf .zip .gz .tgz .bz2 .xz .7z .rar .tar "
     ".jar .war .class .so .dll .dylib .exe .bin .o .a .pyc .pyo .whl .mp3 .mp4 .mov .avi .wav "
@@ -27,7 +28,7 @@ _NUMBERED_LINE = re.compile(r"^\s*\d+\|")
 def checkTextPath(path: str) -> os.stat_result | None:
     """The file's stat, None when it is missing, or a L{ToolError} for what cannot be text."""
     if path.startswith(("/dev/", "/proc/", "/sys/")):
-        raise ToolError(f"{path} is a device or system file; refusing to read it")
+        raise ToolError(f"{path} is a device or system file; refusing to use it")
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -65,8 +66,12 @@ def readFile(ctx: ToolContext, path: str, offset: int, limit: int) -> ToolOutcom
     absPath = ctx.resolve(path)
     if os.path.splitext(absPath)[1].lower() in _BINARY_SUFFIXES:
         raise ToolError(f"{absPath} looks like a binary file; read_file only reads text")
-    if checkTextPath(absPath) is None:
+    info = checkTextPath(absPath)
+    if info is None:
         raise _notFound(absPath)
+    if info.st_size > MAX_FILE_BYTES:
+        raise ToolError(f"{absPath} is too large to read ({info.st_size // 2**20} MiB); "
+                        "use search_files, or terminal with head, tail or sed -n")
     text = readText(ctx, absPath)
     if text is None:
         raise _notFound(absPath)
