@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -82,6 +83,26 @@ async def test_toolCallsAccumulateByIndex(scriptedServer) -> None:
         ToolCallRequest("call_a", "read_file", '{"path": "a.py", "limit": 20}'),
         ToolCallRequest("call_b", "search_files", '{"pattern": "def \\\\w+"}'),
     )
+
+
+def sse(delta: dict) -> str:
+    chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    return f"data: {json.dumps(chunk)}\n\n"
+
+
+@pytest_twisted.ensureDeferred
+async def test_toolCallsAllAtIndexZero(scriptedServer) -> None:
+    """Some servers send each call whole at index 0; a new id starts a new call."""
+    server, url = scriptedServer
+    server.default.responses.append([
+        {"raw": sse({"tool_calls": [{"index": 0, "id": "one", "function": {"name": "todo", "arguments": "{}"}}]})},
+        {"raw": sse({"tool_calls": [{"index": 0, "id": "two", "function": {"name": "read_file", "arguments": ""}}]})},
+        {"raw": sse({"tool_calls": [{"index": 0, "function": {"arguments": '{"path": "a"}'}}]})},
+        {"finish": "tool_calls"},
+    ])
+    reply = await complete(client(url), Deltas())
+    assert reply.toolCalls == (ToolCallRequest("one", "todo", "{}"), ToolCallRequest("two", "read_file", '{"path": "a"}'))
 
 
 @pytest_twisted.ensureDeferred

@@ -368,8 +368,9 @@ class _Turn:
 
     def _started(self, call: ToolCallRequest, arguments: Any, tool: Tool | None, context: ToolContext) -> None:
         extras: dict[str, Any] = {}
-        if tool is not None and tool.pathArgument and isinstance(arguments, dict):
-            extras["path"] = context.resolve(str(arguments.get(tool.pathArgument) or "."))
+        where = arguments.get(tool.pathArgument) if tool and tool.pathArgument and isinstance(arguments, dict) else None
+        if isinstance(where, str):
+            extras["path"] = context.resolve(where)
         shown = arguments if isinstance(arguments, dict) else {"arguments": arguments}
         _notify(self.agent.tool_progress_callback, "started", call.name, call.id, shown, extras)
 

@@ -105,7 +105,7 @@ class _Accumulator:
         name = (function.name if function else None) or ""
         arguments = (function.arguments if function else None) or ""
         index = call.index if call.index is not None else len(self.calls) - (0 if call.id else 1)
-        slot = next((c for c in self.calls if c["index"] == index), None)
+        slot = next((c for c in reversed(self.calls) if c["index"] == index), None)
         # Some servers send every complete call at index 0; a new id means a new call.
         if slot is None or (call.id and slot["id"] and call.id != slot["id"]):
             slot = {"index": index, "id": "", "name": "", "arguments": ""}

@@ -226,6 +226,8 @@ def patchFile(ctx: ToolContext, path: str, old_string: str, new_string: str, rep
                 "lines to make it unique, or set replace_all=true"
             )
         updated = replaceMatches(content, matches)
+        if updated == content:
+            raise ToolError(f"the replacement leaves {name} unchanged")
         extras = writeApproved(ctx, "patch", absPath, content, updated)
     diff = unifiedDiff(content, updated, name)
     how = "" if strategy == "exact" else f", matched {strategy.replace('_', ' ')}"
