@@ -305,7 +305,8 @@ class ScriptedModel(Resource):
         script = next((s for match, s in self.rules if match in text), self.default)
         steps = script.next()
         if steps is None:
-            return self._refuse(request, http.INTERNAL_SERVER_ERROR, f"script exhausted (latest user message: {text[:80]!r})")
+            message = f"script exhausted (latest user message: {text[:80]!r})"
+            return self._refuse(request, http.INTERNAL_SERVER_ERROR, message)
         _Playback(request, steps, model, bool(body.get("stream")), self.clock).start()
         return NOT_DONE_YET
 

@@ -102,7 +102,9 @@ async def test_toolCallsAllAtIndexZero(scriptedServer) -> None:
         {"finish": "tool_calls"},
     ])
     reply = await complete(client(url), Deltas())
-    assert reply.toolCalls == (ToolCallRequest("one", "todo", "{}"), ToolCallRequest("two", "read_file", '{"path": "a"}'))
+    assert reply.toolCalls == (
+        ToolCallRequest("one", "todo", "{}"), ToolCallRequest("two", "read_file", '{"path": "a"}'),
+    )
 
 
 @pytest_twisted.ensureDeferred

@@ -345,7 +345,9 @@ class _Turn:
             for index, call in enumerate(calls)
         ]
 
-    def _collect(self, inbox: queue.Queue[Any], started: dict[int, ToolCallRequest], outcomes: dict[int, ToolOutcome]) -> None:
+    def _collect(
+        self, inbox: queue.Queue[Any], started: dict[int, ToolCallRequest], outcomes: dict[int, ToolOutcome]
+    ) -> None:
         """Report each running call as it ends; after a cancel, wait only a grace period."""
         deadline: float | None = None
         with self.cancellation.watching(inbox):

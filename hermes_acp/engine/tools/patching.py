@@ -11,7 +11,6 @@ last lines match with a similar middle.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Callable
 
 import attrs
@@ -120,7 +119,7 @@ def _lineMatches(
 def _byLine(normalize: Callable[[str], str]) -> Callable[[str, str, str], list[Match]]:
     def find(content: str, old: str, new: str) -> list[Match]:
         def same(window: list[str], oldLines: list[str]) -> bool:
-            return all(normalize(a) == normalize(b) for a, b in zip(window, oldLines))
+            return all(normalize(a) == normalize(b) for a, b in zip(window, oldLines, strict=True))
 
         return _lineMatches(content, old, new, same)
 
