@@ -208,3 +208,9 @@ def test_unknownEditModeIsRejected(bench) -> None:
     with pytest.raises(ValueError):
         bench.agent.setEditMode("yolo")
     assert bench.agent.editMode == "default"
+
+
+def test_readCountsLinesAsEditorsDo(bench, tmp_path: Path) -> None:
+    """Only line breaks start lines: a form feed or CRLF does not shift the numbers."""
+    (tmp_path / "odd.txt").write_bytes(b"one\r\ntwo \x0c page\r\nthree")
+    assert bench.call("read_file", path="odd.txt").text == "     1|one\n     2|two \x0c page\n     3|three"

@@ -38,7 +38,7 @@ def checkTextPath(path: str) -> os.stat_result | None:
     if stat.S_ISDIR(info.st_mode):
         raise ToolError(f"{path} is a directory; use search_files with target='files' to list it")
     if not stat.S_ISREG(info.st_mode):
-        raise ToolError(f"{path} is not a regular file (device, pipe or socket); refusing to read it")
+        raise ToolError(f"{path} is not a regular file (device, pipe or socket); refusing to use it")
     return info
 
 
@@ -75,7 +75,9 @@ def readFile(ctx: ToolContext, path: str, offset: int, limit: int) -> ToolOutcom
     text = readText(ctx, absPath)
     if text is None:
         raise _notFound(absPath)
-    lines = text.splitlines()
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines[-1] == "":
+        lines.pop()  # the final line break does not start another line
     total = len(lines)
     limit = min(limit, MAX_LIMIT)
     extras: dict[str, Any] = {"path": absPath, "totalLines": total}
