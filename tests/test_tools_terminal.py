@@ -126,3 +126,11 @@ def test_hardBlockedNeverAsks(bench) -> None:
     outcome = bench.call("terminal", command="mkfs.ext4 /dev/sdz9")
     assert outcome.failed and "never allowed" in outcome.text
     assert asked == []
+
+
+def test_outputCapKeepsCharactersWhole() -> None:
+    cap = OutputCap(100)
+    data = "é".encode() * 20
+    cap.feed(data[:41])
+    cap.feed(data[41:])
+    assert cap.text() == "é" * 20

@@ -48,7 +48,11 @@ class Workspace(Protocol):
 
     Paths are absolute. C{readText} raises C{FileNotFoundError} for a missing
     file and L{WorkspaceError} (or another C{OSError}) for anything it cannot
-    read; C{writeText} creates missing parent directories.
+    read; C{writeText} creates missing parent directories. C{runCommand} runs
+    C{command} with no input, ends it (and everything it started) on timeout or
+    as soon as C{cancelEvent} is set, and keeps about C{outputLimit} characters
+    of output, from the start and the end; C{meta} carries anything extra the
+    editor should know (such as a client terminal id).
     """
 
     def readText(self, path: str) -> str: ...
@@ -91,10 +95,10 @@ class OutputCap:
             self.dropped += excess
 
     def text(self) -> str:
+        if not self.dropped:
+            return (self._head + self._tail).decode("utf-8", "replace")
         head = self._head.decode("utf-8", "replace")
         tail = self._tail.decode("utf-8", "replace")
-        if not self.dropped:
-            return head + tail
         return f"{head}\n\n... [{self.dropped} bytes of output omitted] ...\n\n{tail}"
 
 
