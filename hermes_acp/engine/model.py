@@ -220,14 +220,13 @@ class ModelClient:
         if self._client is None:
             if not self.endpoint.baseURL:
                 raise ModelError("; ".join(self.endpoint.problems()))
-            import httpx2
             import openai
 
             self._client = openai.OpenAI(
                 api_key=self.endpoint.apiKey or _NO_KEY,
                 base_url=self.endpoint.baseURL,
                 max_retries=0,
-                timeout=httpx2.Timeout(self.readTimeout, connect=self.connectTimeout),
+                timeout=openai.Timeout(self.readTimeout, connect=self.connectTimeout),
             )
         return self._client
 
