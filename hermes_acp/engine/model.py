@@ -278,12 +278,15 @@ class ModelClient:
                     pump.abandon()
                     return accumulator.reply(CANCELLED_FINISH)
                 kind, value = item
-                if kind == "chunk":
-                    accumulator.absorb(value)
-                elif kind == "error":
+                if kind == "error":
                     raise value
-                else:
+                if kind == "done":
                     return accumulator.reply()
+                try:
+                    accumulator.absorb(value)
+                except Exception:
+                    pump.abandon()
+                    raise
 
 
 def _run(client: Any, request: dict[str, Any], pump: _Pump, inbox: queue.Queue[Any]) -> None:
