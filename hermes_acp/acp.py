@@ -1,4 +1,5 @@
-"""The ACP methods an editor calls on us (client → agent).
+"""The agent side of one ACP connection: initialize, auth, and the hub the
+session and turn methods share (sending updates, building agents).
 
 Each handler takes the request's params and returns the result (or a Deferred
 or coroutine of it); errors are :mod:`hermes_acp.jsonrpc` exceptions.
@@ -6,23 +7,35 @@ or coroutine of it); errors are :mod:`hermes_acp.jsonrpc` exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import attrs
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.logger import Logger
 
 from . import __version__
+from .agents import EngineAgentFactory
+from .clientio import ClientWorkspace
+from .commands import availableCommands
 from .config import Endpoint, Settings, loadDotenv, resolveEndpoint
+from .interfaces import IAgentFactory
 from .jsonrpc import AuthRequired, InvalidParams, JSONRPCConnection
+from .lifecycle import Lifecycle
+from .options import ModelCatalog
 from .params import field, lenientObject
+from .permissions import PermissionBroker
+from .sessions import SessionManager, SessionState
+from .threads import WorkerPool
+from .turns import Turns
 
 log = Logger()
 
 PROTOCOL_VERSION = 1
 SETUP_METHOD_ID = "hermes-setup"
 AGENT_INFO = {"name": "hermes-acp", "title": "Hermes ACP", "version": __version__}
+#: On shutdown, how long running turns get to answer "cancelled".
+SHUTDOWN_GRACE = 1.0
 
 
 @attrs.define
@@ -40,33 +53,56 @@ class ClientInfo:
             or (isinstance(meta, dict) and meta.get("terminal-auth") is True)
         )
 
+    def fs(self, name: str) -> bool:
+        fs = self.capabilities.get("fs")
+        return isinstance(fs, dict) and fs.get(name) is True
 
-@attrs.define(eq=False)
+    @property
+    def terminal(self) -> bool:
+        return self.capabilities.get("terminal") is True
+
+    @property
+    def notices(self) -> bool:
+        session = self.capabilities.get("session")
+        return isinstance(session, dict) and isinstance(session.get("notices"), dict)
+
+
 class ACPAgent:
-    """The agent side of one ACP connection."""
+    """Everything one editor connection talks to."""
 
-    clock: IReactorTime
-    settings: Settings
-    endpointSource: Callable[[], Endpoint] = resolveEndpoint
-    client: ClientInfo = attrs.field(factory=ClientInfo)
-    loggedOut: bool = False
-    connection: JSONRPCConnection | None = None
+    def __init__(
+        self,
+        reactor: Any,
+        settings: Settings,
+        sessions: SessionManager,
+        workers: WorkerPool,
+        endpointSource: Callable[[], Endpoint] = resolveEndpoint,
+        agentFactory: IAgentFactory | None = None,
+    ) -> None:
+        from .engine.model import listModels
+
+        self.reactor = reactor
+        self.settings = settings
+        self.sessions = sessions
+        self.workers = workers
+        self.endpointSource = endpointSource
+        self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, self._searchSessions)
+        self.client = ClientInfo()
+        self.loggedOut = False
+        self.connection: JSONRPCConnection | None = None
+        self.permissions: PermissionBroker | None = None
+        self.catalog = ModelCatalog(endpointSource, workers.run, listModels, self._modelsChanged)
+        self.lifecycle = Lifecycle(self)
+        self.turns = Turns(self)
 
     def buildProtocol(self) -> JSONRPCConnection:
-        self.connection = JSONRPCConnection(
-            self.requestHandlers(), self.notificationHandlers(), self.clock, self.settings.maxLine
-        )
+        requests = {"initialize": self.initialize, "authenticate": self.authenticate, "logout": self.logout}
+        requests.update(self.lifecycle.handlers())
+        requests.update(self.turns.handlers())
+        self.connection = JSONRPCConnection(requests, self.turns.notifications(), self.reactor, self.settings.maxLine)
+        self.connection.onInputEnded = self.cancelAllTurns
+        self.permissions = PermissionBroker(self.connection.callRemote, self.reactor, self.settings.permissionTimeout)
         return self.connection
-
-    def requestHandlers(self) -> Mapping[str, Callable[[dict[str, Any]], Any]]:
-        return {
-            "initialize": self.initialize,
-            "authenticate": self.authenticate,
-            "logout": self.logout,
-        }
-
-    def notificationHandlers(self) -> Mapping[str, Callable[[dict[str, Any]], Any]]:
-        return {}
 
     # -- initialize and auth ---------------------------------------------
 
@@ -87,7 +123,20 @@ class ACPAgent:
 
     def agentCapabilities(self) -> dict[str, Any]:
         """Only what works end to end at this version."""
-        return {"loadSession": False, "promptCapabilities": {}, "mcpCapabilities": {}}
+        return {
+            "loadSession": True,
+            "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
+            "mcpCapabilities": {"http": False, "sse": False},
+            "sessionCapabilities": {
+                "list": {},
+                "delete": {},
+                "additionalDirectories": {},
+                "resume": {},
+                "close": {},
+                "fork": {},
+            },
+            "auth": {"logout": {}},
+        }
 
     def authMethods(self) -> list[dict[str, Any]]:
         methods: list[dict[str, Any]] = []
@@ -132,6 +181,7 @@ class ACPAgent:
         return {}
 
     def logout(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Later sessions and prompts need ``authenticate`` again."""
         self.loggedOut = True
         return {}
 
@@ -144,3 +194,73 @@ class ACPAgent:
         if problems:
             raise AuthRequired("Authentication required: " + "; ".join(problems))
         return endpoint
+
+    # -- the hub -----------------------------------------------------------
+
+    def sendUpdate(self, state: SessionState, update: dict[str, Any], journal: bool = True) -> None:
+        """Tell the editor; remember it for ``session/load`` unless replaying."""
+        if self.connection is not None:
+            self.connection.notify("session/update", {"sessionId": state.sessionId, "update": update})
+        if journal:
+            self.sessions.journalUpdate(state, update)
+
+    def sendNotice(self, state: SessionState, severity: str, title: str, description: str, journal: bool = True) -> None:
+        """A ``notice`` where the client takes them, else a line of agent text."""
+        if self.client.notices:
+            update = {"sessionUpdate": "notice", "severity": severity, "title": title, "description": description}
+        else:
+            update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": f"_{title}: {description}_\n\n"}}
+        self.sendUpdate(state, update, journal=journal)
+
+    def sessionAnnounced(self, state: SessionState) -> None:
+        """The editor knows the session now (its response is written)."""
+        self.sendUpdate(state, {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}, journal=False)
+
+    def agentFor(self, state: SessionState) -> Any:
+        if state.agent is None:
+            state.agent = self.agentFactory.buildAgent(state)
+        return state.agent
+
+    def agentSettingsChanged(self, state: SessionState, rebuild: bool = False) -> None:
+        if state.agent is None:
+            return
+        if rebuild and state.running is None:
+            state.agent = None
+        else:
+            self.agentFactory.configure(state.agent, state)
+
+    def workspaceFor(self, state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
+        return ClientWorkspace(
+            self.reactor,
+            state.sessionId,
+            request,
+            readFiles=self.client.fs("readTextFile"),
+            writeFiles=self.client.fs("writeTextFile"),
+            terminals=self.client.terminal,
+        )
+
+    def _searchSessions(self, query: str, limit: int) -> list[dict[str, Any]]:
+        return self.sessions.searchNow(query, limit)
+
+    def _modelsChanged(self) -> None:
+        for state in list(self.sessions.sessions.values()):
+            if state.running is None:
+                self.lifecycle.announceOptions(state)
+
+    # -- shutdown ----------------------------------------------------------
+
+    def cancelAllTurns(self) -> list[Deferred[Any]]:
+        """Cancel every turn of every session; Deferreds for their answers."""
+        waits = []
+        for state in list(self.sessions.sessions.values()):
+            waits += [turn.whenDone() for turn in self.turns.cancelTurns(state)]
+        return waits
+
+    def shutdown(self) -> Deferred[Any]:
+        """Cancel every turn, give them a moment to answer, then flush state."""
+        d = gatherResults(self.cancelAllTurns(), consumeErrors=True)
+        d.addTimeout(SHUTDOWN_GRACE, self.reactor)
+        d.addErrback(lambda f: log.warn("turns still running at shutdown"))
+        d.addCallback(lambda _: self.sessions.close())
+        return d
+

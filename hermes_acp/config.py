@@ -14,6 +14,7 @@ import attrs
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
 DEFAULT_THREADS = 16
 DEFAULT_PERMISSION_TIMEOUT = 60.0
+DEFAULT_CONTEXT_WINDOW = 128_000
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -137,6 +138,7 @@ class Settings:
     maxLine: int = DEFAULT_MAX_LINE
     threads: int = DEFAULT_THREADS
     permissionTimeout: float = DEFAULT_PERMISSION_TIMEOUT
+    contextWindow: int = DEFAULT_CONTEXT_WINDOW
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -147,4 +149,5 @@ class Settings:
             permissionTimeout=envFloat(
                 env, "HERMES_ACP_PERMISSION_TIMEOUT", DEFAULT_PERMISSION_TIMEOUT
             ),
+            contextWindow=envInt(env, "HERMES_CONTEXT_WINDOW", DEFAULT_CONTEXT_WINDOW, minimum=1024),
         )

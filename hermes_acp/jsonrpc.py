@@ -26,7 +26,7 @@ log = Logger()
 
 Handler = Callable[[dict[str, Any]], Any]
 
-#: After stdin closes, how long cancelled requests get to answer.
+#: After stdin closes, how long running requests get to answer before they are cancelled.
 DRAIN_GRACE = 1.0
 
 
@@ -137,7 +137,34 @@ class JSONRPCConnection(LineProtocol):
         self._draining = False
         self._closed = False
         self._doneWaiters: list[Deferred[None]] = []
+        self._writableWaiters: list[Deferred[None]] = []
+        self.paused = False
         self.closeReason: Failure | None = None
+        self.onInputEnded: Callable[[], None] | None = None
+
+    def connectionMade(self) -> None:
+        # Told to pause when the editor reads our stdout slower than we write it.
+        self.transport.registerProducer(self, True)
+
+    def pauseProducing(self) -> None:
+        self.paused = True
+
+    def resumeProducing(self) -> None:
+        self.paused = False
+        waiters, self._writableWaiters = self._writableWaiters, []
+        for waiter in waiters:
+            waiter.callback(None)
+
+    def stopProducing(self) -> None:
+        self.resumeProducing()
+
+    def whenWritable(self) -> Deferred[None]:
+        """Fires once the editor has caught up with what we wrote (at once if it has)."""
+        if not self.paused or self._closed:
+            return succeed(None)
+        d: Deferred[None] = Deferred()
+        self._writableWaiters.append(d)
+        return d
 
     # -- receiving ---------------------------------------------------------
 
@@ -314,15 +341,21 @@ class JSONRPCConnection(LineProtocol):
         )
 
     def inputEnded(self) -> None:
-        """stdin closed: cancel running work, flush answers, then close."""
+        """stdin closed: let running requests finish (``onInputEnded`` cancels
+        long work), answer them, then close; after DRAIN_GRACE, cancel the rest."""
         self._draining = True
         self._failOutgoing(Failure(ConnectionDone("input closed")))
-        for d in list(self._incoming.values()):
-            d.cancel()
+        if self.onInputEnded is not None:
+            self.onInputEnded()
         if self._incoming:
-            self._clock.callLater(DRAIN_GRACE, self._closeNow)
+            self._clock.callLater(DRAIN_GRACE, self._giveUp)
         else:
             self._closeNow()
+
+    def _giveUp(self) -> None:
+        for d in list(self._incoming.values()):
+            d.cancel()
+        self._closeNow()
 
     def _requestFinished(self, key: str) -> None:
         self._incoming.pop(key, None)
@@ -340,6 +373,7 @@ class JSONRPCConnection(LineProtocol):
 
     def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
         self._closed = True
+        self.resumeProducing()
         self.closeReason = reason
         self._failOutgoing(reason)
         for d in list(self._incoming.values()):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from twisted.application.service import IService, MultiService
+from twisted.application.service import IService, MultiService, Service
 from twisted.python import usage
 
 from . import __version__
@@ -72,9 +72,11 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     from twisted.internet.error import ReactorNotRunning
 
     from .acp import ACPAgent
-    from .config import Settings, loadDotenv
+    from .config import Settings, loadDotenv, stateDatabase
     from .logs import bridgeStdlibLogging
+    from .sessions import SessionManager
     from .stdio import StdioService
+    from .threads import WorkerPool
 
     code = runTerminalCommand(options)
     if code is not None:
@@ -89,7 +91,25 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
         except ReactorNotRunning:
             pass  # already stopping (SIGTERM, or twist's own shutdown)
 
-    agent = ACPAgent(clock=reactor, settings=settings)
+    sessions = SessionManager(reactor, stateDatabase())
+    workers = WorkerPool(reactor, settings.threads)
+    agent = ACPAgent(reactor, settings, sessions, workers)
     top = MultiService()
+    # Services stop in reverse order: the connection, then running turns and
+    # the journal, then the worker threads, and the database thread last.
+    sessions.dbThread.setServiceParent(top)
+    workers.setServiceParent(top)
+    ShutdownHook(agent.shutdown).setServiceParent(top)
     StdioService(agent.buildProtocol, onDone or stopReactor, reactor).setServiceParent(top)
     return top
+
+
+class ShutdownHook(Service):
+    """Runs a clean-up (returning a Deferred) when the service stops."""
+
+    def __init__(self, hook: Callable[[], object]) -> None:
+        self.hook = hook
+
+    def stopService(self) -> object:
+        Service.stopService(self)
+        return self.hook()

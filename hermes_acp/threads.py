@@ -22,7 +22,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 #: How long shutdown waits for workers before leaving them (they are daemons).
-JOIN_TIMEOUT = 1.5
+JOIN_TIMEOUT = 0.5
 
 
 class _DaemonThreadPool(ThreadPool):
@@ -35,11 +35,10 @@ class _DaemonThreadPool(ThreadPool):
 class WorkerPool(Service):
     """A bounded pool started and stopped with the service."""
 
-    name = "workers"
-
-    def __init__(self, reactor: Any, size: int) -> None:
+    def __init__(self, reactor: Any, size: int, name: str = "hermes-agent") -> None:
         self.reactor = reactor
-        self.pool = _DaemonThreadPool(minthreads=0, maxthreads=size, name="hermes-agent")
+        self.name = name
+        self.pool = _DaemonThreadPool(minthreads=0, maxthreads=size, name=name)
 
     def startService(self) -> None:
         Service.startService(self)

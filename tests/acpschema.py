@@ -16,34 +16,36 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 SCHEMA_PATH = Path(__file__).parent / "data" / "acp-schema-v1.json"
+# Unstable additions we use (session/fork, PromptResponse.usage) are checked against this one.
+UNSTABLE_PATH = Path(__file__).parent / "data" / "acp-schema-v1-unstable.json"
 ENVELOPE_KEYS = {"jsonrpc", "id", "method", "params", "result", "error"}
+# Methods no current schema has, kept for older clients.
+LEGACY_METHODS = {"session/set_model"}
 # Values the schema leaves free-form: anything may sit below these keys.
 FREE_FORM = {"_meta", "rawInput", "rawOutput", "data"}
 
 
 @cache
-def schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text())
+def schema(unstable: bool = False) -> dict[str, Any]:
+    return json.loads((UNSTABLE_PATH if unstable else SCHEMA_PATH).read_text())
 
 
 @cache
-def _registry() -> Registry:
-    return Registry().with_resource("urn:acp", Resource.from_contents(schema()))
-
-
-@cache
-def validator(typeName: str) -> Draft202012Validator:
-    if typeName not in schema()["$defs"]:
+def validator(typeName: str, unstable: bool = False) -> Draft202012Validator:
+    if typeName not in schema(unstable)["$defs"]:
         raise KeyError(typeName)
-    return Draft202012Validator({"$ref": f"urn:acp#/$defs/{typeName}"}, registry=_registry())
+    registry = Registry().with_resource("urn:acp", Resource.from_contents(schema(unstable)))
+    return Draft202012Validator({"$ref": f"urn:acp#/$defs/{typeName}"}, registry=registry)
 
 
 @cache
-def typeFor(method: str, side: str, suffix: str) -> str:
-    """The ``$defs`` name annotated with ``x-method`` = method, ``x-side`` = side."""
-    for name, definition in schema()["$defs"].items():
-        if definition.get("x-method") == method and definition.get("x-side") == side and name.endswith(suffix):
-            return name
+def typeFor(method: str, side: str, suffix: str) -> tuple[str, bool]:
+    """The ``$defs`` name annotated with ``x-method`` = method and ``x-side`` = side,
+    from the stable schema if it has one, and whether it came from the unstable one."""
+    for unstable in (False, True):
+        for name, definition in schema(unstable)["$defs"].items():
+            if definition.get("x-method") == method and definition.get("x-side") == side and name.endswith(suffix):
+                return name, unstable
     raise KeyError(f"no {suffix} type for {method} ({side})")
 
 
@@ -61,6 +63,7 @@ def knownKeys() -> frozenset[str]:
                 walk(value)
 
     walk(schema())
+    walk(schema(unstable=True))
     return frozenset(names)
 
 
@@ -78,8 +81,9 @@ def unknownKeys(value: Any, path: str = "") -> list[str]:
     return found
 
 
-def problems(instance: Any, typeName: str) -> list[str]:
-    return [f"{typeName}: {e.message} at {list(e.absolute_path)}" for e in validator(typeName).iter_errors(instance)]
+def problems(instance: Any, typeName: str | tuple[str, bool]) -> list[str]:
+    name, unstable = typeName if isinstance(typeName, tuple) else (typeName, False)
+    return [f"{name}: {e.message} at {list(e.absolute_path)}" for e in validator(name, unstable).iter_errors(instance)]
 
 
 def checkAgentFrame(frame: dict[str, Any], requestMethods: dict[str, str]) -> list[str]:
@@ -106,6 +110,13 @@ def checkAgentFrame(frame: dict[str, Any], requestMethods: dict[str, str]) -> li
         method = requestMethods.get(json.dumps(frame.get("id")))
         if method is None:
             found.append(f"response to unknown request id {frame.get('id')!r}")
+        elif method in LEGACY_METHODS:
+            found += [] if frame["result"] == {} else [f"{method} answered {frame['result']!r}"]
         else:
-            found += problems(frame["result"], typeFor(method, "agent", "Response"))
+            stable = problems(frame["result"], typeFor(method, "agent", "Response"))
+            # A stable type that lacks an unstable field (PromptResponse.usage) is still checked
+            # by the unstable schema, which has it.
+            found += stable
+            if method == "session/prompt" and "usage" in frame["result"]:
+                found += problems(frame["result"], ("PromptResponse", True))
     return found

@@ -263,44 +263,34 @@ class OutgoingTests(SynchronousTestCase):
 
 class ShutdownTests(SynchronousTestCase):
     def test_eofFlushesAndCloses(self) -> None:
-        """stdin EOF: answers already due are written, running handlers are cancelled
-        and answered, then the connection closes."""
-        h = Harness({"ping": lambda p: {}, "wait": lambda p: Deferred()})
+        """stdin EOF: answers already due are written, our own requests fail, the
+        input-ended hook runs, and the connection closes once nothing is running."""
+        ended = []
+        release: Deferred[dict] = Deferred()
+        h = Harness({"ping": lambda p: {}, "wait": lambda p: release})
+        h.connection.onInputEnded = lambda: ended.append(True)
         h.send(request(1, "wait"))
         h.connection.dataReceived(b'{"jsonrpc":"2.0","id":2,"method":"ping"}')
         pending = h.connection.callRemote("fs/read_text_file", {})
         h.connection.readConnectionLost()
-        frames = [f for f in h.frames() if "method" not in f]
-        self.assertEqual([(f["id"], f.get("error", {}).get("code")) for f in frames], [(2, None), (1, -32800)])
+        self.assertEqual(ended, [True])
         self.failureResultOf(pending, ConnectionDone)
-        self.assertTrue(h.transport.disconnecting)
-
-    def test_eofWaitsBrieflyForSlowCancel(self) -> None:
-        """A handler that needs a moment after cancel gets DRAIN_GRACE seconds."""
-        release: Deferred[None] = Deferred()
-
-        async def stubborn(p: dict[str, Any]) -> dict[str, Any]:
-            try:
-                await Deferred()
-            except CancelledError:
-                await release
-            return {"stopReason": "cancelled"}
-
-        h = Harness({"turn": stubborn})
-        h.send(request(1, "turn"))
-        h.connection.readConnectionLost()
         self.assertFalse(h.transport.disconnecting)
-        release.callback(None)
-        self.assertEqual(h.frames()[0]["result"], {"stopReason": "cancelled"})
+        release.callback({"done": True})
+        frames = [f for f in h.frames() if "method" not in f]
+        self.assertEqual([(f["id"], f.get("result")) for f in frames], [(2, {}), (1, {"done": True})])
         self.assertTrue(h.transport.disconnecting)
 
     def test_eofGraceIsBounded(self) -> None:
-        """A handler that never answers does not keep the process alive."""
+        """A request still running DRAIN_GRACE after EOF is cancelled (-32800) and
+        the connection closes even if the handler never answers."""
         h = Harness({"stuck": lambda p: Deferred(lambda d: None)})
         h.send(request(1, "stuck"))
         h.connection.readConnectionLost()
-        self.assertTrue(h.transport.disconnecting)  # the cancel answered -32800 at once
-        h2 = Harness()
+        self.assertFalse(h.transport.disconnecting)
+        h.clock.advance(DRAIN_GRACE)
+        self.assertEqual(h.frames()[0]["error"]["code"], -32800)
+        self.assertTrue(h.transport.disconnecting)
 
         async def ignores(p: dict[str, Any]) -> None:
             try:
@@ -308,12 +298,28 @@ class ShutdownTests(SynchronousTestCase):
             except CancelledError:
                 await Deferred()  # never fires
 
-        h2.connection._requests = {"x": ignores}
+        h2 = Harness({"x": ignores})
         h2.send(request(1, "x"))
         h2.connection.readConnectionLost()
-        self.assertFalse(h2.transport.disconnecting)
         h2.clock.advance(DRAIN_GRACE)
         self.assertTrue(h2.transport.disconnecting)
+
+    def test_finalLineAnsweredAtEof(self) -> None:
+        """A request read after EOF began (the final unterminated line) still gets an answer."""
+        h = Harness({"ping": lambda p: {}})
+        h.connection.dataReceived(b'{"jsonrpc":"2.0","id":3,"method":"ping"}')
+        h.connection.readConnectionLost()
+        self.assertEqual(h.frames(), [{"jsonrpc": "2.0", "id": 3, "result": {}}])
+
+    def test_whenWritable(self) -> None:
+        """whenWritable waits while the transport has paused us."""
+        h = Harness()
+        self.successResultOf(h.connection.whenWritable())
+        h.connection.pauseProducing()
+        d = h.connection.whenWritable()
+        self.assertNoResult(d)
+        h.connection.resumeProducing()
+        self.successResultOf(d)
 
     def test_whenDone(self) -> None:
         """whenDone gives each caller its own Deferred, fired on connection loss."""

@@ -1,0 +1,50 @@
+"""Builds each session's engine agent (``IAgentFactory``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from zope.interface import implementer
+
+from .config import Endpoint
+from .engine.agent import AIAgent
+from .interfaces import IAgentFactory
+from .sessions import SessionState
+
+
+def reasoningEffort(state: SessionState) -> str | None:
+    level = state.config.get("thought_level", "default")
+    return None if level == "default" else level
+
+
+@implementer(IAgentFactory)
+@attrs.frozen
+class EngineAgentFactory:
+    """The built-in engine, bound to the configured endpoint.
+
+    ``sessionSearch(query, limit)`` backs the ``session_search`` tool; it is
+    called from the agent's tool threads.
+    """
+
+    endpointSource: Callable[[], Endpoint]
+    sessionSearch: Callable[[str, int], list[dict[str, Any]]] | None = None
+
+    def buildAgent(self, session: SessionState) -> AIAgent:
+        agent = AIAgent(
+            endpoint=self.endpointSource(),
+            cwd=session.cwd,
+            model=session.model,
+            additionalDirectories=session.additionalDirectories,
+            sessionSearch=self.sessionSearch,
+            reasoningEffort=reasoningEffort(session),
+        )
+        agent.setEditMode(session.mode)
+        return agent
+
+    def configure(self, agent: AIAgent, session: SessionState) -> None:
+        """Apply a changed model, mode or thought level; history and tools stay."""
+        agent.model = session.model or agent.model
+        agent.reasoningEffort = reasoningEffort(session)
+        agent.setEditMode(session.mode)

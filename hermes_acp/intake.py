@@ -1,0 +1,139 @@
+"""ACP prompt content blocks → what the model reads.
+
+Text stays text; images become multimodal parts; ``resource_link`` to a local
+file and embedded ``resource`` text are inlined (512 KiB at most, binary files
+noted, not inlined). The result goes into the history, so attachments stay
+visible to later turns. Runs in a worker thread (it may read files).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from .jsonrpc import InvalidParams
+
+MAX_INLINE = 512 * 1024
+IMAGE_SUFFIXES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
+
+_REQUIRED: dict[str, dict[str, type]] = {
+    "text": {"text": str},
+    "image": {"data": str, "mimeType": str},
+    "resource_link": {"uri": str, "name": str},
+    "resource": {"resource": dict},
+}
+
+
+def checkPrompt(blocks: Any, image: bool, embedded: bool) -> list[dict[str, Any]]:
+    """The prompt's blocks, or -32602 naming the first bad one."""
+    if not isinstance(blocks, list):
+        raise InvalidParams("Invalid params: prompt must be an array of content blocks", {"field": "prompt"})
+    allowed = {"text", "resource_link"} | ({"image"} if image else set()) | ({"resource"} if embedded else set())
+    for index, block in enumerate(blocks):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind not in allowed:
+            raise InvalidParams(
+                f"Invalid params: prompt[{index}] has type {kind!r}; this agent accepts {', '.join(sorted(allowed))}",
+                {"field": f"prompt[{index}]"},
+            )
+        for name, expected in _REQUIRED[kind].items():
+            if not isinstance(block.get(name), expected):
+                raise InvalidParams(f"Invalid params: prompt[{index}].{name} is required", {"field": f"prompt[{index}].{name}"})
+    return blocks
+
+
+def promptText(blocks: list[dict[str, Any]]) -> str:
+    """Just the typed text (for titles and slash commands)."""
+    return "\n".join(b["text"] for b in blocks if b.get("type") == "text").strip()
+
+
+def _localPath(uri: str) -> str | None:
+    parsed = urlparse(uri)
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        return unquote(parsed.path)
+    if not parsed.scheme and os.path.isabs(uri):
+        return uri
+    return None
+
+
+def _decode(data: bytes) -> str | None:
+    if b"\0" in data[:8192]:
+        return None
+    for encoding in ("utf-8-sig", "utf-8"):
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+    return None
+
+
+def _attached(label: str, uri: str, body: str | None, size: int, note: str = "") -> str:
+    header = f"[Attached file: {label}]\nURI: {uri}"
+    if body is None:
+        return f"{header}\n(binary file of {size} bytes; not inlined{note})"
+    if size > MAX_INLINE:
+        header += f"\n(truncated to the first {MAX_INLINE} of {size} bytes)"
+    return f"{header}\n\n{body}"
+
+
+def _image(mime: str, data: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+
+
+def _link(block: dict[str, Any]) -> list[dict[str, Any]]:
+    uri, name = block["uri"], block.get("title") or block["name"]
+    path = _localPath(uri)
+    if path is None:
+        return [{"type": "text", "text": f"[Linked resource: {name}]\nURI: {uri}\n(not a local file, so not read)"}]
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            data = f.read(MAX_INLINE + 1)
+    except OSError as e:
+        return [{"type": "text", "text": f"[Attached file: {name}]\nURI: {uri}\n(could not be read: {e.strerror or e})"}]
+    mime = block.get("mimeType") or IMAGE_SUFFIXES.get(os.path.splitext(path)[1].lower())
+    if mime and mime.startswith("image/") and size <= MAX_INLINE:
+        return [{"type": "text", "text": f"[Attached image: {name}]\nURI: {uri}"}, _image(mime, base64.b64encode(data).decode())]
+    return [{"type": "text", "text": _attached(name, uri, _decode(data[:MAX_INLINE]), size)}]
+
+
+def _resource(block: dict[str, Any]) -> list[dict[str, Any]]:
+    resource = block["resource"]
+    uri = str(resource.get("uri", ""))
+    label = os.path.basename(urlparse(uri).path) or uri or "resource"
+    if isinstance(resource.get("text"), str):
+        text = resource["text"]
+        size = len(text.encode("utf-8"))
+        body = text.encode("utf-8")[:MAX_INLINE].decode("utf-8", "ignore") if size > MAX_INLINE else text
+        return [{"type": "text", "text": _attached(label, uri, body, size)}]
+    blob = resource.get("blob")
+    if not isinstance(blob, str):
+        raise InvalidParams("Invalid params: an embedded resource needs text or blob", {"field": "prompt"})
+    try:
+        data = base64.b64decode(blob, validate=True)
+    except ValueError:
+        raise InvalidParams("Invalid params: an embedded resource blob is not base64", {"field": "prompt"})
+    mime = str(resource.get("mimeType") or "")
+    if mime.startswith("image/") and len(data) <= MAX_INLINE:
+        return [{"type": "text", "text": f"[Attached image: {label}]\nURI: {uri}"}, _image(mime, blob)]
+    return [{"type": "text", "text": _attached(label, uri, _decode(data[:MAX_INLINE]), len(data))}]
+
+
+def toModelContent(blocks: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """One user message: a string when everything is text, else multimodal parts."""
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = block["type"]
+        if kind == "text":
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image":
+            parts.append(_image(block["mimeType"], block["data"]))
+        elif kind == "resource_link":
+            parts += _link(block)
+        elif kind == "resource":
+            parts += _resource(block)
+    if all(p["type"] == "text" for p in parts):
+        return "\n\n".join(p["text"] for p in parts)
+    return parts

@@ -1,0 +1,127 @@
+"""Session modes and config options (model, mode, thought level), and the
+model list behind the model picker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from .config import Endpoint
+from .jsonrpc import InvalidParams
+from .sessions import MODES, SessionState
+
+log = Logger()
+
+MODE_INFO = {
+    "default": ("Default", "Ask before every file edit and every dangerous command."),
+    "accept_edits": ("Accept Edits", "Edit files inside the workspace without asking; sensitive paths still ask."),
+    "dont_ask": ("Don't Ask", "Edit files without asking; sensitive paths and dangerous commands still ask."),
+}
+THOUGHT_LEVELS = {
+    "default": "The model's default reasoning",
+    "low": "Low reasoning effort",
+    "medium": "Medium reasoning effort",
+    "high": "High reasoning effort",
+}
+
+
+@attrs.define(eq=False)
+class ModelCatalog:
+    """The models offered: ``HERMES_MODELS``, else the endpoint's ``/models``
+    (fetched once, in the background, never blocking a request)."""
+
+    endpointSource: Callable[[], Endpoint]
+    runInThread: Callable[..., Deferred[Any]]
+    fetchModels: Callable[[Endpoint], list[str]]
+    onChange: Callable[[], None] = lambda: None
+    fetched: tuple[str, ...] = ()
+    _fetching: bool = False
+
+    def models(self) -> list[str]:
+        endpoint = self.endpointSource()
+        found = list(endpoint.models or self.fetched)
+        if endpoint.model and endpoint.model not in found:
+            found.insert(0, endpoint.model)
+        return found
+
+    def refresh(self) -> None:
+        endpoint = self.endpointSource()
+        if endpoint.models or self.fetched or self._fetching or not endpoint.baseURL:
+            return
+        self._fetching = True
+        d = self.runInThread(self.fetchModels, endpoint)
+
+        def fetched(models: list[str]) -> None:
+            self.fetched = tuple(models)
+            if models:
+                self.onChange()
+
+        def failed(failure: Any) -> None:
+            self._fetching = False  # try again with the next session
+            log.warn("could not list models at {url}: {error}", url=endpoint.baseURL, error=failure.getErrorMessage())
+
+        d.addCallbacks(fetched, failed)
+
+
+def modeState(state: SessionState) -> dict[str, Any]:
+    return {
+        "currentModeId": state.mode,
+        "availableModes": [{"id": m, "name": MODE_INFO[m][0], "description": MODE_INFO[m][1]} for m in MODES],
+    }
+
+
+def configOptions(state: SessionState, models: list[str]) -> list[dict[str, Any]]:
+    """The full set, in priority order; every option has a current value."""
+    current = state.model or (models[0] if models else "")
+    modelValues = list(models)
+    if current and current not in modelValues:
+        modelValues.insert(0, current)
+    return [
+        {
+            "id": "model",
+            "name": "Model",
+            "category": "model",
+            "type": "select",
+            "currentValue": current,
+            "options": [{"value": m, "name": m} for m in modelValues],
+        },
+        {
+            "id": "mode",
+            "name": "Mode",
+            "category": "mode",
+            "type": "select",
+            "currentValue": state.mode,
+            "options": [{"value": m, "name": MODE_INFO[m][0], "description": MODE_INFO[m][1]} for m in MODES],
+        },
+        {
+            "id": "thought_level",
+            "name": "Thinking",
+            "category": "thought_level",
+            "type": "select",
+            "currentValue": state.config.get("thought_level", "default"),
+            "options": [{"value": k, "name": k.title(), "description": v} for k, v in THOUGHT_LEVELS.items()],
+        },
+    ]
+
+
+def checkMode(modeId: str) -> str:
+    if modeId not in MODES:
+        raise InvalidParams(f"Invalid params: modeId must be one of {', '.join(MODES)}", {"field": "modeId"})
+    return modeId
+
+
+def checkOption(configId: str, value: Any, models: list[str]) -> None:
+    """A -32602 naming the problem unless ``value`` is allowed for ``configId``."""
+    allowed = {"model": models, "mode": list(MODES), "thought_level": list(THOUGHT_LEVELS)}.get(configId)
+    if allowed is None:
+        raise InvalidParams(f"Invalid params: unknown configId {configId!r}", {"field": "configId"})
+    if not isinstance(value, str):
+        raise InvalidParams("Invalid params: value must be a string", {"field": "value"})
+    if configId != "model" and value not in allowed:
+        raise InvalidParams(f"Invalid params: {configId} must be one of {', '.join(allowed)}", {"field": "value"})
+    if configId == "model" and not value.strip():
+        raise InvalidParams("Invalid params: model must not be empty", {"field": "value"})

@@ -1,0 +1,198 @@
+"""Agent events → ACP ``session/update`` payloads (``IRenderer``). Pure: no I/O.
+
+Titles say what happens (``Read src/app.py:10-40``, ``Run pytest -q``), paths are
+absolute, edits carry ``diff`` content, command output is fenced so it is not
+read as Markdown, and large outputs are cut with a note of what was omitted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+import attrs
+from zope.interface import implementer
+
+from .interfaces import IRenderer
+
+KINDS = {
+    "read_file": "read",
+    "write_file": "edit",
+    "patch": "edit",
+    "search_files": "search",
+    "session_search": "search",
+    "terminal": "execute",
+    "todo": "think",
+}
+#: Cap on text shown in a tool call's content and on rawOutput.
+CONTENT_LIMIT = 16 * 1024
+RAW_OUTPUT_LIMIT = 64 * 1024
+TITLE_LIMIT = 120
+
+
+def truncateMiddle(text: str, limit: int) -> str:
+    """Keep the head and tail of ``text`` within ``limit`` bytes (UTF-8)."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    keep = max(limit - 64, 0)
+    head = data[: keep * 2 // 5].decode("utf-8", "ignore")
+    tail = data[len(data) - (keep - keep * 2 // 5) :].decode("utf-8", "ignore")
+    omitted = len(data) - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+    return f"{head}\n… {omitted} bytes omitted …\n{tail}"
+
+
+def fenced(text: str, language: str = "") -> str:
+    """A code fence longer than any backtick run inside ``text``."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text.rstrip(chr(10))}\n{fence}"
+
+
+def _oneLine(text: str, limit: int = TITLE_LIMIT) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    more = first != text.strip()
+    if len(first) > limit:
+        first, more = first[: limit - 1], True
+    return first + ("…" if more else "")
+
+
+def textContent(text: str) -> dict[str, Any]:
+    return {"type": "content", "content": {"type": "text", "text": text}}
+
+
+def planEntries(todos: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The ``todo`` list as ACP plan entries (cancelled items are shown completed)."""
+    entries = []
+    for item in todos:
+        status = item.get("status", "pending")
+        content = str(item.get("content", ""))
+        if status == "cancelled":
+            status, content = "completed", f"[cancelled] {content}"
+        if status not in ("pending", "in_progress", "completed"):
+            status = "pending"
+        entries.append({"content": content, "priority": "medium", "status": status})
+    return entries
+
+
+@implementer(IRenderer)
+@attrs.frozen
+class Renderer:
+    """Renders one session's tool calls; ``cwd`` makes titles short and paths absolute."""
+
+    cwd: str
+
+    def absolute(self, path: Any) -> str:
+        return os.path.normpath(os.path.join(self.cwd, os.path.expanduser(str(path or "."))))
+
+    def shown(self, path: Any) -> str:
+        absolute = self.absolute(path)
+        relative = os.path.relpath(absolute, self.cwd)
+        return absolute if relative.startswith("..") else relative
+
+    def title(self, name: str, args: dict[str, Any]) -> str:
+        path = self.shown(args.get("path"))
+        if name == "read_file":
+            offset, limit = args.get("offset"), args.get("limit")
+            if isinstance(offset, int) and isinstance(limit, int) and (offset, limit) != (1, 500):
+                return f"Read {path}:{offset}-{offset + limit - 1}"
+            if isinstance(offset, int) and offset > 1:
+                return f"Read {path} from line {offset}"
+            return f"Read {path}"
+        if name == "write_file":
+            return f"Write {path}"
+        if name == "patch":
+            return f"Edit {path}" + (" (all occurrences)" if args.get("replace_all") else "")
+        if name == "search_files":
+            what = "files named" if args.get("target") == "files" else "for"
+            glob = f" ({args['file_glob']})" if args.get("file_glob") else ""
+            return f"Search {what} {_oneLine(str(args.get('pattern', '')), 60)!r} in {path}{glob}"
+        if name == "terminal":
+            return f"Run {_oneLine(str(args.get('command', '')))}"
+        if name == "todo":
+            count = len(args.get("todos") or [])
+            return f"Update plan ({count} item{'s' if count != 1 else ''})"
+        if name == "session_search":
+            return f"Search past sessions for {_oneLine(str(args.get('query', '')), 60)!r}"
+        return name
+
+    def locations(self, name: str, args: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]]:
+        path = extras.get("path") or (args.get("path") if "path" in args else None)
+        if name in ("terminal", "todo", "session_search") or path is None:
+            return []
+        location: dict[str, Any] = {"path": self.absolute(path)}
+        line = extras.get("line") or (args.get("offset") if name == "read_file" else None)
+        if isinstance(line, int) and line >= 1:
+            location["line"] = line
+        return [location]
+
+    def toolStarted(self, callId: str, name: str, args: dict[str, Any], extras: dict[str, Any] | None = None) -> dict[str, Any]:
+        update: dict[str, Any] = {
+            "sessionUpdate": "tool_call",
+            "toolCallId": callId,
+            "title": self.title(name, args),
+            "kind": KINDS.get(name, "other"),
+            "status": "pending",
+            "rawInput": args,
+            "locations": self.locations(name, args, extras or {}),
+        }
+        if name == "terminal" and args.get("command"):
+            update["content"] = [textContent(fenced(str(args["command"]), "sh"))]
+        return update
+
+    def toolFinished(
+        self, callId: str, name: str, args: dict[str, Any], result: Any, failed: bool, extras: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        extras = extras or {}
+        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+        update: dict[str, Any] = {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": callId,
+            "status": "failed" if failed else "completed",
+            "content": self.finishedContent(name, text, failed, extras),
+            "rawOutput": {"output": truncateMiddle(text, RAW_OUTPUT_LIMIT)},
+        }
+        locations = self.locations(name, args, extras)
+        if locations:
+            update["locations"] = locations
+        return update
+
+    def finishedContent(self, name: str, text: str, failed: bool, extras: dict[str, Any]) -> list[dict[str, Any]]:
+        content: list[dict[str, Any]] = []
+        if "newText" in extras and "path" in extras and not failed:
+            content.append(
+                {"type": "diff", "path": self.absolute(extras["path"]), "oldText": extras.get("oldText"), "newText": extras["newText"]}
+            )
+        if extras.get("terminalId"):
+            content.append({"type": "terminal", "terminalId": extras["terminalId"]})
+        if name == "terminal" and not failed and "output" in extras:
+            body = str(extras["output"])
+            status = f"exit code {extras.get('exitCode')}"
+            shown = fenced(truncateMiddle(body, CONTENT_LIMIT)) if body.strip() else "(no output)"
+            content.append(textContent(f"{shown}\n{status}"))
+        elif failed or name != "todo":
+            summary = text if failed or name not in ("write_file", "patch") else text.split("\n", 1)[0]
+            content.append(textContent(fenced(truncateMiddle(summary, CONTENT_LIMIT))))
+        return content
+
+    def permissionToolCall(self, callId: str, name: str, args: dict[str, Any], detail: dict[str, Any]) -> dict[str, Any]:
+        """The tool call a permission request shows: the diff of an edit, or the
+        exact command and why it needs approval."""
+        call: dict[str, Any] = {
+            "toolCallId": callId,
+            "title": self.title(name, args),
+            "kind": KINDS.get(name, "other"),
+            "status": "pending",
+            "rawInput": args,
+        }
+        if "newText" in detail:
+            call["content"] = [
+                {"type": "diff", "path": self.absolute(detail["path"]), "oldText": detail.get("oldText"), "newText": detail["newText"]}
+            ]
+            call["locations"] = [{"path": self.absolute(detail["path"])}]
+        else:
+            command = str(detail.get("command", ""))
+            call["content"] = [textContent(f"{detail.get('reason', 'This command needs approval')}\n{fenced(command, 'sh')}")]
+        return call

@@ -1,0 +1,282 @@
+"""Live sessions and their persistence (``ISessionStore``).
+
+The reactor thread owns every ``SessionState``. Disk work runs on one
+dedicated database thread (so writes keep their order) and comes back as
+Deferreds. Updates sent to the editor are journaled in batches: buffered in
+memory and flushed within ``JOURNAL_FLUSH`` seconds, and always before a
+prompt's response, so a finished turn is durable when the editor hears of it.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import attrs
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IDelayedCall
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from .interfaces import ISessionStore
+from .jsonrpc import InternalError, ResourceNotFound
+from .store import Replay, SessionDB, SessionRecord, StoreError, timestamp
+from .threads import WorkerPool
+
+log = Logger()
+P = ParamSpec("P")
+T = TypeVar("T")
+
+JOURNAL_FLUSH = 0.2
+#: Replay at most this much of a session's journal on session/load.
+REPLAY_MAX_UPDATES = 20_000
+REPLAY_MAX_BYTES = 32 * 1024 * 1024
+MODES = ("default", "accept_edits", "dont_ask")
+
+
+@attrs.define(eq=False)
+class SessionState:
+    """One session, live in memory. Touched only in the reactor thread."""
+
+    sessionId: str
+    cwd: str
+    additionalDirectories: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    model: str | None = None
+    mode: str = "default"
+    config: dict[str, Any] = attrs.field(factory=dict)
+    title: str | None = None
+    createdAt: str = attrs.field(factory=timestamp)
+    updatedAt: str = attrs.field(default=attrs.Factory(lambda self: self.createdAt, takes_self=True))
+    history: list[dict[str, Any]] = attrs.field(factory=list)
+    agent: Any = None
+    cancelEvent: threading.Event = attrs.field(factory=threading.Event)
+    turn: int = 0
+    running: Any = None  # the PromptTurn in progress
+    queued: deque[Any] = attrs.field(factory=deque)
+    contextUsed: int = 0
+    usageTotals: dict[str, int] = attrs.field(factory=dict)
+    journal: list[dict[str, Any]] = attrs.field(factory=list)
+    flushCall: IDelayedCall | None = None
+    closed: bool = False
+
+    @classmethod
+    def fromRecord(cls, record: SessionRecord, history: list[dict[str, Any]]) -> SessionState:
+        return cls(
+            sessionId=record.sessionId,
+            cwd=record.cwd,
+            additionalDirectories=record.additionalDirectories,
+            model=record.model,
+            mode=record.mode if record.mode in MODES else "default",
+            config=dict(record.config),
+            title=record.title,
+            createdAt=record.createdAt,
+            updatedAt=record.updatedAt,
+            history=history,
+            turn=record.turn,
+        )
+
+    def record(self) -> SessionRecord:
+        return SessionRecord(
+            sessionId=self.sessionId,
+            cwd=self.cwd,
+            additionalDirectories=self.additionalDirectories,
+            title=self.title,
+            model=self.model,
+            mode=self.mode,
+            config=self.config,
+            createdAt=self.createdAt,
+            updatedAt=self.updatedAt,
+        )
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        return (self.cwd, *self.additionalDirectories)
+
+
+def storeFailure(error: StoreError) -> InternalError:
+    return InternalError(f"Internal error: session storage unavailable: {error}")
+
+
+@implementer(ISessionStore)
+class SessionManager:
+    """Sessions in memory, backed by ``state.db``.
+
+    ``services`` lists the database thread for the application to start and stop.
+    """
+
+    def __init__(self, reactor: Any, dbPath: Path, onForget: Callable[[SessionState], None] | None = None) -> None:
+        self.reactor = reactor
+        self.dbPath = dbPath
+        self.dbThread = WorkerPool(reactor, 1, name="hermes-db")
+        self.sessions: dict[str, SessionState] = {}
+        self.onForget = onForget
+        self._db: SessionDB | None = None
+        self._dbLock = threading.Lock()
+        self._loading: dict[str, list[Deferred[SessionState]]] = {}
+
+    # -- the database thread ---------------------------------------------
+
+    def _database(self) -> SessionDB:
+        with self._dbLock:
+            if self._db is None:
+                self._db = SessionDB(self.dbPath)
+            return self._db
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        """Run ``SessionDB.<method>`` on the database thread."""
+
+        def run() -> Any:
+            return getattr(self._database(), method)(*args, **kwargs)
+
+        def translate(failure: Any) -> None:
+            failure.trap(StoreError)
+            raise storeFailure(failure.value)
+
+        return self.dbThread.run(run).addErrback(translate)
+
+    def close(self) -> Deferred[None]:
+        """Flush every journal and close the database (on shutdown)."""
+        d = self.flushAll()
+
+        def closeDB(_: Any) -> Deferred[None] | None:
+            if self._db is None:
+                return None
+            return self.dbThread.run(self._db.close)
+
+        d.addCallback(closeDB)
+        d.addErrback(lambda f: log.failure("closing state.db", f))
+        return d
+
+    # -- ISessionStore -----------------------------------------------------
+
+    async def create(self, cwd: str, additionalDirectories: list[str], **settings: Any) -> SessionState:
+        state = SessionState(sessionId=str(uuid.uuid4()), cwd=cwd, additionalDirectories=tuple(additionalDirectories), **settings)
+        await self.call("createSession", state.record())
+        self.sessions[state.sessionId] = state
+        return state
+
+    async def get(self, sessionId: str) -> SessionState:
+        """The live session, restoring it from disk (with crash recovery) if needed."""
+        state = self.sessions.get(sessionId)
+        if state is not None:
+            return state
+        waiter: Deferred[SessionState] = Deferred()
+        if sessionId in self._loading:  # another caller is already loading it
+            self._loading[sessionId].append(waiter)
+            return await waiter
+        self._loading[sessionId] = [waiter]
+
+        def loaded(result: Any) -> None:
+            for each in self._loading.pop(sessionId):
+                each.callback(result)  # a Failure here runs each waiter's errbacks
+
+        Deferred.fromCoroutine(self._restore(sessionId)).addBoth(loaded)
+        return await waiter
+
+    async def _restore(self, sessionId: str) -> SessionState:
+        record = await self.call("getSession", sessionId)
+        if record is None:
+            raise ResourceNotFound(f"Resource not found: session {sessionId}", {"sessionId": sessionId})
+        if record.turnState == "running":
+            recovered = await self.call("recoverInterrupted", sessionId)
+            log.info("session {id} was interrupted mid-turn; closed {n} open tool calls", id=sessionId, n=len(recovered))
+        history = await self.call("loadMessages", sessionId)
+        state = SessionState.fromRecord(record, history)
+        self.sessions[sessionId] = state
+        return state
+
+    async def replay(self, state: SessionState) -> Replay:
+        await self.flush(state)
+        return await self.call("loadJournal", state.sessionId, REPLAY_MAX_UPDATES, REPLAY_MAX_BYTES)
+
+    async def remove(self, sessionId: str) -> None:
+        state = self.sessions.get(sessionId)
+        if state is not None:
+            self.forget(state)
+        await self.call("deleteSession", sessionId)
+
+    async def fork(self, sessionId: str, cwd: str, additionalDirectories: list[str]) -> SessionState:
+        source = await self.get(sessionId)
+        await self.flush(source)
+        newId = str(uuid.uuid4())
+        record = await self.call("forkSession", sessionId, newId, cwd, tuple(additionalDirectories))
+        state = SessionState.fromRecord(record, [dict(m) for m in source.history])
+        state.turn = source.turn
+        self.sessions[newId] = state
+        return state
+
+    async def list(self, cwd: str | None, cursor: str | None) -> tuple[list[SessionRecord], str | None]:
+        await self.flushAll()
+        return await self.call("listSessions", cwd, cursor)
+
+    def forget(self, state: SessionState) -> None:
+        """Drop a session from memory (its journal is flushed first)."""
+        state.closed = True
+        self.flush(state)
+        self.sessions.pop(state.sessionId, None)
+        if self.onForget is not None:
+            self.onForget(state)
+
+    def cleanup(self) -> Deferred[None]:
+        for state in list(self.sessions.values()):
+            self.forget(state)
+        return self.flushAll()
+
+    # -- settings, history and the journal -------------------------------
+
+    def save(self, state: SessionState, touch: bool = True) -> Deferred[Any]:
+        """Persist the session's settings (title, model, mode, config, cwd)."""
+        if touch:
+            state.updatedAt = timestamp()
+        return self.call(
+            "updateSession", state.sessionId, title=state.title, model=state.model, mode=state.mode,
+            config=state.config, cwd=state.cwd, additionalDirectories=state.additionalDirectories,
+            updatedAt=state.updatedAt,
+        )
+
+    def journalUpdate(self, state: SessionState, update: dict[str, Any]) -> None:
+        """Remember an update for replay; written within JOURNAL_FLUSH seconds."""
+        state.journal.append(update)
+        if state.flushCall is None:
+            state.flushCall = self.reactor.callLater(JOURNAL_FLUSH, self.flush, state)
+
+    def flush(self, state: SessionState) -> Deferred[Any]:
+        if state.flushCall is not None:
+            if state.flushCall.active():
+                state.flushCall.cancel()
+            state.flushCall = None
+        if not state.journal:
+            return succeed(None)
+        updates, state.journal = state.journal, []
+        d = self.call("appendUpdates", state.sessionId, state.turn, updates)
+        d.addErrback(lambda f: log.failure("journal write for {id} failed", f, id=state.sessionId))
+        return d
+
+    def flushAll(self) -> Deferred[Any]:
+        from twisted.internet.defer import gatherResults
+
+        return gatherResults([self.flush(s) for s in list(self.sessions.values())])
+
+    async def beginTurn(self, state: SessionState) -> None:
+        await self.flush(state)
+        state.turn = await self.call("beginTurn", state.sessionId)
+
+    async def endTurn(self, state: SessionState, messages: list[dict[str, Any]]) -> None:
+        """Make the finished turn durable: journal, new messages, idle state."""
+        state.updatedAt = timestamp()
+        await self.flush(state)
+        await self.call("endTurn", state.sessionId, state.turn, messages)
+        await self.save(state, touch=False)
+
+    async def replaceHistory(self, state: SessionState, messages: list[dict[str, Any]]) -> None:
+        state.history = list(messages)
+        await self.call("replaceMessages", state.sessionId, messages)
+
+    def searchNow(self, query: str, limit: int) -> list[dict[str, Any]]:
+        """Full-text search over stored messages, from a worker thread (blocks)."""
+        return self._database().searchMessages(query, limit)
+

@@ -1,0 +1,57 @@
+"""End-to-end helpers: the real agent process, the SDK client and a scripted model."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from typing import Any
+
+import acp
+
+from .agentproc import agentEnv
+from .scripted_model import ScriptedModel
+
+
+def modelEnv(url: str, home: str | None = None, **extra: str) -> dict[str, str]:
+    """An agent environment pointed at the scripted model server."""
+    return agentEnv(home or tempfile.mkdtemp(prefix="hermes-home-"), HERMES_BASE_URL=url,
+                    HERMES_API_KEY="test-key-not-secret", HERMES_MODEL="scripted-model", **extra)
+
+
+def updates(wire: Any, sessionId: str | None = None) -> list[dict[str, Any]]:
+    """The session/update payloads the agent sent, in order."""
+    return [
+        f["params"]["update"]
+        for f in wire.received
+        if f.get("method") == "session/update" and (sessionId is None or f["params"]["sessionId"] == sessionId)
+    ]
+
+
+def agentText(found: list[dict[str, Any]], kind: str = "agent_message_chunk") -> str:
+    return "".join(u["content"]["text"] for u in found if u["sessionUpdate"] == kind)
+
+
+def toolCalls(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each tool call merged from its tool_call and tool_call_update frames, with the status history."""
+    calls: dict[str, dict[str, Any]] = {}
+    for u in found:
+        if u["sessionUpdate"] == "tool_call":
+            calls[u["toolCallId"]] = {**u, "statuses": [u.get("status", "pending")]}
+        elif u["sessionUpdate"] == "tool_call_update":
+            call = calls.setdefault(u["toolCallId"], {"statuses": []})
+            call.update({k: v for k, v in u.items() if k != "status"})
+            if "status" in u:
+                call["statuses"].append(u["status"])
+                call["status"] = u["status"]
+    return calls
+
+
+def text(value: str) -> Any:
+    return acp.text_block(value)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=str)[:2000]
+
+
+__all__ = ["ScriptedModel", "modelEnv", "updates", "agentText", "toolCalls", "text"]
