@@ -156,6 +156,10 @@ class PromptTurn:
                 result = await self._runAgent()
                 messages = result.messages
                 response = {"stopReason": result.stop_reason, "usage": turnUsage(result.usage)}
+                for name, count in response["usage"].items():
+                    state.usageTotals[name] = state.usageTotals.get(name, 0) + count
+                if state.agent is not None and state.agent.editMode != state.mode:
+                    hub.lifecycle.applyMode(state, state.agent.editMode)  # "always allow" an edit
                 if result.error:
                     self.sendText("agent_message_chunk", f"\n\n**Model error:** {result.error}")
                 state.contextUsed = result.last_prompt_tokens or estimateTokens(state.history + messages)

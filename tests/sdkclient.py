@@ -138,3 +138,12 @@ async def initialized(connection: acp.ClientSideConnection, **capabilities: Any)
         client_capabilities=ClientCapabilities(**capabilities),
         client_info=Implementation(name="hermes-acp-tests", version="0"),
     )
+
+
+async def raw(connection: acp.ClientSideConnection, method: str, params: dict[str, Any]) -> Any:
+    """A request the SDK has no method for (session/delete, logout, legacy calls)."""
+    return await connection._conn.send_request(method, params)  # noqa: SLF001
+
+
+async def rawNotify(connection: acp.ClientSideConnection, method: str, params: dict[str, Any]) -> None:
+    await connection._conn.send_notification(method, params)  # noqa: SLF001

@@ -66,10 +66,8 @@ def readFile(ctx: ToolContext, path: str, offset: int, limit: int) -> ToolOutcom
     absPath = ctx.resolve(path)
     if os.path.splitext(absPath)[1].lower() in _BINARY_SUFFIXES:
         raise ToolError(f"{absPath} looks like a binary file; read_file only reads text")
-    info = checkTextPath(absPath)
-    if info is None:
-        raise _notFound(absPath)
-    if info.st_size > MAX_FILE_BYTES:
+    info = checkTextPath(absPath)  # None: not on disk, though the editor may hold it in a buffer
+    if info is not None and info.st_size > MAX_FILE_BYTES:
         raise ToolError(f"{absPath} is too large to read ({info.st_size // 2**20} MiB); "
                         "use search_files, or terminal with head, tail or sed -n")
     text = readText(ctx, absPath)

@@ -1,0 +1,263 @@
+"""Sessions end to end: restart survival and exact replay, fork, list, close,
+delete, unknown ids, modes and config options, crash recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+
+import acp
+import pytest
+import pytest_twisted
+
+from .e2e import agentText, modelEnv, text, toolCalls, updates
+from .sdkclient import connect, initialized, onLoop, raw
+
+JOURNALED_ONLY = {"user_message_chunk"}  # journaled, not sent live (the editor shows its own prompt)
+LIVE_ONLY = {"available_commands_update"}  # sent live after each new/load, not journaled
+
+
+def comparable(found: list[dict], drop: set[str]) -> list[dict]:
+    return [u for u in found if u["sessionUpdate"] not in drop]
+
+
+@pytest_twisted.ensureDeferred
+async def test_restartLoadReplaysExactlyAndContinues(scriptedServer, tmp_path) -> None:
+    """new → text and tool turns → exit → new process → load replays what the client
+    saw live (plus the user's prompts), before answering; the next prompt sends the
+    restored history to the model."""
+    server, url = scriptedServer
+    home = tempfile.mkdtemp()
+    server.addRule("first", [[{"reasoning": "thinking hard"}, {"text": "Answer one."}]])
+    server.addRule("second", [
+        [{"tool_calls": [{"id": "w", "name": "write_file", "arguments": {"path": "f.txt", "content": "x\n"}}]}],
+        [{"tool_calls": [{"id": "t", "name": "todo", "arguments": {"todos": [{"id": "1", "content": "ship", "status": "in_progress"}]}}]}],
+        [{"text": "Answer two."}],
+    ])
+    server.addRule("third", [[{"text": "Answer three."}]])
+
+    async def firstLife():
+        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+            await initialized(conn)
+            session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+            await conn.set_session_mode(session_id=session.session_id, mode_id="accept_edits")
+            await conn.prompt(session_id=session.session_id, prompt=[text("first question")])
+            await conn.prompt(session_id=session.session_id, prompt=[text("second question")])
+            return session.session_id, updates(wire, session.session_id), wire.problems()
+
+    async def secondLife(sessionId):
+        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+            await initialized(conn)
+            await conn.load_session(cwd=str(tmp_path), session_id=sessionId, mcp_servers=[])
+            replayed = updates(wire, sessionId)
+            answered = next(i for i, f in enumerate(wire.received) if "modes" in f.get("result", {}))
+            before = [f["params"]["update"] for f in wire.received[:answered] if f.get("method") == "session/update"]
+            after = [f["params"]["update"] for f in wire.received[answered:] if f.get("method") == "session/update"]
+            await conn.prompt(session_id=sessionId, prompt=[text("third question")])
+            return replayed, (before, after), wire.problems()
+
+    sessionId, live, problems = await onLoop(firstLife())
+    assert problems == []
+    replayed, (before, after), problems = await onLoop(secondLife(sessionId))
+    assert problems == []
+    # The whole replay came before the load response; only the commands after it.
+    assert [u["sessionUpdate"] for u in after] == ["available_commands_update"]
+    replayed = before
+    assert comparable(replayed, JOURNALED_ONLY | LIVE_ONLY) == comparable(live, LIVE_ONLY)
+    prompts = [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"]
+    assert prompts == ["first question", "second question"]
+    assert agentText(replayed, "agent_thought_chunk") == "thinking hard"
+    assert all(call["status"] == "completed" for call in toolCalls(replayed).values())
+    assert any(u["sessionUpdate"] == "plan" for u in replayed)
+    history = server.chatRequests[-1]["messages"]
+    said = [m["content"] for m in history if m["role"] in ("user", "assistant") and m.get("content")]
+    assert said[:2] == ["first question", "Answer one."]
+    assert "second question" in said and "Answer two." in said and said[-1] == "third question"
+
+
+@pytest_twisted.ensureDeferred
+async def test_forkListCloseDeleteResume(scriptedServer, tmp_path) -> None:
+    """Fork copies history and journal under a new id with its own cwd and they
+    diverge; list pages newest first with a cwd filter; resume does not replay;
+    close and delete free the session; unknown ids are -32002 everywhere."""
+    server, url = scriptedServer
+    server.default.repeat = True
+    server.default.responses.append([{"text": "ok"}])
+    other = tmp_path / "other"
+    other.mkdir()
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            await initialized(conn)
+            a = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await conn.prompt(session_id=a, prompt=[text("hello a")])
+            b = (await conn.fork_session(session_id=a, cwd=str(other), mcp_servers=[])).session_id
+            assert b != a
+            await conn.prompt(session_id=b, prompt=[text("only in b")])
+            history = server.chatRequests[-1]["messages"]
+            assert [m["content"] for m in history if m["role"] == "user"] == ["hello a", "only in b"]
+            await conn.prompt(session_id=a, prompt=[text("only in a")])
+            history = server.chatRequests[-1]["messages"]
+            assert [m["content"] for m in history if m["role"] == "user"] == ["hello a", "only in a"]
+
+            listed = await conn.list_sessions()
+            ids = [s.session_id for s in listed.sessions]
+            assert ids[:2] == [a, b]  # a was used last
+            filtered = await conn.list_sessions(cwd=str(other))
+            assert [s.session_id for s in filtered.sessions] == [b]
+            assert filtered.sessions[0].title == "hello a"  # the fork keeps the title
+
+            before = len(updates(wire, b))
+            await conn.resume_session(session_id=b, cwd=str(other), mcp_servers=[])
+            after = updates(wire, b)[before:]
+            assert [u["sessionUpdate"] for u in after] == ["available_commands_update"]
+
+            await conn.close_session(session_id=b)
+            await conn.load_session(session_id=b, cwd=str(other), mcp_servers=[])  # closed, still on disk
+            assert await raw(conn, "session/delete", {"sessionId": b}) == {}
+            for call in (
+                lambda: conn.load_session(session_id=b, cwd=str(other), mcp_servers=[]),
+                lambda: conn.resume_session(session_id="nope", cwd=str(other), mcp_servers=[]),
+                lambda: conn.fork_session(session_id="nope", cwd=str(other), mcp_servers=[]),
+                lambda: conn.close_session(session_id="nope"),
+                lambda: conn.prompt(session_id="nope", prompt=[text("x")]),
+                lambda: conn.set_session_mode(session_id="nope", mode_id="default"),
+                lambda: conn.set_config_option(session_id="nope", config_id="mode", value="default"),
+                lambda: raw(conn, "session/delete", {"sessionId": "nope"}),
+            ):
+                with pytest.raises(acp.RequestError) as caught:
+                    await call()
+                assert caught.value.code == -32002
+            assert [s.session_id for s in (await conn.list_sessions()).sessions] == [a]
+            return wire.problems()
+
+    assert await onLoop(scenario()) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_listPaginationAndBadInput(scriptedServer, tmp_path) -> None:
+    """More sessions than a page: the cursor walks them all once, newest first; a
+    made-up cursor and a relative cwd are -32602."""
+    server, url = scriptedServer
+    server.default.repeat = True
+    server.default.responses.append([{"text": "ok"}])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            await initialized(conn)
+            made = []
+            for index in range(55):
+                sessionId = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+                await conn.prompt(session_id=sessionId, prompt=[text(f"s{index}")])
+                made.append(sessionId)
+            seen, cursor, pages = [], None, 0
+            while True:
+                page = await conn.list_sessions(cursor=cursor)
+                seen += [s.session_id for s in page.sessions]
+                pages += 1
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            assert pages == 2
+            assert seen == list(reversed(made))
+            for params in ({"cursor": "bogus"}, {"cwd": "relative/path"}):
+                with pytest.raises(acp.RequestError) as caught:
+                    await raw(conn, "session/list", params)
+                assert caught.value.code == -32602
+            with pytest.raises(acp.RequestError) as caught:
+                await conn.new_session(cwd="not/absolute", mcp_servers=[])
+            assert caught.value.code == -32602 and "cwd" in str(caught.value)
+            return wire.problems()
+
+    assert await onLoop(scenario()) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_modesAndConfigOptions(scriptedServer, tmp_path) -> None:
+    """set_mode sends current_mode_update after its response; set_config_option
+    returns the full set; the model switch keeps the history; the legacy
+    session/set_model works; bad values are -32602."""
+    server, url = scriptedServer
+    server.default.repeat = True
+    server.default.responses.append([{"text": "ok"}])
+
+    async def scenario():
+        async with connect(env=modelEnv(url, HERMES_MODELS="scripted-model,other-model")) as (conn, client, wire, process):
+            await initialized(conn)
+            session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+            sid = session.session_id
+            assert session.modes.current_mode_id == "default"
+            ids = [o.id for o in session.config_options]
+            assert ids == ["model", "mode", "thought_level"]
+            await conn.set_session_mode(session_id=sid, mode_id="dont_ask")
+            answer = [i for i, f in enumerate(wire.received) if "result" in f][-1]
+            assert any(f.get("method") == "session/update" and f["params"]["update"]["sessionUpdate"] == "current_mode_update"
+                       for f in wire.received[answer + 1:])
+            await conn.prompt(session_id=sid, prompt=[text("before switch")])
+            result = await conn.set_config_option(session_id=sid, config_id="model", value="other-model")
+            options = {o.id: o.current_value for o in result.config_options}
+            assert options == {"model": "other-model", "mode": "dont_ask", "thought_level": "default"}
+            result = await conn.set_config_option(session_id=sid, config_id="thought_level", value="high")
+            await conn.prompt(session_id=sid, prompt=[text("after switch")])
+            request = server.chatRequests[-1]
+            assert request["model"] == "other-model"
+            assert request.get("reasoning_effort") == "high"
+            assert [m["content"] for m in request["messages"] if m["role"] == "user"] == ["before switch", "after switch"]
+            assert await raw(conn, "session/set_model", {"sessionId": sid, "modelId": "scripted-model"}) == {}
+            for config, value in (("mode", "yolo"), ("nope", "x"), ("thought_level", "max")):
+                with pytest.raises(acp.RequestError) as caught:
+                    await conn.set_config_option(session_id=sid, config_id=config, value=value)
+                assert caught.value.code == -32602
+            with pytest.raises(acp.RequestError):
+                await conn.set_session_mode(session_id=sid, mode_id="yolo")
+            return wire.problems()
+
+    assert await onLoop(scenario()) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_killedMidTurnLoadsWithNothingSpinning(scriptedServer, tmp_path) -> None:
+    """kill -9 during a running tool call: the next process loads the completed
+    turn and the interrupted one, and no tool call is left without a final status."""
+    server, url = scriptedServer
+    home = tempfile.mkdtemp()
+    server.addRule("finished", [[{"text": "first turn done"}]])
+    server.addRule("slow", [
+        [{"tool_calls": [{"id": "s", "name": "terminal", "arguments": {"command": "sleep 3"}}]}],
+        [{"text": "never"}],
+    ])
+
+    async def doomed():
+        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text("finished turn")])
+            running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("slow turn")]))
+            for _ in range(200):
+                if any(u.get("status") == "in_progress" for u in updates(wire, sid)):
+                    break
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.5)  # the journal is flushed every 0.2 s
+            process.kill()
+            await process.wait()
+            running.cancel()
+            return sid
+
+    async def reborn(sid):
+        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+            await initialized(conn)
+            await conn.load_session(session_id=sid, cwd=str(tmp_path), mcp_servers=[])
+            replayed = updates(wire, sid)
+            server.addRule("after", [[{"text": "back"}]])
+            response = await conn.prompt(session_id=sid, prompt=[text("after the crash")])
+            return replayed, response, wire.problems()
+
+    sid = await onLoop(doomed())
+    replayed, response, problems = await onLoop(reborn(sid))
+    assert problems == []
+    assert "first turn done" in agentText(replayed)
+    calls = toolCalls(replayed)
+    assert len(calls) == 1
+    assert list(calls.values())[0]["status"] == "failed"
+    assert response.stop_reason == "end_turn"

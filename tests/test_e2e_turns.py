@@ -1,0 +1,451 @@
+"""Prompt turns end to end: permissions, cancel, parallel tool calls, concurrent
+sessions, queued prompts, the editor's fs and terminals, prompt content."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import time
+
+import acp
+import pytest_twisted
+from acp.schema import (
+    AllowedOutcome,
+    CreateTerminalResponse,
+    DeniedOutcome,
+    ReadTextFileResponse,
+    RequestPermissionResponse,
+    TerminalExitStatus,
+    TerminalOutputResponse,
+    WaitForTerminalExitResponse,
+)
+
+from .e2e import agentText, modelEnv, text, toolCalls, updates
+from .sdkclient import RecordingClient, connect, initialized, onLoop
+
+
+def choose(optionId: str):
+    def answer(request):
+        offered = [o.option_id for o in request["options"]]
+        assert offered == ["allow_once", "allow_always", "reject_once", "reject_always"]
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=optionId))
+
+    return answer
+
+
+def toolResults(server) -> list[str]:
+    return [m["content"] for m in server.chatRequests[-1]["messages"] if m["role"] == "tool"]
+
+
+async def session(conn, cwd, **caps):
+    await initialized(conn, **caps)
+    return (await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id
+
+
+@pytest_twisted.ensureDeferred
+async def test_editAsksWithDiffAndDenialLeavesFileUntouched(scriptedServer, tmp_path) -> None:
+    """Default mode: an edit asks with the diff and all four option kinds; reject
+    leaves the file as it was, the call fails, and the model is told."""
+    server, url = scriptedServer
+    target = tmp_path / "keep.txt"
+    target.write_text("original\n")
+    server.default.responses += [
+        [{"tool_calls": [{"id": "p", "name": "patch", "arguments": {"path": "keep.txt", "old_string": "original", "new_string": "changed"}}]}],
+        [{"text": "Understood."}],
+    ]
+    client = RecordingClient(permission=choose("reject_once"))
+
+    async def scenario():
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+            sid = await session(conn, tmp_path)
+            response = await conn.prompt(session_id=sid, prompt=[text("change it")])
+            return response, updates(wire, sid), wire.problems()
+
+    response, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert response.stop_reason == "end_turn"
+    assert target.read_text() == "original\n"
+    [(sid, toolCall, options)] = client.permissionRequests
+    shown = toolCall.model_dump(by_alias=True, exclude_none=True)
+    assert shown["content"][0] == {"type": "diff", "path": str(target), "oldText": "original\n", "newText": "changed\n"}
+    [call] = toolCalls(found).values()
+    assert call["toolCallId"] == shown["toolCallId"]
+    assert call["status"] == "failed"
+    assert "denied" in toolResults(server)[0].lower()
+
+
+@pytest_twisted.ensureDeferred
+async def test_allowAlwaysIsNotAskedAgain(scriptedServer, tmp_path) -> None:
+    """allow_always on an edit accepts later workspace edits in the session without asking."""
+    server, url = scriptedServer
+    server.default.responses += [
+        [{"tool_calls": [{"id": "a", "name": "write_file", "arguments": {"path": "one.txt", "content": "1"}}]}],
+        [{"tool_calls": [{"id": "b", "name": "write_file", "arguments": {"path": "two.txt", "content": "2"}}]}],
+        [{"text": "both written"}],
+    ]
+    client = RecordingClient(permission=choose("allow_always"))
+
+    async def scenario():
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+            sid = await session(conn, tmp_path)
+            await conn.prompt(session_id=sid, prompt=[text("write two files")])
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == []
+    assert len(client.permissionRequests) == 1
+    assert (tmp_path / "one.txt").read_text() == "1" and (tmp_path / "two.txt").read_text() == "2"
+    assert any(u["sessionUpdate"] == "current_mode_update" and u["currentModeId"] == "accept_edits" for u in found)
+
+
+@pytest_twisted.ensureDeferred
+async def test_unansweredPermissionDeniesAfterTimeout(scriptedServer, tmp_path) -> None:
+    """With HERMES_ACP_PERMISSION_TIMEOUT=2, a request the editor never answers
+    denies after about 2 s; the dangerous command does not run; the model hears it timed out."""
+    server, url = scriptedServer
+    marker = tmp_path / "ran"
+    server.default.responses += [
+        [{"tool_calls": [{"id": "d", "name": "terminal", "arguments": {"command": f"rm -rf {tmp_path}/junk && touch {marker}"}}]}],
+        [{"text": "ok, not run"}],
+    ]
+    never = asyncio.Event()
+
+    async def hang(request):
+        await never.wait()
+
+    client = RecordingClient(permission=hang)
+
+    async def scenario():
+        async with connect(client, env=modelEnv(url, HERMES_ACP_PERMISSION_TIMEOUT="2")) as (conn, _, wire, process):
+            sid = await session(conn, tmp_path)
+            started = time.monotonic()
+            response = await conn.prompt(session_id=sid, prompt=[text("clean up")])
+            return response, time.monotonic() - started, updates(wire, sid), wire.problems()
+
+    response, elapsed, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert 1.9 < elapsed < 10
+    assert not marker.exists()
+    [call] = toolCalls(found).values()
+    assert call["kind"] == "execute" and call["status"] == "failed"
+    assert "time" in toolResults(server)[0].lower()
+    [(_, toolCall, _)] = client.permissionRequests
+    assert "rm -rf" in str(toolCall.model_dump(by_alias=True))
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelMidStreamThenNextPromptWorks(scriptedServer, tmp_path) -> None:
+    """Cancel against a stalled model answers cancelled promptly; the next prompt works."""
+    server, url = scriptedServer
+    server.addRule("stall", [[{"text": "partial"}, {"stall": True}]])
+    server.addRule("again", [[{"text": "fine again"}]])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            sid = await session(conn, tmp_path)
+            running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("stall please")]))
+            while agentText(updates(wire, sid)) != "partial":
+                await asyncio.sleep(0.01)
+            started = time.monotonic()
+            await conn.cancel(session_id=sid)
+            response = await asyncio.wait_for(running, 5)
+            latency = time.monotonic() - started
+            again = await conn.prompt(session_id=sid, prompt=[text("again")])
+            return response, latency, again, updates(wire, sid), wire.problems()
+
+    response, latency, again, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert response.stop_reason == "cancelled"
+    assert latency < 2.0  # generous: shared machines; bench/ measures it
+    assert again.stop_reason == "end_turn"
+    assert agentText(found).endswith("fine again")
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelMidToolKillsIt(scriptedServer, tmp_path) -> None:
+    """Cancel while a command runs: the process is killed, the call ends failed."""
+    server, url = scriptedServer
+    server.default.responses += [
+        [{"tool_calls": [{"id": "s", "name": "terminal", "arguments": {"command": "sleep 37.25"}}]}],
+        [{"text": "never reached"}],
+    ]
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            sid = await session(conn, tmp_path)
+            running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("run it")]))
+            while not any(u.get("status") == "in_progress" for u in updates(wire, sid)):
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            await conn.cancel(session_id=sid)
+            response = await asyncio.wait_for(running, 5)
+            return response, updates(wire, sid), wire.problems()
+
+    response, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert response.stop_reason == "cancelled"
+    assert [c["status"] for c in toolCalls(found).values()] == ["failed"]
+    left = subprocess.run(["pgrep", "-f", "sleep 37.25"], capture_output=True)
+    assert left.stdout == b""
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelMidPermission(scriptedServer, tmp_path) -> None:
+    """Cancel while the editor is asked: the turn answers cancelled, nothing is
+    written, and the call is final."""
+    server, url = scriptedServer
+    server.default.responses += [
+        [{"tool_calls": [{"id": "w", "name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}]}],
+        [{"text": "never"}],
+    ]
+    asked = asyncio.Event()
+
+    async def wait(request):
+        asked.set()
+        await asyncio.sleep(30)
+        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+
+    client = RecordingClient(permission=wait)
+
+    async def scenario():
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+            sid = await session(conn, tmp_path)
+            running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("write")]))
+            await asyncio.wait_for(asked.wait(), 10)
+            await conn.cancel(session_id=sid)
+            response = await asyncio.wait_for(running, 5)
+            return response, updates(wire, sid), wire.problems(), wire.received
+
+    response, found, problems, received = await onLoop(scenario())
+    assert problems == []
+    assert response.stop_reason == "cancelled"
+    assert not (tmp_path / "x.txt").exists()
+    assert [c["status"] for c in toolCalls(found).values()] == ["failed"]
+    assert any(f.get("method") == "$/cancel_request" for f in received)
+
+
+@pytest_twisted.ensureDeferred
+async def test_fiveParallelReadsEachComplete(scriptedServer, tmp_path) -> None:
+    """Five read_file calls in one step: five cards, each completed with its own file."""
+    server, url = scriptedServer
+    for index in range(5):
+        (tmp_path / f"f{index}.txt").write_text(f"content-{index}\n")
+    server.default.responses += [
+        [{"tool_calls": [{"id": f"r{i}", "name": "read_file", "arguments": {"path": f"f{i}.txt"}} for i in range(5)]}],
+        [{"text": "read them all"}],
+    ]
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            sid = await session(conn, tmp_path)
+            await conn.prompt(session_id=sid, prompt=[text("read five")])
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == []
+    calls = list(toolCalls(found).values())
+    assert len(calls) == 5
+    for call in calls:
+        assert call["status"] == "completed"
+        index = call["rawInput"]["path"][1]
+        assert f"content-{index}" in str(call["content"])
+    assert len(set(c["toolCallId"] for c in calls)) == 5
+
+
+@pytest_twisted.ensureDeferred
+async def test_eightConcurrentSessions(scriptedServer, tmp_path) -> None:
+    """Eight sessions prompting at once against one-second model answers all finish,
+    and run at the same time (well under eight seconds)."""
+    server, url = scriptedServer
+    for index in range(8):
+        server.addRule(f"session-{index}", [[{"stall": 1.0}, {"text": f"answer-{index}"}]])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            await initialized(conn)
+            ids = [(await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id for _ in range(8)]
+            started = time.monotonic()
+            results = await asyncio.gather(*[conn.prompt(session_id=sid, prompt=[text(f"session-{i}")]) for i, sid in enumerate(ids)])
+            elapsed = time.monotonic() - started
+            return ids, results, elapsed, wire, wire.problems()
+
+    ids, results, elapsed, wire, problems = await onLoop(scenario())
+    assert problems == []
+    assert [r.stop_reason for r in results] == ["end_turn"] * 8
+    for index, sid in enumerate(ids):
+        assert agentText(updates(wire, sid)) == f"answer-{index}"
+    assert elapsed < 6.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_promptSentMidTurnRunsAfterIt(scriptedServer, tmp_path) -> None:
+    """A prompt sent while a turn runs waits; it is echoed as user_message_chunk when
+    it starts and answered after the first, in order; the model sees both."""
+    server, url = scriptedServer
+    server.addRule("first", [[{"stall": 0.5}, {"text": "one"}]])
+    server.addRule("second", [[{"text": "two"}]])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            sid = await session(conn, tmp_path)
+            order = []
+
+            async def send(words):
+                response = await conn.prompt(session_id=sid, prompt=[text(words)])
+                order.append(words)
+                return response
+
+            first = asyncio.ensure_future(send("first"))
+            await asyncio.sleep(0.1)
+            second = asyncio.ensure_future(send("second"))
+            await asyncio.gather(first, second)
+            return order, updates(wire, sid), wire.problems()
+
+    order, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert order == ["first", "second"]
+    kinds = [(u["sessionUpdate"], u.get("content", {}).get("text")) for u in found if "content" in u]
+    assert kinds.index(("user_message_chunk", "second")) > kinds.index(("agent_message_chunk", "one"))
+    assert [m["content"] for m in server.chatRequests[-1]["messages"] if m["role"] in ("user", "assistant")] == ["first", "one", "second"]
+
+
+class EditorClient(RecordingClient):
+    """An editor with unsaved buffers and its own terminals."""
+
+    def __init__(self) -> None:
+        super().__init__(permission=choose("allow_once"))
+        self.buffers = {}
+        self.calls = []
+
+    async def read_text_file(self, session_id, path, line=None, limit=None, **kw):
+        self.calls.append(("read", path))
+        if path not in self.buffers:
+            raise acp.RequestError.resource_not_found(path)
+        return ReadTextFileResponse(content=self.buffers[path])
+
+    async def write_text_file(self, session_id, path, content, **kw):
+        self.calls.append(("write", path))
+        self.buffers[path] = content
+        return None
+
+    async def create_terminal(self, session_id, command, args=None, env=None, cwd=None, output_byte_limit=None, **kw):
+        self.calls.append(("terminal", command, tuple(args or ()), cwd))
+        return CreateTerminalResponse(terminal_id="term-1")
+
+    async def wait_for_terminal_exit(self, session_id, terminal_id, **kw):
+        self.calls.append(("wait", terminal_id))
+        return WaitForTerminalExitResponse(exit_code=0)
+
+    async def terminal_output(self, session_id, terminal_id, **kw):
+        return TerminalOutputResponse(output="from the editor terminal\n", truncated=False, exit_status=TerminalExitStatus(exit_code=0))
+
+    async def release_terminal(self, session_id, terminal_id, **kw):
+        self.calls.append(("release", terminal_id))
+        return None
+
+    async def kill_terminal(self, session_id, terminal_id, **kw):
+        self.calls.append(("kill", terminal_id))
+        return None
+
+
+@pytest_twisted.ensureDeferred
+async def test_editorFilesAndTerminal(scriptedServer, tmp_path) -> None:
+    """With fs and terminal capabilities, reads see the editor's unsaved buffer,
+    writes go to the editor, and commands run in its terminal (created,
+    waited for, read and released); the card shows the terminal."""
+    server, url = scriptedServer
+    path = str(tmp_path / "buffer.py")
+    server.default.responses += [
+        [{"tool_calls": [{"id": "r", "name": "read_file", "arguments": {"path": "buffer.py"}}]}],
+        [{"tool_calls": [{"id": "p", "name": "patch", "arguments": {"path": "buffer.py", "old_string": "unsaved", "new_string": "saved"}}]}],
+        [{"tool_calls": [{"id": "t", "name": "terminal", "arguments": {"command": "echo hi"}}]}],
+        [{"text": "done"}],
+    ]
+    client = EditorClient()
+    client.buffers[path] = "x = 'unsaved'\n"
+
+    async def scenario():
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn, fs={"readTextFile": True, "writeTextFile": True}, terminal=True)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text("edit the buffer")])
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == []
+    assert not os.path.exists(path)  # nothing touched the disk
+    assert client.buffers[path] == "x = 'saved'\n"
+    assert "unsaved" in toolResults(server)[0]
+    assert ("terminal", "/bin/sh", ("-c", "echo hi"), str(tmp_path)) in client.calls
+    assert client.calls[-1] == ("release", "term-1")
+    terminal = [c for c in toolCalls(found).values() if c["kind"] == "execute"][0]
+    assert {"type": "terminal", "terminalId": "term-1"} in terminal["content"]
+    assert "from the editor terminal" in toolResults(server)[2]
+
+
+@pytest_twisted.ensureDeferred
+async def test_promptContent(scriptedServer, tmp_path) -> None:
+    """A prompt of only resources is a real prompt; linked and embedded files are
+    inlined for the model and stay in the history; images become image parts."""
+    server, url = scriptedServer
+    server.default.repeat = True
+    server.default.responses.append([{"text": "seen"}])
+    linked = tmp_path / "linked.md"
+    linked.write_text("LINKED-CONTENT\n")
+    pixel = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            sid = await session(conn, tmp_path)
+            first = await conn.prompt(session_id=sid, prompt=[
+                acp.resource_link_block(name="linked.md", uri=linked.as_uri()),
+                acp.resource_block(acp.embedded_text_resource(uri="file:///virtual/embedded.txt", text="EMBEDDED-CONTENT")),
+            ])
+            await conn.prompt(session_id=sid, prompt=[text("and this picture"), acp.image_block(pixel, "image/png")])
+            return first, wire.problems()
+
+    first, problems = await onLoop(scenario())
+    assert problems == []
+    assert first.stop_reason == "end_turn"
+    firstRequest, secondRequest = server.chatRequests[:2]
+    assert "LINKED-CONTENT" in firstRequest["messages"][-1]["content"]
+    assert "EMBEDDED-CONTENT" in firstRequest["messages"][-1]["content"]
+    parts = secondRequest["messages"][-1]["content"]
+    assert parts[0] == {"type": "text", "text": "and this picture"}
+    assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert any("LINKED-CONTENT" in str(m.get("content")) for m in secondRequest["messages"][:-1])
+
+
+@pytest_twisted.ensureDeferred
+async def test_slashCommands(scriptedServer, tmp_path) -> None:
+    """Known /commands are answered by the agent without the model; /title sets the
+    title; an unknown /word goes to the model."""
+    server, url = scriptedServer
+    server.default.responses.append([{"text": "model reply"}])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            sid = await session(conn, tmp_path)
+            replies = []
+            for command in ("/help", "/title My thread", "/mode accept_edits", "/model", "/doctor", "/context", "/tools"):
+                mark = len(updates(wire, sid))
+                response = await conn.prompt(session_id=sid, prompt=[text(command)])
+                assert response.stop_reason == "end_turn"
+                replies.append(agentText(updates(wire, sid)[mark:]))
+            requestsBefore = len(server.chatRequests)
+            await conn.prompt(session_id=sid, prompt=[text("/unknown thing")])
+            return replies, requestsBefore, updates(wire, sid), wire.problems()
+
+    replies, requestsBefore, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert requestsBefore == 0
+    assert len(server.chatRequests) == 1
+    assert "/doctor" in replies[0]
+    assert "Title set: My thread" in replies[1]
+    assert any(u["sessionUpdate"] == "session_info_update" and u.get("title") == "My thread" for u in found)
+    assert any(u["sessionUpdate"] == "current_mode_update" and u["currentModeId"] == "accept_edits" for u in found)
+    assert "scripted-model" in replies[3]
+    assert "hermes-acp" in replies[4] and "Endpoint:" in replies[4]
+    assert "read_file" in replies[6]
