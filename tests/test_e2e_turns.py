@@ -7,6 +7,7 @@ import asyncio
 import base64
 import os
 import subprocess
+import tempfile
 import time
 
 import acp
@@ -23,7 +24,7 @@ from acp.schema import (
 )
 
 from .e2e import agentText, modelEnv, text, toolCalls, updates
-from .sdkclient import RecordingClient, connect, initialized, onLoop
+from .sdkclient import RecordingClient, connect, initialized, onLoop, rawNotify
 
 
 def choose(optionId: str):
@@ -449,3 +450,88 @@ async def test_slashCommands(scriptedServer, tmp_path) -> None:
     assert "scripted-model" in replies[3]
     assert "hermes-acp" in replies[4] and "Endpoint:" in replies[4]
     assert "read_file" in replies[6]
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelAnswersQueuedPromptsToo(scriptedServer, tmp_path) -> None:
+    """session/cancel with a prompt queued behind a running one answers both
+    cancelled; the queued prompt never reaches the model."""
+    server, url = scriptedServer
+    server.addRule("running", [[{"stall": True}]])
+    server.addRule("queued", [[{"text": "must not run"}]])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            sid = await session(conn, tmp_path)
+            first = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("running")]))
+            while not server.chatRequests:
+                await asyncio.sleep(0.01)
+            second = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("queued")]))
+            await asyncio.sleep(0.1)
+            await conn.cancel(session_id=sid)
+            results = await asyncio.wait_for(asyncio.gather(first, second), 5)
+            return results, wire.problems()
+
+    results, problems = await onLoop(scenario())
+    assert problems == []
+    assert [r.stop_reason for r in results] == ["cancelled", "cancelled"]
+    assert len(server.chatRequests) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelRequestOnThePrompt(scriptedServer, tmp_path) -> None:
+    """$/cancel_request naming the prompt's request id cancels the turn like session/cancel."""
+    server, url = scriptedServer
+    server.default.responses.append([{"stall": True}])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            sid = await session(conn, tmp_path)
+            running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("wait forever")]))
+            while not server.chatRequests:
+                await asyncio.sleep(0.01)
+            promptId = [m["id"] for m in wire.sent if m.get("method") == "session/prompt"][0]
+            await rawNotify(conn, "$/cancel_request", {"requestId": promptId})
+            return await asyncio.wait_for(running, 5), wire.problems()
+
+    response, problems = await onLoop(scenario())
+    assert problems == []
+    assert response.stop_reason == "cancelled"
+
+
+@pytest_twisted.ensureDeferred
+async def test_disconnectMidTurn(scriptedServer, tmp_path) -> None:
+    """The editor goes away mid-turn (stdin closes): the agent exits 0 within 2 s,
+    kills the running command, and the session loads afterwards with the turn in it."""
+    server, url = scriptedServer
+    home = tempfile.mkdtemp()
+    server.addRule("long", [
+        [{"tool_calls": [{"id": "s", "name": "terminal", "arguments": {"command": "sleep 41.75"}}]}],
+        [{"text": "never"}],
+    ])
+
+    async def vanish():
+        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+            sid = await session(conn, tmp_path)
+            asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("long job")]))
+            while not any(u.get("status") == "in_progress" for u in updates(wire, sid)):
+                await asyncio.sleep(0.01)
+            started = time.monotonic()
+            process.stdin.close()
+            code = await asyncio.wait_for(process.wait(), 10)
+            return sid, code, time.monotonic() - started
+
+    async def reload(sid):
+        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+            await initialized(conn)
+            await conn.load_session(session_id=sid, cwd=str(tmp_path), mcp_servers=[])
+            return updates(wire, sid), wire.problems()
+
+    sid, code, seconds = await onLoop(vanish())
+    assert code == 0
+    assert seconds < 2.0
+    assert subprocess.run(["pgrep", "-f", "sleep 41.75"], capture_output=True).stdout == b""
+    replayed, problems = await onLoop(reload(sid))
+    assert problems == []
+    assert [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"] == ["long job"]
+    assert [c["status"] for c in toolCalls(replayed).values()] == ["failed"]
