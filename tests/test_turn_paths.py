@@ -176,3 +176,35 @@ async def test_lateEventsAfterAnswerAreDropped() -> None:
     await deferLater(reactor, 0.1, lambda: None)  # past the bridge's coalescing timer
     assert len(h.frames()) == before
     assert "late text" not in h.transport.value().decode()
+
+
+@pytest_twisted.ensureDeferred
+async def test_longSessionReplaysItsTailWithANotice(monkeypatch: Any) -> None:
+    """Over the replay caps, session/load replays the newest updates whole and says
+    what it left out (as text when the editor takes no notices)."""
+    import hermes_acp.sessions
+
+    monkeypatch.setattr(hermes_acp.sessions, "REPLAY_MAX_UPDATES", 5)
+
+    def busy(agent: ScriptedAgent, content: Any) -> TurnResult:
+        for index in range(10):
+            agent.tool_progress_callback("started", "read_file", f"r{index}", {"path": f"{index}.txt"}, {})
+            agent.tool_progress_callback("finished", "read_file", f"r{index}", f"text {index}", {})
+        return TurnResult("", [{"role": "user", "content": "go"}], TurnUsage(), "end_turn")
+
+    h = Harness(busy)
+    try:
+        h.send("initialize", {"protocolVersion": 1})
+        created = await h.answer(h.send("session/new", {"cwd": tempfile.gettempdir(), "mcpServers": []}))
+        sessionId = created["result"]["sessionId"]
+        await h.answer(h.send("session/prompt", {"sessionId": sessionId, "prompt": [{"type": "text", "text": "go"}]}))
+        live = [f["params"]["update"] for f in h.frames() if f.get("method") == "session/update"]
+        mark = len(h.frames())
+        await h.answer(h.send("session/load", {"sessionId": sessionId, "cwd": tempfile.gettempdir(), "mcpServers": []}))
+        replay = [f["params"]["update"] for f in h.frames()[mark:] if f.get("method") == "session/update"]
+    finally:
+        await h.stop()
+    notice, *tail = replay[:-1]  # the last one is the commands update after the response
+    assert "not replayed" in notice["content"]["text"]
+    assert tail == live[-5:]
+    assert h.problems() == []
