@@ -24,6 +24,7 @@ from .agentproc import agentEnv
 
 T = TypeVar("T")
 LIMIT = 128 * 1024 * 1024
+TURN_CONTENT = {"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan", "usage_update"}
 
 
 def onLoop(coroutine: Awaitable[T]) -> Deferred[T]:
@@ -44,11 +45,46 @@ class Wire:
         return {json.dumps(m["id"]): m["method"] for m in self.sent if "id" in m and "method" in m}
 
     def problems(self) -> list[str]:
-        """Schema and key-name problems in everything the agent wrote."""
+        """Schema, key-name and lifecycle problems in everything the agent wrote."""
         methods = self.clientRequestMethods()
         found = [f"non-JSON stdout line {line[:120]!r}" for line in self.nonJSON]
         for frame in self.received:
             found += [f"{p} in {json.dumps(frame)[:300]}" for p in acpschema.checkAgentFrame(frame, methods)]
+        return found + self.lifecycleProblems()
+
+    def lifecycleProblems(self) -> list[str]:
+        """No update for a session the editor does not know yet (before its
+        new/fork response, or outside a load/resume of it), and no turn content
+        for a session between a prompt's response and the next prompt."""
+        known: set[str] = set()
+        restoring: dict[Any, str] = {}  # load/resume request id -> session id
+        prompting: dict[str, int] = {}  # session id -> prompts in flight
+        promptIds: dict[Any, str] = {}
+        found = []
+        for direction, message in self.order:
+            if direction == "sent" and "method" in message and "id" in message:
+                sessionId = (message.get("params") or {}).get("sessionId")
+                if message["method"] in ("session/load", "session/resume"):
+                    restoring[message["id"]] = sessionId
+                elif message["method"] == "session/prompt":
+                    promptIds[message["id"]] = sessionId
+                    prompting[sessionId] = prompting.get(sessionId, 0) + 1
+            elif direction == "received" and "method" not in message:
+                result = message.get("result") or {}
+                if isinstance(result, dict) and "sessionId" in result:
+                    known.add(result["sessionId"])
+                if message.get("id") in restoring:
+                    known.add(restoring.pop(message["id"]))
+                if message.get("id") in promptIds:
+                    sessionId = promptIds.pop(message["id"])
+                    prompting[sessionId] -= 1
+            elif direction == "received" and message.get("method") == "session/update":
+                sessionId = message["params"]["sessionId"]
+                kind = message["params"]["update"]["sessionUpdate"]
+                if sessionId not in known and sessionId not in restoring.values():
+                    found.append(f"{kind} for {sessionId} before the editor knew the session")
+                elif kind in TURN_CONTENT and not prompting.get(sessionId) and sessionId not in restoring.values():
+                    found.append(f"{kind} for {sessionId} outside any prompt turn")
         return found
 
 
