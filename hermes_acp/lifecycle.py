@@ -176,37 +176,41 @@ class Lifecycle:
         mode = checkMode(field(params, "modeId", str))
         return Reply({}, lambda: self.applyMode(state, mode))
 
-    def applyMode(self, state: SessionState, mode: str, announceOptions: bool = True) -> None:
+    def changeMode(self, state: SessionState, mode: str) -> None:
         state.mode = mode
         self.hub.agentSettingsChanged(state)
         self.sessions.save(state, touch=False)
-        self.hub.sendUpdate(state, {"sessionUpdate": "current_mode_update", "currentModeId": mode})
-        if announceOptions:
-            self.announceOptions(state)
+
+    def announceMode(self, state: SessionState) -> None:
+        self.hub.sendUpdate(state, {"sessionUpdate": "current_mode_update", "currentModeId": state.mode})
+
+    def applyMode(self, state: SessionState, mode: str) -> None:
+        """Switch and tell the editor (modes and the mode config option stay in sync)."""
+        self.changeMode(state, mode)
+        self.announceMode(state)
+        self.announceOptions(state)
 
     def announceOptions(self, state: SessionState) -> None:
         self.hub.sendUpdate(state, {"sessionUpdate": "config_option_update", "configOptions": self.configOptions(state)})
 
-    async def setConfigOption(self, params: dict[str, Any]) -> Reply:
+    async def setConfigOption(self, params: dict[str, Any]) -> dict[str, Any] | Reply:
         state = await self.sessions.get(field(params, "sessionId", str))
         configId = field(params, "configId", str)
         if params.get("type") not in (None, "select"):
             raise InvalidParams("Invalid params: only select options exist here", {"field": "type"})
         value = params.get("value")
         checkOption(configId, value, self.hub.catalog.models())
-        after = None
-        if configId == "mode" and value != state.mode:
-            after = lambda: self.applyMode(state, value, announceOptions=False)  # noqa: E731
+        modeChanged = configId == "mode" and value != state.mode
+        if configId == "mode":
+            self.changeMode(state, value)
         elif configId == "model":
             self.switchModel(state, value)
-        elif configId == "thought_level":
-            state.config["thought_level"] = value
+        else:
+            state.config[configId] = value
             self.hub.agentSettingsChanged(state)
             self.sessions.save(state, touch=False)
-        if after is None:
-            return {"configOptions": self.configOptions(state)}
-        state.mode = value
-        return Reply({"configOptions": self.configOptions(state)}, after)
+        result = {"configOptions": self.configOptions(state)}
+        return Reply(result, lambda: self.announceMode(state)) if modeChanged else result
 
     def switchModel(self, state: SessionState, model: str) -> None:
         """Same history, same tools, new model from the next request on."""

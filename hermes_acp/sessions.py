@@ -229,14 +229,19 @@ class SessionManager:
     # -- settings, history and the journal -------------------------------
 
     def save(self, state: SessionState, touch: bool = True) -> Deferred[Any]:
-        """Persist the session's settings (title, model, mode, config, cwd)."""
+        """Persist the session's settings (title, model, mode, config, cwd).
+
+        A failure is logged, not raised: the live session keeps its settings.
+        """
         if touch:
             state.updatedAt = timestamp()
-        return self.call(
+        d = self.call(
             "updateSession", state.sessionId, title=state.title, model=state.model, mode=state.mode,
             config=state.config, cwd=state.cwd, additionalDirectories=state.additionalDirectories,
             updatedAt=state.updatedAt,
         )
+        d.addErrback(lambda f: log.failure("saving session {id} failed", f, id=state.sessionId))
+        return d
 
     def journalUpdate(self, state: SessionState, update: dict[str, Any]) -> None:
         """Remember an update for replay; written within JOURNAL_FLUSH seconds."""
