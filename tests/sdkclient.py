@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -50,7 +51,45 @@ class Wire:
         found = [f"non-JSON stdout line {line[:120]!r}" for line in self.nonJSON]
         for frame in self.received:
             found += [f"{p} in {json.dumps(frame)[:300]}" for p in acpschema.checkAgentFrame(frame, methods)]
-        return found + self.lifecycleProblems()
+        return found + self.lifecycleProblems() + self.capabilityProblems() + self.pathProblems()
+
+    def capabilityProblems(self) -> list[str]:
+        """The agent calls fs/* and terminal/* only when the client offered them."""
+        offered: dict[str, Any] = {}
+        for message in self.sent:
+            if message.get("method") == "initialize":
+                offered = (message.get("params") or {}).get("clientCapabilities") or {}
+        fs = offered.get("fs") or {}
+        allowed = {
+            "fs/read_text_file": fs.get("readTextFile") is True,
+            "fs/write_text_file": fs.get("writeTextFile") is True,
+        }
+        found = []
+        for message in self.received:
+            method = message.get("method", "")
+            if method.startswith("terminal/") and offered.get("terminal") is not True:
+                found.append(f"{method} without the terminal capability")
+            elif method in allowed and not allowed[method]:
+                found.append(f"{method} without the fs capability")
+        return found
+
+    def pathProblems(self) -> list[str]:
+        """Every path the agent sends (locations, diffs, fs requests) is absolute."""
+        found = []
+
+        def walk(value: Any) -> None:
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if key == "path" and isinstance(item, str) and not os.path.isabs(item):
+                        found.append(f"relative path {item!r}")
+                    if key not in ("rawInput", "rawOutput", "_meta"):
+                        walk(item)
+            elif isinstance(value, list):
+                for item in value:
+                    walk(item)
+
+        walk(self.received)
+        return found
 
     def lifecycleProblems(self) -> list[str]:
         """No update for a session the editor does not know yet (before its

@@ -535,3 +535,64 @@ async def test_disconnectMidTurn(scriptedServer, tmp_path) -> None:
     assert problems == []
     assert [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"] == ["long job"]
     assert [c["status"] for c in toolCalls(replayed).values()] == ["failed"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_everyToolInOneTurn(scriptedServer, tmp_path) -> None:
+    """One turn uses every tool: write, patch, read, search, run, plan, search past
+    sessions. Each reaches completed, the files are right, the model sees every result."""
+    server, url = scriptedServer
+    server.addRule("earlier", [[{"text": "noted the zebra"}]])
+    calls = [
+        ("write_file", {"path": "src/app.py", "content": "def greet():\n    return 'hi'\n"}),
+        ("patch", {"path": "src/app.py", "old_string": "return 'hi'", "new_string": "return 'hello'"}),
+        ("read_file", {"path": "src/app.py"}),
+        ("search_files", {"pattern": "hello", "path": "src"}),
+        ("terminal", {"command": "python3 -c 'import sys; sys.path.insert(0, \"src\"); import app; print(app.greet())'"}),
+        ("todo", {"todos": [{"id": "1", "content": "greet politely", "status": "completed"}, {"id": "2", "content": "ship", "status": "pending"}]}),
+        ("session_search", {"query": "zebra"}),
+    ]
+    server.addRule("everything", [[{"tool_calls": [{"id": f"c{i}", "name": n, "arguments": a}]}] for i, (n, a) in enumerate(calls)] + [[{"text": "all done"}]])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            sid = await session(conn, tmp_path)
+            await conn.prompt(session_id=sid, prompt=[text("remember the earlier zebra")])
+            await conn.set_session_mode(session_id=sid, mode_id="accept_edits")
+            response = await conn.prompt(session_id=sid, prompt=[text("do everything")])
+            return response, updates(wire, sid), wire.problems()
+
+    response, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert response.stop_reason == "end_turn"
+    assert (tmp_path / "src" / "app.py").read_text() == "def greet():\n    return 'hello'\n"
+    cards = list(toolCalls(found).values())
+    assert [c["status"] for c in cards] == ["completed"] * 7
+    assert [c["kind"] for c in cards] == ["edit", "edit", "read", "search", "execute", "think", "search"]
+    results = toolResults(server)
+    assert "hello" in results[2] and "app.py" in results[3] and "hello" in results[4]
+    assert "zebra" in results[6]
+    [plan] = [u for u in found if u["sessionUpdate"] == "plan"]
+    assert [e["status"] for e in plan["entries"]] == ["completed", "pending"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_unadvertisedContentIsRefused(scriptedServer, tmp_path) -> None:
+    """An audio block (not advertised) is -32602 naming the block; the session goes on."""
+    server, url = scriptedServer
+    server.default.responses.append([{"text": "fine"}])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            sid = await session(conn, tmp_path)
+            try:
+                await conn.prompt(session_id=sid, prompt=[acp.audio_block("AAAA", "audio/wav")])
+            except acp.RequestError as e:
+                error = e
+            response = await conn.prompt(session_id=sid, prompt=[text("plain")])
+            return error, response, wire.problems()
+
+    error, response, problems = await onLoop(scenario())
+    assert problems == []
+    assert error.code == -32602 and "prompt[0]" in str(error)
+    assert response.stop_reason == "end_turn"
