@@ -79,8 +79,6 @@ class ACPAgent:
         endpointSource: Callable[[], Endpoint] = resolveEndpoint,
         agentFactory: IAgentFactory | None = None,
     ) -> None:
-        from .engine.model import listModels
-
         self.reactor = reactor
         self.settings = settings
         self.sessions = sessions
@@ -91,7 +89,7 @@ class ACPAgent:
         self.loggedOut = False
         self.connection: JSONRPCConnection | None = None
         self.permissions: PermissionBroker | None = None
-        self.catalog = ModelCatalog(endpointSource, workers.run, listModels, self._modelsChanged)
+        self.catalog = ModelCatalog(endpointSource, workers.run, fetchModels, self._modelsChanged)
         self.lifecycle = Lifecycle(self)
         self.turns = Turns(self)
 
@@ -264,3 +262,9 @@ class ACPAgent:
         d.addCallback(lambda _: self.sessions.close())
         return d
 
+
+def fetchModels(endpoint: Endpoint) -> list[str]:
+    """The endpoint's model list (in a worker thread; imports the model client then)."""
+    from .engine.model import listModels
+
+    return listModels(endpoint)

@@ -1,17 +1,20 @@
-"""Builds each session's engine agent (``IAgentFactory``)."""
+"""Builds each session's engine agent (``IAgentFactory``), importing the engine
+only when the first agent is built, so it costs nothing at startup."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from zope.interface import implementer
 
 from .config import Endpoint
-from .engine.agent import AIAgent
 from .interfaces import IAgentFactory
 from .sessions import SessionState
+
+if TYPE_CHECKING:
+    from .engine.agent import AIAgent
 
 
 def reasoningEffort(state: SessionState) -> str | None:
@@ -32,6 +35,8 @@ class EngineAgentFactory:
     sessionSearch: Callable[[str, int], list[dict[str, Any]]] | None = None
 
     def buildAgent(self, session: SessionState) -> AIAgent:
+        from .engine.agent import AIAgent  # the engine loads with the first session's first turn
+
         agent = AIAgent(
             endpoint=self.endpointSource(),
             cwd=session.cwd,

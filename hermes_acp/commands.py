@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import platform
 import sys
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
@@ -54,6 +53,8 @@ def slashCommand(text: str, blocks: list[dict[str, Any]]) -> tuple[str, str] | N
 
 
 def _version(package: str) -> str:
+    from importlib import metadata
+
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:

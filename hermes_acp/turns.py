@@ -22,7 +22,6 @@ from twisted.logger import Logger
 from .bridge import EventBridge
 from .clientio import ClientWorkspace
 from .commands import runCommand, slashCommand
-from .engine.edits import EditProposal
 from .intake import checkPrompt, promptText, toModelContent
 from .jsonrpc import JSONRPCError
 from .params import field
@@ -33,6 +32,7 @@ from .store import timestamp
 
 if TYPE_CHECKING:
     from .acp import ACPAgent
+    from .engine.edits import EditProposal
 
 log = Logger()
 
