@@ -87,6 +87,7 @@ class ACPAgent:
         self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, self._searchSessions)
         self.client = ClientInfo()
         self.loggedOut = False
+        self._warm = False
         self.connection: JSONRPCConnection | None = None
         self.permissions: PermissionBroker | None = None
         self.catalog = ModelCatalog(endpointSource, workers.run, fetchModels, self._modelsChanged)
@@ -214,6 +215,13 @@ class ACPAgent:
         """The editor knows the session now (its response is written)."""
         self.sendUpdate(state, {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}, journal=False)
 
+    def warmUp(self) -> None:
+        """Import the engine and the model SDK on a worker while the user types."""
+        if not self._warm:
+            self._warm = True
+            d = self.workers.run(_importEngine)
+            d.addErrback(lambda f: log.failure("preloading the engine failed", f))
+
     def agentFor(self, state: SessionState) -> Any:
         if state.agent is None:
             state.agent = self.agentFactory.buildAgent(state)
@@ -268,3 +276,9 @@ def fetchModels(endpoint: Endpoint) -> list[str]:
     from .engine.model import listModels
 
     return listModels(endpoint)
+
+
+def _importEngine() -> None:
+    import openai  # noqa: F401  (about 0.7 s; better now than in the first turn)
+
+    from .engine import agent  # noqa: F401

@@ -96,6 +96,7 @@ class Lifecycle:
         endpoint = self.hub.requireAuthenticated()
         state = await self.sessions.create(cwd, extra, model=endpoint.model)
         self.hub.catalog.refresh()
+        self.hub.warmUp()
         return self.setupResult(state, sessionId=True)
 
     async def restored(self, params: dict[str, Any]) -> SessionState:
