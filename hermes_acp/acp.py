@@ -93,6 +93,7 @@ class ACPAgent:
         self.catalog = ModelCatalog(endpointSource, workers.run, fetchModels, self._modelsChanged)
         self.lifecycle = Lifecycle(self)
         self.turns = Turns(self)
+        sessions.onForget = self._forgotten
 
     def buildProtocol(self) -> JSONRPCConnection:
         requests = {"initialize": self.initialize, "authenticate": self.authenticate, "logout": self.logout}
@@ -244,6 +245,11 @@ class ACPAgent:
             writeFiles=self.client.fs("writeTextFile"),
             terminals=self.client.terminal,
         )
+
+    def _forgotten(self, state: SessionState) -> None:
+        state.agent = None
+        if self.permissions is not None:
+            self.permissions.forget(state.sessionId)
 
     def _searchSessions(self, query: str, limit: int) -> list[dict[str, Any]]:
         return self.sessions.searchNow(query, limit)

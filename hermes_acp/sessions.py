@@ -53,7 +53,6 @@ class SessionState:
     updatedAt: str = attrs.field(default=attrs.Factory(lambda self: self.createdAt, takes_self=True))
     history: list[dict[str, Any]] = attrs.field(factory=list)
     agent: Any = None
-    cancelEvent: threading.Event = attrs.field(factory=threading.Event)
     turn: int = 0
     running: Any = None  # the PromptTurn in progress
     queued: deque[Any] = attrs.field(factory=deque)
@@ -61,7 +60,6 @@ class SessionState:
     usageTotals: dict[str, int] = attrs.field(factory=dict)
     journal: list[dict[str, Any]] = attrs.field(factory=list)
     flushCall: IDelayedCall | None = None
-    closed: bool = False
 
     @classmethod
     def fromRecord(cls, record: SessionRecord, history: list[dict[str, Any]]) -> SessionState:
@@ -215,7 +213,6 @@ class SessionManager:
 
     def forget(self, state: SessionState) -> None:
         """Drop a session from memory (its journal is flushed first)."""
-        state.closed = True
         self.flush(state)
         self.sessions.pop(state.sessionId, None)
         if self.onForget is not None:
