@@ -14,7 +14,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from twisted.internet.defer import maybeDeferred
+from twisted.logger import Logger
+
 from .threads import callInReactor
+
+log = Logger()
 
 #: How long deltas may wait to be batched, and the most a batch may hold.
 COALESCE_SECONDS = 0.005
@@ -58,7 +63,7 @@ class EventBridge:
         with self._lock:
             self._kind = kind
             self._parts.append(text)
-            self._size += len(text)
+            self._size += len(text.encode("utf-8", "surrogatepass"))
             full = self._size >= MAX_BATCH_BYTES
             arm = not self._armed and not full
             self._armed = self._armed or arm
@@ -79,15 +84,18 @@ class EventBridge:
         """In the reactor thread: send whatever the batch holds now.
 
         While the editor is behind, the batch keeps growing instead; once full,
-        the worker's own flush waits for the editor (back-pressure)."""
-        if self.paused():
-            self.reactor.callLater(COALESCE_SECONDS, self._timerFired)
-            return
+        the worker's own flush waits for the editor (back-pressure). A timer
+        that finds the batch already gone stops (the next delta arms a new one)."""
+        paused = self.paused()
         with self._lock:
-            self._armed = False
-            batch = self._take()
-        if batch:
-            self.deliver(batch)
+            holding = paused and bool(self._parts)
+            self._armed = holding
+            batch = [] if holding else self._take()
+        if holding:
+            self.reactor.callLater(COALESCE_SECONDS, self._timerFired)
+        elif batch:
+            d = maybeDeferred(self.deliver, batch)
+            d.addErrback(lambda f: log.failure("delivering coalesced text failed", f))
 
     def flush(self) -> None:
         """Send the batch now (from a worker thread) and wait for the editor."""

@@ -14,9 +14,18 @@ from typing import Any
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
+from twisted.internet.error import ConnectionClosed
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from .engine.workspace import DEFAULT_OUTPUT_LIMIT, CommandResult, LocalWorkspace, Workspace, WorkspaceError
+from .engine.workspace import (
+    _CHILD_ENV,
+    DEFAULT_OUTPUT_LIMIT,
+    CommandResult,
+    LocalWorkspace,
+    Workspace,
+    WorkspaceError,
+)
 from .jsonrpc import RemoteError
 from .threads import callInReactor
 
@@ -24,14 +33,20 @@ log = Logger()
 
 #: How long a client file request may take before the tool gives up.
 FILE_TIMEOUT = 30.0
+#: How often a command in an editor terminal checks its tool's cancel event.
+CANCEL_POLL = 0.1
+#: Every way a request to the editor can fail (an error answer, a timeout, a cancel, a lost connection).
+FAILURES = (RemoteError, CancelledError, TimeoutError, ConnectionClosed)
 
 
 @attrs.define(eq=False)
 class ClientWorkspace:
     """A ``Workspace`` that uses the editor's capabilities where advertised.
 
-    ``call(method, params, timeout)`` sends a request on the reactor thread and
-    returns a Deferred the turn tracks (a cancelled turn cancels it).
+    ``call(method, params, timeout, track=True)`` sends a request on the
+    reactor thread and returns a Deferred; the turn tracks it (a cancelled turn
+    cancels it) unless ``track`` is false, as for ``terminal/create`` and the
+    clean-up requests, which must run to their end.
     """
 
     reactor: Any
@@ -41,6 +56,10 @@ class ClientWorkspace:
     writeFiles: bool = False
     terminals: bool = False
     local: Workspace = attrs.field(factory=LocalWorkspace)
+    #: ``onTerminal(command, terminalId)``, on the reactor thread as soon as the
+    #: editor made a terminal: the moment to embed it in the tool call (ACP
+    #: wants it shown before ``terminal/release``).
+    onTerminal: Callable[[str, str], Any] | None = None
 
     def _request(self, method: str, params: dict[str, Any], timeout: float | None = FILE_TIMEOUT) -> Any:
         try:
@@ -49,7 +68,7 @@ class ClientWorkspace:
             if e.code == -32002:
                 raise FileNotFoundError(params.get("path", "")) from e
             raise WorkspaceError(f"the editor refused {method}: {e.message}") from e
-        except (CancelledError, TimeoutError) as e:
+        except FAILURES as e:
             raise WorkspaceError(f"{method} did not complete ({type(e).__name__})") from e
 
     def readText(self, path: str) -> str:
@@ -72,38 +91,64 @@ class ClientWorkspace:
         if not self.terminals:
             return self.local.runCommand(command, cwd, timeout, cancelEvent, outputLimit)
         return callInReactor(
-            self.reactor, lambda: Deferred.fromCoroutine(self._terminal(command, cwd, timeout, outputLimit))
+            self.reactor, lambda: Deferred.fromCoroutine(self._terminal(command, cwd, timeout, outputLimit, cancelEvent))
         )
 
-    async def _terminal(self, command: str, cwd: str, timeout: float, outputLimit: int) -> CommandResult:
-        """create → wait_for_exit (raced with the timeout) → [kill] → output → release."""
+    async def _terminal(
+        self, command: str, cwd: str, timeout: float, outputLimit: int, cancelEvent: threading.Event | None = None
+    ) -> CommandResult:
+        """create → wait_for_exit (raced with the timeout and the cancel) → [kill] → output → release.
+
+        ``terminal/create`` is not cancelled with the turn: a terminal the
+        editor made must be released, so the agent waits for its id; a cancel
+        that came meanwhile is noticed right after."""
+        cancelEvent = cancelEvent or threading.Event()
+        if cancelEvent.is_set():
+            return CommandResult(output="", exitCode=None, cancelled=True)
         base = {"sessionId": self.sessionId}
+        env = [{"name": name, "value": value} for name, value in _CHILD_ENV.items()]
         try:
             created = await self.call(
                 "terminal/create",
-                {**base, "command": "/bin/sh", "args": ["-c", command], "cwd": cwd, "outputByteLimit": outputLimit},
+                {**base, "command": "/bin/sh", "args": ["-c", command], "env": env, "cwd": cwd, "outputByteLimit": outputLimit},
                 FILE_TIMEOUT,
+                False,
             )
-        except (RemoteError, CancelledError, TimeoutError) as e:
+        except FAILURES as e:
             raise WorkspaceError(f"the editor could not start the command: {e}") from e
         terminalId = created.get("terminalId") if isinstance(created, dict) else None
         if not isinstance(terminalId, str):
             raise WorkspaceError("the editor answered terminal/create without a terminalId")
         ids = {**base, "terminalId": terminalId}
-        timedOut = cancelled = False
+        if self.onTerminal is not None:
+            try:
+                self.onTerminal(command, terminalId)
+            except Exception:  # noqa: BLE001 - a hook must not stop the command
+                log.failure("onTerminal failed for {terminalId}", terminalId=terminalId)
+        exited: Any = None
+        timedOut, cancelled = False, cancelEvent.is_set()
+        lost: Exception | None = None
         try:
             try:
-                await self.call("terminal/wait_for_exit", ids, timeout)
+                if not cancelled:
+                    exited = await self._watched(self.call("terminal/wait_for_exit", ids, timeout), cancelEvent)
             except TimeoutError:
                 timedOut = True
             except CancelledError:
                 cancelled = True
-            if timedOut or cancelled:
+            except FAILURES as e:
+                lost = e
+            if timedOut or cancelled or lost:  # it may still be running
                 await self._quietly("terminal/kill", ids)
-            output = await self._quietly("terminal/output", ids) or {}
+            output = await self._quietly("terminal/output", ids)
         finally:
             await self._quietly("terminal/release", ids)
-        status = output.get("exitStatus") or {}
+        if lost is not None:
+            raise WorkspaceError(f"terminal/wait_for_exit failed: {lost}") from lost
+        output = output if isinstance(output, dict) else {}
+        status = output.get("exitStatus") if isinstance(output.get("exitStatus"), dict) else {}
+        if isinstance(exited, dict):
+            status = {**status, **{k: v for k, v in exited.items() if v is not None}}
         return CommandResult(
             output=str(output.get("output", "")),
             exitCode=None if (timedOut or cancelled) else status.get("exitCode"),
@@ -112,6 +157,13 @@ class ClientWorkspace:
             cancelled=cancelled,
             meta={"terminalId": terminalId, "signal": status.get("signal")},
         )
+
+    def _watched(self, d: Deferred[Any], cancelEvent: threading.Event) -> Deferred[Any]:
+        """``d``, cancelled within CANCEL_POLL seconds of ``cancelEvent`` being set."""
+        poll = LoopingCall(lambda: cancelEvent.is_set() and d.cancel())
+        poll.clock = self.reactor
+        poll.start(CANCEL_POLL, now=False)
+        return d.addBoth(lambda result: (poll.stop(), result)[1])
 
     async def _quietly(self, method: str, params: dict[str, Any]) -> Any:
         """Clean-up requests: answered or not, the turn goes on."""

@@ -9,6 +9,7 @@ visible to later turns. Runs in a worker thread (it may read files).
 from __future__ import annotations
 
 import base64
+import codecs
 import os
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -41,7 +42,21 @@ def checkPrompt(blocks: Any, image: bool, embedded: bool) -> list[dict[str, Any]
         for name, expected in _REQUIRED[kind].items():
             if not isinstance(block.get(name), expected):
                 raise InvalidParams(f"Invalid params: prompt[{index}].{name} is required", {"field": f"prompt[{index}].{name}"})
+        if kind == "image":
+            _base64(block["data"], f"prompt[{index}].data")
+        elif kind == "resource" and not isinstance(block["resource"].get("text"), str):
+            if not isinstance(block["resource"].get("blob"), str):
+                field = f"prompt[{index}].resource"
+                raise InvalidParams(f"Invalid params: {field} needs a text or a blob", {"field": field})
+            _base64(block["resource"]["blob"], f"prompt[{index}].resource.blob")
     return blocks
+
+
+def _base64(data: str, field: str = "prompt") -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except ValueError:  # binascii.Error, or characters outside ASCII
+        raise InvalidParams(f"Invalid params: {field} is not base64", {"field": field}) from None
 
 
 def promptText(blocks: list[dict[str, Any]]) -> str:
@@ -52,21 +67,24 @@ def promptText(blocks: list[dict[str, Any]]) -> str:
 def _localPath(uri: str) -> str | None:
     parsed = urlparse(uri)
     if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
-        return unquote(parsed.path)
+        path = unquote(parsed.path)
+        return path if os.path.isabs(path) else None
     if not parsed.scheme and os.path.isabs(uri):
         return uri
     return None
 
 
-def _decode(data: bytes) -> str | None:
+def _decode(data: bytes, cut: bool) -> str | None:
+    """The text of a file's first bytes, or None for a binary file.
+
+    When the file was ``cut`` (read only in part), a character split at the cut
+    is left out rather than making the whole file look binary."""
     if b"\0" in data[:8192]:
         return None
-    for encoding in ("utf-8-sig", "utf-8"):
-        try:
-            return data.decode(encoding)
-        except UnicodeDecodeError:
-            continue
-    return None
+    try:
+        return codecs.getincrementaldecoder("utf-8-sig")().decode(data, final=not cut)
+    except UnicodeDecodeError:
+        return None
 
 
 def _attached(label: str, uri: str, body: str | None, size: int, note: str = "") -> str:
@@ -96,7 +114,7 @@ def _link(block: dict[str, Any]) -> list[dict[str, Any]]:
     mime = block.get("mimeType") or IMAGE_SUFFIXES.get(os.path.splitext(path)[1].lower())
     if mime and mime.startswith("image/") and size <= MAX_INLINE:
         return [{"type": "text", "text": f"[Attached image: {name}]\nURI: {uri}"}, _image(mime, base64.b64encode(data).decode())]
-    return [{"type": "text", "text": _attached(name, uri, _decode(data[:MAX_INLINE]), size)}]
+    return [{"type": "text", "text": _attached(name, uri, _decode(data[:MAX_INLINE], size > MAX_INLINE), size)}]
 
 
 def _resource(block: dict[str, Any]) -> list[dict[str, Any]]:
@@ -110,15 +128,12 @@ def _resource(block: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"type": "text", "text": _attached(label, uri, body, size)}]
     blob = resource.get("blob")
     if not isinstance(blob, str):
-        raise InvalidParams("Invalid params: an embedded resource needs text or blob", {"field": "prompt"})
-    try:
-        data = base64.b64decode(blob, validate=True)
-    except ValueError:
-        raise InvalidParams("Invalid params: an embedded resource blob is not base64", {"field": "prompt"})
+        raise InvalidParams("Invalid params: an embedded resource needs a text or a blob", {"field": "prompt"})
+    data = _base64(blob)
     mime = str(resource.get("mimeType") or "")
     if mime.startswith("image/") and len(data) <= MAX_INLINE:
         return [{"type": "text", "text": f"[Attached image: {label}]\nURI: {uri}"}, _image(mime, blob)]
-    return [{"type": "text", "text": _attached(label, uri, _decode(data[:MAX_INLINE]), len(data))}]
+    return [{"type": "text", "text": _attached(label, uri, _decode(data[:MAX_INLINE], len(data) > MAX_INLINE), len(data))}]
 
 
 def toModelContent(blocks: list[dict[str, Any]]) -> str | list[dict[str, Any]]:

@@ -32,37 +32,47 @@ THOUGHT_LEVELS = {
 @attrs.define(eq=False)
 class ModelCatalog:
     """The models offered: ``HERMES_MODELS``, else the endpoint's ``/models``
-    (fetched once, in the background, never blocking a request)."""
+    (fetched once per endpoint URL, in the background, never blocking a request;
+    a list fetched from another URL, before the endpoint changed, is not offered)."""
 
     endpointSource: Callable[[], Endpoint]
     runInThread: Callable[..., Deferred[Any]]
     fetchModels: Callable[[Endpoint], list[str]]
     onChange: Callable[[], None] = lambda: None
     fetched: tuple[str, ...] = ()
-    _fetching: bool = False
+    #: The URL ``fetched`` came from, and the URL asked (or being asked) last.
+    fetchedFrom: str | None = None
+    _asked: str | None = None
+
+    def _known(self, endpoint: Endpoint) -> tuple[str, ...]:
+        return self.fetched if self.fetchedFrom == endpoint.baseURL else ()
 
     def models(self) -> list[str]:
         endpoint = self.endpointSource()
-        found = list(endpoint.models or self.fetched)
+        found = list(endpoint.models or self._known(endpoint))
         if endpoint.model and endpoint.model not in found:
             found.insert(0, endpoint.model)
         return found
 
     def refresh(self) -> None:
         endpoint = self.endpointSource()
-        if endpoint.models or self.fetched or self._fetching or not endpoint.baseURL:
+        url = endpoint.baseURL
+        if endpoint.models or not url or self._asked == url:
             return
-        self._fetching = True
+        self._asked = url
         d = self.runInThread(self.fetchModels, endpoint)
 
         def fetched(models: list[str]) -> None:
-            self.fetched = tuple(models)
-            if models:
+            if self._asked != url:
+                return  # the endpoint changed meanwhile
+            self.fetched, self.fetchedFrom = tuple(str(m) for m in models or ()), url
+            if self.fetched:
                 self.onChange()
 
         def failed(failure: Any) -> None:
-            self._fetching = False  # try again with the next session
-            log.warn("could not list models at {url}: {error}", url=endpoint.baseURL, error=failure.getErrorMessage())
+            if self._asked == url:
+                self._asked = None  # try again with the next session
+            log.warn("could not list models at {url}: {error}", url=url, error=failure.getErrorMessage())
 
         d.addCallbacks(fetched, failed)
 
@@ -75,20 +85,26 @@ def modeState(state: SessionState) -> dict[str, Any]:
 
 
 def configOptions(state: SessionState, models: list[str]) -> list[dict[str, Any]]:
-    """The full set, in priority order; every option has a current value."""
+    """The full set, in priority order; every option's current value is one of
+    its options (the model selector is left out while there is no model at all)."""
     current = state.model or (models[0] if models else "")
     modelValues = list(models)
     if current and current not in modelValues:
         modelValues.insert(0, current)
-    return [
-        {
-            "id": "model",
-            "name": "Model",
-            "category": "model",
-            "type": "select",
-            "currentValue": current,
-            "options": [{"value": m, "name": m} for m in modelValues],
-        },
+    thoughtLevel = state.config.get("thought_level", "default")
+    options: list[dict[str, Any]] = []
+    if current:
+        options.append(
+            {
+                "id": "model",
+                "name": "Model",
+                "category": "model",
+                "type": "select",
+                "currentValue": current,
+                "options": [{"value": m, "name": m} for m in modelValues],
+            }
+        )
+    return options + [
         {
             "id": "mode",
             "name": "Mode",
@@ -102,7 +118,7 @@ def configOptions(state: SessionState, models: list[str]) -> list[dict[str, Any]
             "name": "Thinking",
             "category": "thought_level",
             "type": "select",
-            "currentValue": state.config.get("thought_level", "default"),
+            "currentValue": thoughtLevel if thoughtLevel in THOUGHT_LEVELS else "default",
             "options": [{"value": k, "name": k.title(), "description": v} for k, v in THOUGHT_LEVELS.items()],
         },
     ]

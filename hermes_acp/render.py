@@ -30,6 +30,8 @@ KINDS = {
 CONTENT_LIMIT = 16 * 1024
 RAW_OUTPUT_LIMIT = 64 * 1024
 TITLE_LIMIT = 120
+#: Cap on the line saying how a command ended.
+STATUS_LIMIT = 500
 
 
 def truncateMiddle(text: str, limit: int) -> str:
@@ -57,6 +59,23 @@ def _oneLine(text: str, limit: int = TITLE_LIMIT) -> str:
     if len(first) > limit:
         first, more = first[: limit - 1], True
     return first + ("…" if more else "")
+
+
+def _commandStatus(text: str, failed: bool, extras: dict[str, Any]) -> str:
+    """How a command ended: its exit code, the signal that ended it, or the error."""
+    if failed:
+        try:
+            report = json.loads(text)
+        except ValueError:
+            report = None
+        error = report.get("error") if isinstance(report, dict) else None
+        first = str(error or text).strip().split("\n", 1)[0]
+        return first.removesuffix(":")[:STATUS_LIMIT]
+    if extras.get("exitCode") is not None:
+        return f"exit code {extras['exitCode']}"
+    if extras.get("signal"):
+        return f"ended by signal {extras['signal']}"
+    return "exit status unknown"
 
 
 def textContent(text: str) -> dict[str, Any]:
@@ -96,6 +115,8 @@ class Renderer:
         path = self.shown(args.get("path"))
         if name == "read_file":
             offset, limit = args.get("offset"), args.get("limit")
+            if offset is None and isinstance(limit, int):
+                offset = 1  # the tool's default first line
             if isinstance(offset, int) and isinstance(limit, int) and (offset, limit) != (1, 500):
                 return f"Read {path}:{offset}-{offset + limit - 1}"
             if isinstance(offset, int) and offset > 1:
@@ -159,19 +180,20 @@ class Renderer:
             update["locations"] = locations
         return update
 
+    def diff(self, edit: dict[str, Any]) -> dict[str, Any]:
+        """``diff`` content for an edit's ``path``, ``oldText`` (None: a new file) and ``newText``."""
+        return {"type": "diff", "path": self.absolute(edit["path"]), "oldText": edit.get("oldText"), "newText": edit["newText"]}
+
     def finishedContent(self, name: str, text: str, failed: bool, extras: dict[str, Any]) -> list[dict[str, Any]]:
         content: list[dict[str, Any]] = []
         if "newText" in extras and "path" in extras and not failed:
-            content.append(
-                {"type": "diff", "path": self.absolute(extras["path"]), "oldText": extras.get("oldText"), "newText": extras["newText"]}
-            )
+            content.append(self.diff(extras))
         if extras.get("terminalId"):
             content.append({"type": "terminal", "terminalId": extras["terminalId"]})
-        if name == "terminal" and not failed and "output" in extras:
+        if name == "terminal" and "output" in extras:
             body = str(extras["output"])
-            status = f"exit code {extras.get('exitCode')}"
             shown = fenced(truncateMiddle(body, CONTENT_LIMIT)) if body.strip() else "(no output)"
-            content.append(textContent(f"{shown}\n{status}"))
+            content.append(textContent(f"{shown}\n{_commandStatus(text, failed, extras)}"))
         elif failed or name != "todo":
             summary = text if failed or name not in ("write_file", "patch") else text.split("\n", 1)[0]
             content.append(textContent(fenced(truncateMiddle(summary, CONTENT_LIMIT))))
@@ -188,9 +210,7 @@ class Renderer:
             "rawInput": args,
         }
         if "newText" in detail:
-            call["content"] = [
-                {"type": "diff", "path": self.absolute(detail["path"]), "oldText": detail.get("oldText"), "newText": detail["newText"]}
-            ]
+            call["content"] = [self.diff(detail)]
             call["locations"] = [{"path": self.absolute(detail["path"])}]
         else:
             command = str(detail.get("command", ""))

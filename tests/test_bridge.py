@@ -1,0 +1,308 @@
+"""The event bridge, driven from a real worker thread against a fake reactor
+whose thread is the test's (see :mod:`tests.workerthread`)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.trial.unittest import SynchronousTestCase
+
+from hermes_acp.bridge import COALESCE_SECONDS, MAX_BATCH_BYTES, EventBridge
+from hermes_acp.threads import callInReactor
+
+from .workerthread import ThreadedClock
+
+MESSAGE, THOUGHT = "agent_message_chunk", "agent_thought_chunk"
+
+
+class BridgeTestCase(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.reactor = ThreadedClock()
+        self.deliveries: list[list[tuple[str, Any]]] = []
+        self.answer: Any = None
+        self.isPaused = False
+        self.bridge = EventBridge(self.reactor, self.deliver, paused=lambda: self.isPaused)
+
+    def deliver(self, events: list[tuple[str, Any]]) -> Any:
+        assert threading.current_thread() is threading.main_thread(), "deliver must run on the reactor"
+        self.deliveries.append(list(events))
+        return self.answer() if callable(self.answer) else self.answer
+
+    def onReactor(self, f: Any, *args: Any) -> Any:
+        """From the worker: run ``f`` on the reactor and wait (everything queued before runs first)."""
+        return callInReactor(self.reactor, f, *args)
+
+    def advance(self, seconds: float = COALESCE_SECONDS) -> None:
+        self.onReactor(self.reactor.advance, seconds)
+
+
+class CoalescingTests(BridgeTestCase):
+    def test_fourThousandDeltasExactly(self) -> None:
+        """4,000 deltas arrive in 16 deliveries (one per timer tick) and concatenate exactly."""
+        deltas = [f"{i}," for i in range(4000)]
+
+        def work() -> None:
+            for i, delta in enumerate(deltas):
+                self.bridge.message(delta)
+                if (i + 1) % 250 == 0:
+                    self.advance()
+            self.bridge.flush()
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(len(self.deliveries), 16)
+        self.assertEqual(
+            self.deliveries, [[(MESSAGE, "".join(deltas[i : i + 250]))] for i in range(0, 4000, 250)]
+        )
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_racingTimerNeverReordersDuplicatesOrDrops(self) -> None:
+        """With the timer firing between every hop, in whatever order the threads meet,
+        message and thought text and events come out in order, each piece once."""
+        rng = random.Random(7)
+        script: list[tuple[str, Any]] = []
+        kind = MESSAGE
+        for i in range(4000):
+            if rng.random() < 0.02:
+                kind = THOUGHT if kind == MESSAGE else MESSAGE
+            script.append((kind, f"<{i}>"))
+            if rng.random() < 0.01:
+                script.append(("event", i))
+
+        def work() -> None:
+            for kind, payload in script:
+                if kind == "event":
+                    self.bridge.event(payload)
+                elif kind == MESSAGE:
+                    self.bridge.message(payload)
+                else:
+                    self.bridge.thought(payload)
+            self.bridge.flush()
+
+        self.reactor.runInWorker(work, between=lambda: self.reactor.advance(COALESCE_SECONDS))
+        self.assertEqual(merged([e for batch in self.deliveries for e in batch]), merged(script))
+
+    def test_switchingKindFlushesInOrder(self) -> None:
+        """A thought after message text sends the message first (and back again)."""
+        seen: list[Any] = []
+
+        def work() -> None:
+            self.bridge.message("a")
+            self.bridge.message("b")
+            self.bridge.thought("c")
+            seen.append(list(self.deliveries))
+            self.bridge.thought("d")
+            self.bridge.message("e")
+            seen.append(list(self.deliveries))
+            self.bridge.flush()
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(seen[0], [[(MESSAGE, "ab")]])
+        self.assertEqual(seen[1], [[(MESSAGE, "ab")], [(THOUGHT, "cd")]])
+        self.assertEqual(self.deliveries, [[(MESSAGE, "ab")], [(THOUGHT, "cd")], [(MESSAGE, "e")]])
+
+    def test_eventSendsTextFirst(self) -> None:
+        """An event after text goes out in the same delivery, after the text; event()
+        returns what deliver returned."""
+        self.answer = "ack"
+
+        def work() -> Any:
+            self.bridge.thought("hmm")
+            self.bridge.message("x")
+            self.bridge.message("y")
+            return self.bridge.event(("started", "terminal"))
+
+        self.assertEqual(self.reactor.runInWorker(work), "ack")
+        self.assertEqual(self.deliveries, [[(THOUGHT, "hmm")], [(MESSAGE, "xy"), ("event", ("started", "terminal"))]])
+
+    def test_callRunsAfterTheText(self) -> None:
+        """call() sends the pending text, then runs f on the reactor and returns its result."""
+        asked: list[Any] = []
+        answers: list[Deferred[str]] = []
+
+        def ask(question: str) -> Deferred[str]:
+            asked.append((question, list(self.deliveries)))
+            answers.append(Deferred())
+            return answers[-1]
+
+        def answer() -> None:
+            while answers:
+                answers.pop().callback("yes")
+
+        def work() -> Any:
+            self.bridge.message("before")
+            return self.bridge.call(ask, "rm")
+
+        self.assertEqual(self.reactor.runInWorker(work, between=answer), "yes")
+        self.assertEqual(asked, [("rm", [[(MESSAGE, "before")]])])
+
+    def test_emptyDeltasCostNothing(self) -> None:
+        """Empty text neither arms a timer nor delivers anything."""
+
+        def work() -> None:
+            self.bridge.message("")
+            self.bridge.thought("")
+            self.bridge.flush()
+
+        self.reactor.runInWorker(work)
+        self.assertEqual((self.reactor.ran, self.deliveries), (0, []))
+
+
+class BatchLimitTests(BridgeTestCase):
+    def test_fullBatchFlushesSynchronously(self) -> None:
+        """The delta that fills the batch to MAX_BATCH_BYTES is delivered before message() returns."""
+        seen: list[Any] = []
+
+        def work() -> None:
+            self.bridge.message("a" * (MAX_BATCH_BYTES - 1))
+            seen.append(len(self.deliveries))
+            self.bridge.message("b")
+            seen.append(list(self.deliveries))
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(seen, [0, [[(MESSAGE, "a" * (MAX_BATCH_BYTES - 1) + "b")]]])
+
+    def test_fullMeansBytes(self) -> None:
+        """Multi-byte text fills the batch by its UTF-8 size, not its length in characters."""
+        seen: list[Any] = []
+
+        def work() -> None:
+            self.bridge.thought("é" * (MAX_BATCH_BYTES // 2))
+            seen.append(list(self.deliveries))
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(seen, [[[(THOUGHT, "é" * (MAX_BATCH_BYTES // 2))]]])
+
+
+class TimerTests(BridgeTestCase):
+    def test_timerDeliversTheBatch(self) -> None:
+        """One timer per batch, armed on the reactor; when it fires the batch goes out."""
+        seen: list[Any] = []
+
+        def work() -> None:
+            self.bridge.message("hello")
+            self.bridge.message(" world")
+            self.advance(COALESCE_SECONDS / 2)
+            seen.append((list(self.deliveries), len(self.reactor.getDelayedCalls())))
+            self.advance(COALESCE_SECONDS / 2)
+            seen.append((list(self.deliveries), len(self.reactor.getDelayedCalls())))
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(seen, [([], 1), ([[(MESSAGE, "hello world")]], 0)])
+
+    def test_timerAfterTheBatchLeftStops(self) -> None:
+        """A timer whose batch an event already took sends nothing; the next delta arms a new one."""
+
+        def work() -> None:
+            self.bridge.message("a")
+            self.bridge.event("e")
+            self.advance()
+            self.bridge.message("b")
+            self.advance()
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(self.deliveries, [[(MESSAGE, "a"), ("event", "e")], [(MESSAGE, "b")]])
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_pausedTimerHoldsTheBatch(self) -> None:
+        """While the editor is behind, the timer keeps the batch (it grows); once the
+        editor catches up, the next tick sends it all, and the timer stops."""
+        self.isPaused = True
+        seen: list[Any] = []
+
+        def work() -> None:
+            self.bridge.message("a")
+            for _ in range(5):
+                self.advance()
+            self.bridge.message("b")
+            self.advance()
+            seen.append((list(self.deliveries), len(self.reactor.getDelayedCalls())))
+            self.isPaused = False
+            self.advance()
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(seen, [([], 1)])
+        self.assertEqual(self.deliveries, [[(MESSAGE, "ab")]])
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_pausedTimerWithNothingLeftStops(self) -> None:
+        """If the batch went out another way (the turn's final flush), a paused timer does
+        not keep ticking for ever."""
+        self.isPaused = True
+
+        def work() -> None:
+            self.bridge.message("a")
+            self.bridge.flush()
+            self.advance()
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(self.deliveries, [[(MESSAGE, "a")]])
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_timerDeliveryFailureIsLogged(self) -> None:
+        """A failing delivery from the timer is logged, not raised into the reactor."""
+
+        def broken(events: Any) -> None:
+            raise ValueError("no connection")
+
+        self.bridge.deliver = broken
+
+        def work() -> None:
+            self.bridge.message("a")
+            self.advance()
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(len(self.flushLoggedErrors(ValueError)), 1)
+
+
+class BackPressureTests(BridgeTestCase):
+    def waitsForTheEditor(self, work: Any) -> list[str]:
+        """Run ``work``; each delivery answers a Deferred that fires only after a check
+        that the worker is still waiting for it."""
+        order: list[str] = []
+        pending: list[Deferred[None]] = []
+        resumed = threading.Event()
+
+        def answer() -> Deferred[None]:
+            d: Deferred[None] = Deferred()
+            pending.append(d)
+            return d
+
+        def between() -> None:
+            while pending:
+                resumed.wait(0.05)  # a bridge that did not wait would resume here
+                order.append("editor caught up")
+                pending.pop(0).callback(None)
+
+        def worker() -> None:
+            work()
+            order.append("worker resumed")
+            resumed.set()
+
+        self.answer = answer
+        self.reactor.runInWorker(worker, between)
+        return order
+
+    def test_eventWaitsForTheEditor(self) -> None:
+        """event() returns only once the editor has taken the update."""
+        order = self.waitsForTheEditor(lambda: self.bridge.event("tool"))
+        self.assertEqual(order, ["editor caught up", "worker resumed"])
+
+    def test_fullBatchWaitsForTheEditor(self) -> None:
+        """A full batch blocks the worker until the editor catches up."""
+        order = self.waitsForTheEditor(lambda: self.bridge.message("z" * MAX_BATCH_BYTES))
+        self.assertEqual(order, ["editor caught up", "worker resumed"])
+        self.assertEqual(self.deliveries, [[(MESSAGE, "z" * MAX_BATCH_BYTES)]])
+
+
+def merged(events: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Adjacent text of one kind joined: what the editor shows."""
+    out: list[tuple[str, Any]] = []
+    for kind, payload in events:
+        if out and kind != "event" and out[-1][0] == kind:
+            out[-1] = (kind, out[-1][1] + payload)
+        else:
+            out.append((kind, payload))
+    return out
