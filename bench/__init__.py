@@ -1,0 +1,1 @@
+"""The hermes-acp benchmark: ``python bench/run.py [--quick] [--only CASES] [--write-docs]``."""

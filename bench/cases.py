@@ -1,0 +1,382 @@
+"""The measurements. Each case drives real agent processes and returns rows.
+
+Every loop is bounded by a run count and every wait by a timeout, so a case
+either finishes or fails; it never hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .client import INITIALIZE, AgentProcess, BenchError, ModelServer, agentEnv
+
+MiB = 1024 * 1024
+#: 400 KB in 4,000 deltas of 100 characters.
+STREAM_DELTA = ("The quick brown fox jumps over the lazy dog. " * 3)[:99] + "\n"
+STREAM_DELTAS = 4000
+STREAM_CHARS = len(STREAM_DELTA) * STREAM_DELTAS
+TOOL_CALLS = 5
+HISTORY_TURNS = 100
+LATE_TURNS = 10
+RSS_SESSIONS = 50
+CANCEL_SETTLE = 0.1  # after the model request arrives, let the stream open and stall
+
+# One script for the whole run; each prompt carries the tag of the rule it wants.
+SCRIPT: dict[str, Any] = {
+    "repeat": True,
+    "default": [[{"text": "untagged prompt"}]],
+    "rules": [
+        {"match": "[notool]", "responses": [[{"text": "Hello from the scripted model."}]]},
+        {"match": "[short]", "responses": [[{"text": "A short answer, "}, {"text": "in two deltas."}]]},
+        {"match": "[tools]", "responses": [
+            *([{"tool_calls": [{"id": f"read{n}", "name": "read_file", "arguments": {"path": "notes.txt"}}]}]
+              for n in range(TOOL_CALLS)),
+            [{"text": f"Read notes.txt {TOOL_CALLS} times."}],
+        ]},
+        {"match": "[stream]", "responses": [[{"text": STREAM_DELTA, "times": STREAM_DELTAS}]]},
+        {"match": "[second]", "responses": [[{"stall": 1.0}, {"text": "One second later."}]]},
+        {"match": "[stall]", "responses": [[{"stall": True}]]},
+    ],
+}
+
+
+@attrs.frozen
+class Runs:
+    """How many samples each case takes."""
+
+    spawns: int
+    sessions: int
+    turns: int
+    toolTurns: int
+    streams: int
+    concurrent: int
+    cancels: int
+    loads: int
+    rss: int
+    diagnostics: bool  # rows that explain a miss rather than measure a target
+
+    @classmethod
+    def forMode(cls, quick: bool) -> Runs:
+        if quick:
+            return cls(spawns=3, sessions=5, turns=5, toolTurns=3, streams=2, concurrent=1, cancels=3, loads=2, rss=1,
+                       diagnostics=False)
+        return cls(spawns=10, sessions=20, turns=20, toolTurns=10, streams=5, concurrent=5, cancels=10, loads=5, rss=3,
+                   diagnostics=True)
+
+
+@attrs.frozen
+class Result:
+    """One table row: samples in seconds (or bytes for memory) and an optional target."""
+
+    label: str
+    samples: list[float]
+    unit: str  # "ms", "s" or "MiB"
+    target: float | None = None
+    targetText: str = "—"
+    note: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def within(self) -> bool | None:
+        return None if self.target is None else self.median <= self.target
+
+
+@attrs.define
+class Bench:
+    """What every case shares: the model server, the runs, temp folders, live agents."""
+
+    server: ModelServer
+    runs: Runs
+    root: Path
+    agents: list[AgentProcess] = attrs.field(factory=list)
+    killed: int = 0  # agents that did not exit after stdin EOF
+    _homes: int = 0
+
+    @property
+    def workspace(self) -> str:
+        path = self.root / "workspace"
+        if not path.exists():
+            path.mkdir()
+            (path / "notes.txt").write_text("".join(f"line {n}: some notes to read\n" for n in range(1, 41)))
+        return str(path)
+
+    def home(self) -> str:
+        self._homes += 1
+        path = self.root / f"home-{self._homes}"
+        path.mkdir()
+        return str(path)
+
+    async def spawn(self, home: str | None = None, **extra: str) -> AgentProcess:
+        """A fresh agent with its own (or the given) HERMES_HOME; stderr to a log file."""
+        home = home or self.home()
+        log = _stderrLog(home)
+        try:
+            agent = await AgentProcess.spawn(agentEnv(self.server.url, home, **extra), stderr=log)
+        finally:
+            log.close()
+        self.agents.append(agent)
+        return agent
+
+    async def ready(self, home: str | None = None, **extra: str) -> AgentProcess:
+        agent = await self.spawn(home, **extra)
+        await agent.initialize()
+        return agent
+
+    async def warmSession(self, agent: AgentProcess) -> str:
+        """A session that has run one short turn (its engine is built)."""
+        _, sessionId = await agent.newSession(self.workspace)
+        await agent.prompt(sessionId, "[short] warm up")
+        return sessionId
+
+    async def close(self, agent: AgentProcess) -> None:
+        if not await agent.close():
+            self.killed += 1
+        self.agents.remove(agent)
+
+    async def cleanup(self) -> None:
+        for agent in list(self.agents):
+            if agent.process.returncode is None:
+                agent.process.kill()
+                await agent.process.wait()
+        self.agents.clear()
+
+
+def _stderrLog(home: str) -> Any:
+    """The agent's stderr goes to a file in its home (``--keep`` keeps it)."""
+    return open(Path(home) / "agent-stderr.log", "ab")  # the child holds it; we close our copy
+
+
+#: The floor: the same interpreter, only importing the reactor, then saying so on stdout.
+FLOOR = "import sys, twisted.internet.reactor; sys.stdout.write('ready\\n'); sys.stdout.flush()"
+
+
+async def importFloor() -> float:
+    """Seconds from spawning Python until it has imported the Twisted reactor
+    (timed to its line on stdout, like the agent to its answer; its exit is not timed)."""
+    started = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(sys.executable, "-c", FLOOR, stdout=asyncio.subprocess.PIPE)
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), 30)
+    elapsed = time.perf_counter() - started
+    if line != b"ready\n" or await asyncio.wait_for(process.wait(), 30) != 0:
+        raise BenchError("python -c 'import twisted.internet.reactor' failed")
+    return elapsed
+
+
+async def caseInitialize(b: Bench) -> list[Result]:
+    """Fresh processes: spawn → initialize answered, then the process's first
+    session/new and first turn (the engine's lazy imports land there)."""
+    floor, init, firstNew, firstTurn = [], [], [], []
+    for n in range(b.runs.spawns):
+        floor.append(await importFloor())  # interleaved, so drift hits both alike
+        agent = await b.spawn()
+        _, future = agent.send("initialize", INITIALIZE)
+        answered, _ = await agent.answer("initialize", future)
+        init.append(answered - agent.spawnedAt)
+        elapsed, sessionId = await agent.newSession(b.workspace)
+        firstNew.append(elapsed)
+        elapsed, _ = await agent.prompt(sessionId, f"[notool] first turn {n}")
+        firstTurn.append(elapsed)
+        await b.close(agent)
+    limit = statistics.median(floor) + 0.1
+    return [
+        Result("bare `python -c \"import twisted.internet.reactor\"`", floor, "s",
+               note="the import floor: spawn until the reactor is imported (exit not timed)"),
+        Result("spawn → `initialize` answered", init, "s", limit, f"≤ floor + 0.1 s = {limit:.3f} s"),
+        Result("first `session/new` of a process", firstNew, "ms", note="opens state.db"),
+        Result("first no-tool turn of a process", firstTurn, "ms",
+               note="builds the session's engine; waits for the `openai` import the first `session/new` started"),
+    ]
+
+
+async def caseSessionNew(b: Bench) -> list[Result]:
+    agent = await b.ready()
+    await agent.newSession(b.workspace)  # the first one opens the database; measured above
+    samples = [(await agent.newSession(b.workspace))[0] for _ in range(b.runs.sessions)]
+    await b.close(agent)
+    return [Result("`session/new`", samples, "ms", 0.050, "≤ 50 ms", "warm process (not its first session)")]
+
+
+async def caseTurn(b: Bench) -> list[Result]:
+    agent = await b.ready()
+    samples = []
+    for n in range(b.runs.turns):  # a fresh session each run: the history stays one turn long
+        sessionId = await b.warmSession(agent)
+        samples.append((await agent.prompt(sessionId, f"[notool] turn {n}"))[0])
+    await b.close(agent)
+    return [Result("no-tool turn (`session/prompt` → response)", samples, "ms", 0.020, "≤ 20 ms",
+                   "one model request answering 1 delta; the session's second turn")]
+
+
+async def caseTools(b: Bench) -> list[Result]:
+    agent = await b.ready()
+    samples = []
+    for n in range(b.runs.toolTurns):
+        sessionId = await b.warmSession(agent)
+        before = len(agent.updates[sessionId])
+        samples.append((await agent.prompt(sessionId, f"[tools] turn {n}"))[0])
+        calls = [u for u in agent.updates[sessionId][before:] if u["sessionUpdate"] == "tool_call"]
+        if len(calls) != TOOL_CALLS:
+            raise BenchError(f"a tool turn showed {len(calls)} tool calls, not {TOOL_CALLS}")
+    await b.close(agent)
+    return [Result(f"{TOOL_CALLS}-tool turn", samples, "ms",
+                   note=f"{TOOL_CALLS} sequential `read_file` calls, {TOOL_CALLS + 1} model requests; the session's second turn")]
+
+
+async def caseStream(b: Bench) -> list[Result]:
+    agent = await b.ready()
+    samples, chunks = [], []
+    for n in range(b.runs.streams):
+        sessionId = await b.warmSession(agent)
+        before = len(agent.updates[sessionId])
+        samples.append((await agent.prompt(sessionId, f"[stream] run {n}"))[0])
+        texts = [u["content"]["text"] for u in agent.updates[sessionId][before:] if u["sessionUpdate"] == "agent_message_chunk"]
+        if sum(map(len, texts)) != STREAM_CHARS:
+            raise BenchError(f"the stream delivered {sum(map(len, texts))} characters, not {STREAM_CHARS}")
+        chunks.append(len(texts))
+    await b.close(agent)
+    return [Result(f"{STREAM_CHARS // 1000} KB answer in {STREAM_DELTAS:,} deltas", samples, "s", 1.0, "≤ 1.0 s",
+                   f"arrived as {min(chunks)}–{max(chunks)} `agent_message_chunk` updates")]
+
+
+async def concurrentTurns(b: Bench, width: int, **extra: str) -> list[float]:
+    """``width`` sessions of one process prompt at once; seconds until the last answer."""
+    agent = await b.ready(**extra)
+    sessions = list(await asyncio.gather(*(b.warmSession(agent) for _ in range(width))))
+    samples = []
+    for n in range(b.runs.concurrent):
+        sent = [agent.sendPrompt(sessionId, f"[second] session {k} run {n}") for k, sessionId in enumerate(sessions)]
+        answers = await asyncio.gather(*(agent.answer("session/prompt", future) for _, future in sent))
+        if any(result.get("stopReason") != "end_turn" for _, result in answers):
+            raise BenchError(f"a {width}-way turn did not end with end_turn")
+        samples.append(max(answered for answered, _ in answers) - sent[0][0])
+    await b.close(agent)
+    return samples
+
+
+async def caseConcurrent(b: Bench) -> list[Result]:
+    results = [
+        Result("8 concurrent one-second turns", await concurrentTurns(b, 8), "s", 1.3, "≤ 1.3 s",
+               "8 sessions, one process; until the last answer"),
+        Result("32 concurrent one-second turns", await concurrentTurns(b, 32), "s", 1.5, "≤ 1.5 s",
+               "32 sessions, one process, default worker pool (HERMES_ACP_THREADS=16)"),
+    ]
+    if b.runs.diagnostics:
+        results.append(Result("32 concurrent one-second turns, HERMES_ACP_THREADS=32",
+                              await concurrentTurns(b, 32, HERMES_ACP_THREADS="32"), "s", 1.5, "≤ 1.5 s",
+                              "diagnostic (not in --quick): the same with a 32-thread pool"))
+    return results
+
+
+async def caseCancel(b: Bench) -> list[Result]:
+    agent = await b.ready()
+    sessionId = await b.warmSession(agent)
+    samples = []
+    for n in range(b.runs.cancels):
+        text = f"[stall] run {n}"
+        arrived = b.server.nextRequest(text)
+        _, future = agent.sendPrompt(sessionId, text)
+        await asyncio.wait_for(arrived, 30)
+        await asyncio.sleep(CANCEL_SETTLE)
+        cancelled = agent.notify("session/cancel", {"sessionId": sessionId})
+        answered, result = await agent.answer("session/prompt", future, 30)
+        if result.get("stopReason") != "cancelled":
+            raise BenchError(f"a cancelled turn ended with {result.get('stopReason')!r}")
+        samples.append(answered - cancelled)
+    await b.close(agent)
+    return [Result("cancel latency (`session/cancel` → `cancelled`)", samples, "ms", 0.5, "≤ 0.5 s",
+                   f"model stalled mid-stream; cancel sent {CANCEL_SETTLE:g} s after its request arrived")]
+
+
+async def caseLoad(b: Bench) -> list[Result]:
+    home = b.home()
+    agent = await b.ready(home)
+    _, sessionId = await agent.newSession(b.workspace)
+    started = time.perf_counter()
+    building = [(await agent.prompt(sessionId, f"[short] turn {n}"))[0] for n in range(HISTORY_TURNS)]
+    built = time.perf_counter() - started
+    await b.close(agent)
+    samples, replayed = [], []
+    for _ in range(b.runs.loads):
+        agent = await b.ready(home)
+        elapsed, _ = await agent.request("session/load", {"sessionId": sessionId, "cwd": b.workspace, "mcpServers": []})
+        samples.append(elapsed)
+        replayed.append(len(agent.updates[sessionId]))
+        await b.close(agent)
+    if min(replayed) < 2 * HISTORY_TURNS:
+        raise BenchError(f"session/load replayed only {min(replayed)} updates for {HISTORY_TURNS} turns")
+    late = HISTORY_TURNS - LATE_TURNS
+    return [
+        Result(f"short turn with {late}–{HISTORY_TURNS - 1} turns of history", building[late:], "ms",
+               note=f"the last {LATE_TURNS} of the turns that build the session below; compare the no-tool turn"),
+        Result(f"`session/load` of a {HISTORY_TURNS}-turn session", samples, "s", 0.5, "≤ 0.5 s",
+               f"fresh process; {max(replayed)} replayed updates before the answer; "
+               f"built by {HISTORY_TURNS} real turns in {built:.1f} s"),
+    ]
+
+
+async def settledRSS(agent: AgentProcess, limit: float = 3.0) -> int:
+    """VmRSS once it stops growing (background imports, journal writes), within ``limit`` seconds."""
+    last, deadline = agent.rssBytes(), time.perf_counter() + limit
+    while time.perf_counter() < deadline:
+        await asyncio.sleep(0.25)
+        now = agent.rssBytes()
+        if now == last:
+            break
+        last = now
+    return last
+
+
+async def caseRSS(b: Bench) -> list[Result]:
+    idle, sessions, loaded = [], [], []
+    for _ in range(b.runs.rss):
+        agent = await b.ready()
+        idle.append(await settledRSS(agent))
+        created = [(await agent.newSession(b.workspace))[1] for _ in range(RSS_SESSIONS)]
+        sessions.append(await settledRSS(agent))
+        for n, sessionId in enumerate(created):
+            await agent.prompt(sessionId, f"[short] session {n}")
+        loaded.append(await settledRSS(agent))
+        await b.close(agent)
+    return [
+        Result("RSS after `initialize`", idle, "MiB", note="VmRSS of the agent process"),
+        Result(f"RSS with {RSS_SESSIONS} sessions before their first turn", sessions, "MiB",
+               note=f"after {RSS_SESSIONS} × `session/new` (and any background preloading they start)"),
+        Result(f"RSS with {RSS_SESSIONS} sessions", loaded, "MiB", 70 * MiB, "≤ 70 MiB",
+               f"{RSS_SESSIONS} × `session/new`, then one short turn in each; VmRSS"),
+    ]
+
+
+#: Name (for --only) → case, in table order.
+CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
+    "initialize": caseInitialize,
+    "session": caseSessionNew,
+    "turn": caseTurn,
+    "tools": caseTools,
+    "stream": caseStream,
+    "concurrent": caseConcurrent,
+    "cancel": caseCancel,
+    "load": caseLoad,
+    "rss": caseRSS,
+}
+
+
+def makeRoot() -> Path:
+    return Path(tempfile.mkdtemp(prefix="hermes-bench-"))
+
+
+def removeRoot(root: Path) -> None:
+    shutil.rmtree(root, ignore_errors=True)
