@@ -236,7 +236,9 @@ class ACPAgent:
         else:
             self.agentFactory.configure(state.agent, state)
 
-    def workspaceFor(self, state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
+    def workspaceFor(
+        self, state: SessionState, request: Callable[..., Deferred[Any]], onTerminal: Callable[[str, str], Any]
+    ) -> ClientWorkspace:
         return ClientWorkspace(
             self.reactor,
             state.sessionId,
@@ -244,6 +246,7 @@ class ACPAgent:
             readFiles=self.client.fs("readTextFile"),
             writeFiles=self.client.fs("writeTextFile"),
             terminals=self.client.terminal,
+            onTerminal=onTerminal,
         )
 
     def _forgotten(self, state: SessionState) -> None:

@@ -193,7 +193,7 @@ class PromptTurn:
         agent.tool_progress_callback = lambda *event: bridge.event(event)
         agent.command_approval_callback = lambda command, reason: bridge.call(self.askCommand, command, reason)
         agent.edit_approval_callback = lambda proposal: bridge.call(self.askEdit, proposal)
-        agent.workspace = hub.workspaceFor(state, self.request)
+        agent.workspace = hub.workspaceFor(state, self.request, self.terminalStarted)
         history = list(state.history)
 
         def work() -> Any:
@@ -222,11 +222,19 @@ class PromptTurn:
         return self.hub.connection.whenWritable() if self.hub.connection is not None else None
 
     def sendText(self, kind: str, text: str) -> None:
+        """Chunks of one message share its id; thoughts are a message of their own."""
         if text:
+            messageId = f"{self.turnId}-{self.messageSeq}" + ("-thought" if kind == "agent_thought_chunk" else "")
             self.hub.sendUpdate(
-                self.state,
-                {"sessionUpdate": kind, "content": {"type": "text", "text": text}, "messageId": f"{self.turnId}-{self.messageSeq}"},
+                self.state, {"sessionUpdate": kind, "content": {"type": "text", "text": text}, "messageId": messageId}
             )
+
+    def terminalStarted(self, command: str, terminalId: str) -> None:
+        """The editor made a terminal for a command: show it in the card while it runs."""
+        found = self._openCall("terminal", lambda args: args.get("command") == command)
+        if found is not None and not self.answered:
+            update = {"sessionUpdate": "tool_call_update", "toolCallId": found[0], "content": [{"type": "terminal", "terminalId": terminalId}]}
+            self.hub.sendUpdate(self.state, update)
 
     def toolEvent(self, event: str, name: str, providerId: str, payload: Any, extras: dict[str, Any] | None) -> None:
         self.messageSeq += 1  # text after a tool call is a new message

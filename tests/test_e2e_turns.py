@@ -383,6 +383,9 @@ async def test_editorFilesAndTerminal(scriptedServer, tmp_path) -> None:
     assert client.calls[-1] == ("release", "term-1")
     terminal = [c for c in toolCalls(found).values() if c["kind"] == "execute"][0]
     assert {"type": "terminal", "terminalId": "term-1"} in terminal["content"]
+    # The terminal was embedded while it ran, before the card's final update.
+    shown = [u for u in found if u.get("toolCallId") == terminal["toolCallId"] and u.get("content") == [{"type": "terminal", "terminalId": "term-1"}]]
+    assert shown and "status" not in shown[0]
     assert "from the editor terminal" in toolResults(server)[2]
 
 
