@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.threads import blockingCallFromThread, deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.threadable import isInIOThread
@@ -45,7 +45,13 @@ class WorkerPool(Service):
         self.pool.start()
 
     def run(self, f: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Deferred[T]:
-        """Run ``f`` on a worker; the Deferred fires in the reactor thread."""
+        """Run ``f`` on a worker; the Deferred fires in the reactor thread.
+
+        A stopped pool would silently drop the work (and the Deferred would never
+        fire), so that fails at once instead.
+        """
+        if self.pool.joined:
+            return fail(RuntimeError(f"the {self.name} threads have stopped"))
         return deferToThreadPool(self.reactor, self.pool, f, *args, **kwargs)
 
     def stopService(self) -> Deferred[None]:

@@ -168,6 +168,30 @@ class ShutdownTests(SynchronousTestCase):
             self.assertEqual(code, 0, name)
             self.assertLess(seconds, 2.0, name)
 
+    def test_eofRightAfterJournaledUpdates(self) -> None:
+        """EOF moments after updates were journaled (before the periodic flush) still
+        exits at once: the journal is flushed on a database thread that is still running."""
+        env = agentEnv(HERMES_BASE_URL="http://127.0.0.1:9/v1", HERMES_MODEL="m")
+        for _ in range(3):
+            agent = LiveAgent(env=env)
+            try:
+                agent.send(initialize(0))
+                agent.readFrame()
+                agent.send(frame("session/new", {"cwd": "/", "mcpServers": []}, 1))
+                sessionId = agent.readFrame()["result"]["sessionId"]
+                agent.send(frame("session/set_mode", {"sessionId": sessionId, "modeId": "dont_ask"}, 2))
+                while agent.readFrame().get("id") != 2:
+                    pass
+                code, seconds = agent.closeStdinAndWait()
+            finally:
+                agent.kill()
+            self.assertEqual(code, 0)
+            self.assertLess(seconds, 2.0)
+            load = frame("session/load", {"sessionId": sessionId, "cwd": "/", "mcpServers": []}, 1)
+            replayed = runAgent([initialize(0), load], env=env).frames()
+            kinds = [f["params"]["update"]["sessionUpdate"] for f in replayed if f.get("method") == "session/update"]
+            self.assertIn("current_mode_update", kinds)  # the journal was written before exit
+
     def test_sigtermAndSigintExit(self) -> None:
         """SIGTERM and SIGINT stop the console entry point with status 0 at once."""
         for sig in (signal.SIGTERM, signal.SIGINT):
