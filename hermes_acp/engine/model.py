@@ -205,6 +205,29 @@ class _Pump:
             pass
 
 
+_clients: dict[tuple[str, str, float, float], Any] = {}
+_clientsLock = threading.Lock()
+
+
+def sharedClient(baseURL: str, apiKey: str, readTimeout: float, connectTimeout: float) -> Any:
+    """One SDK client (one connection pool, one TLS context) per endpoint and key.
+
+    Sessions share it: building a client loads the CA bundle (about 50 ms and
+    1 MiB each), and the client holds no conversation state, only connections.
+    """
+    key = (baseURL, apiKey, readTimeout, connectTimeout)
+    with _clientsLock:
+        client = _clients.get(key)
+        if client is None:
+            import openai
+
+            client = _clients[key] = openai.OpenAI(
+                api_key=apiKey, base_url=baseURL, max_retries=0,
+                timeout=openai.Timeout(readTimeout, connect=connectTimeout),
+            )
+        return client
+
+
 @attrs.define(eq=False)
 class ModelClient:
     """Streams chat completions from one endpoint (used from one thread at a time)."""
@@ -220,15 +243,10 @@ class ModelClient:
         if self._client is None:
             if not self.endpoint.baseURL:
                 raise ModelError("; ".join(self.endpoint.problems()))
-            import openai
-
-            self._client = openai.OpenAI(
-                api_key=self.endpoint.apiKey or _NO_KEY,
-                base_url=self.endpoint.baseURL,
-                max_retries=0,
-                timeout=openai.Timeout(self.readTimeout, connect=self.connectTimeout),
-            )
+            self._client = sharedClient(self.endpoint.baseURL, self.endpoint.apiKey or _NO_KEY,
+                                        self.readTimeout, self.connectTimeout)
         return self._client
+
 
     def complete(
         self,
