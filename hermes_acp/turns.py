@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from .bridge import EventBridge
@@ -39,6 +40,8 @@ log = Logger()
 #: What the engine hears for each permission outcome; anything else denies.
 ANSWERS = {ALLOW_ONCE: "once", ALLOW_ALWAYS: "always", REJECT_ONCE: "deny", REJECT_ALWAYS: "never", TIMEOUT: "timeout"}
 TITLE_LENGTH = 60
+#: After a cancel, the engine is interrupted again this often until the turn answers.
+INTERRUPT_INTERVAL = 0.05
 _ids = itertools.count(1)
 
 
@@ -74,6 +77,7 @@ class PromptTurn:
     _myTurn: Deferred[None] = attrs.field(factory=Deferred)
     _waiters: list[Deferred[dict[str, Any]]] = attrs.field(factory=list)
     _result: Any = None
+    _interrupter: Any = None
 
     # -- the request side ---------------------------------------------------
 
@@ -103,13 +107,22 @@ class PromptTurn:
             return
         self.cancelled = True
         if self.state.running is self:
-            if self.state.agent is not None:
-                self.state.agent.interrupt()
+            # Interrupt until the turn answers: a cancel that lands between handing the
+            # prompt to a worker and the engine starting its turn must not be lost.
+            self._interrupter = LoopingCall(self._interrupt)
+            self._interrupter.clock = self.hub.reactor
+            self._interrupter.start(INTERRUPT_INTERVAL)
             for d in list(self.calls):
                 d.cancel()
         elif self in self.state.queued:
             self.state.queued.remove(self)
             self._myTurn.callback(None)
+
+    def _interrupt(self) -> None:
+        if self.answered:
+            self._interrupter.stop()
+        elif self.state.agent is not None:
+            self.state.agent.interrupt()
 
     # -- running --------------------------------------------------------------
 
@@ -152,7 +165,7 @@ class PromptTurn:
             if command is not None:
                 reply = await runCommand(hub, state, *command)
                 self.sendText("agent_message_chunk", reply)
-            else:
+            elif not self.cancelled:
                 result = await self._runAgent()
                 messages = result.messages
                 response = {"stopReason": result.stop_reason, "usage": turnUsage(result.usage)}
