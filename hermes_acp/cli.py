@@ -16,6 +16,10 @@ def main(argv: list[str] | None = None) -> None:
     except usage.UsageError as e:
         sys.stderr.write(f"hermes-acp: {e}\n{options}")
         sys.exit(64)
+    if options.subCommand == "prompt":  # a client of the agent: its stdout is for people
+        from .headless import runPrompt
+
+        sys.exit(runPrompt(options, options.subOptions))
     code = runTerminalCommand(options)
     if code is not None:
         sys.exit(code)
@@ -23,10 +27,12 @@ def main(argv: list[str] | None = None) -> None:
     from twisted.internet import task
     from twisted.internet.defer import Deferred
 
+    from .config import loadDotenv
     from .logs import startLogging
     from .stdio import claimStdio
 
     claimStdio()
+    loadDotenv()  # first: the log observer takes its list of secrets to redact from the environment
     startLogging(options["logLevel"])
 
     async def run(reactor: object) -> None:

@@ -124,6 +124,7 @@ class JSONRPCConnection(LineProtocol):
         notifications: Mapping[str, Handler],
         clock: IReactorTime,
         maxLength: int | None = None,
+        trace: Callable[[str, bytes], None] | None = None,
     ) -> None:
         super().__init__()
         self._requests = requests
@@ -141,6 +142,8 @@ class JSONRPCConnection(LineProtocol):
         self.paused = False
         self.closeReason: Failure | None = None
         self.onInputEnded: Callable[[], None] | None = None
+        #: Called with ("in" | "out", line) for every frame read or written (``--trace``).
+        self.trace = trace
 
     def connectionMade(self) -> None:
         # Told to pause when the editor reads our stdout slower than we write it.
@@ -169,6 +172,8 @@ class JSONRPCConnection(LineProtocol):
     # -- receiving ---------------------------------------------------------
 
     def lineReceived(self, line: bytes) -> None:
+        if self.trace is not None:
+            self.trace("in", line)
         try:
             message = json.loads(line)
         except ValueError as e:
@@ -268,6 +273,11 @@ class JSONRPCConnection(LineProtocol):
             d.cancel()
 
     # -- sending -----------------------------------------------------------
+
+    def sendLine(self, line: bytes) -> None:
+        if self.trace is not None:
+            self.trace("out", line)
+        super().sendLine(line)
 
     def _send(self, message: dict[str, Any]) -> None:
         if self._closed or self.transport is None:

@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from twisted.application.service import IService, MultiService, Service
 from twisted.python import usage
 
 from . import __version__
+from .headless import PromptOptions
 
 
 class Options(usage.Options):
-    synopsis = "[--check | --setup [--provider P --api-key K --model M --base-url URL]]"
+    synopsis = "[--check | --setup [--provider P --api-key K --model M --base-url URL]] [--trace FILE] [prompt ...]"
     longdesc = (
         "Serve the Agent Client Protocol on stdin/stdout for a code editor. "
-        "Configuration comes from $HERMES_HOME/.env (default ~/.hermes/.env) and the environment."
+        "Configuration comes from $HERMES_HOME/.env (default ~/.hermes/.env) and the environment. "
+        "`hermes-acp prompt TEXT` runs one prompt headless (see `hermes-acp prompt --help`)."
     )
+    subCommands = [["prompt", None, PromptOptions, "Run one prompt against a fresh agent and print the answer."]]
     optFlags = [
         ["check", None, "Print the resolved configuration and exit (1 when something is missing)."],
         ["setup", None, "Choose a model provider, key and default model; write $HERMES_HOME/.env."],
@@ -30,7 +34,8 @@ class Options(usage.Options):
         ["base-url", None, None, "With --setup: the OpenAI-compatible base URL (custom providers)."],
         ["api-key", None, None, "With --setup: the API key."],
         ["model", None, None, "With --setup: the default model."],
-        ["log-level", None, "info", "Log level on stderr: debug, info, warn, error."],
+        ["log-level", None, None, "Log level on stderr: debug, info (the default), warn, error."],
+        ["trace", None, None, "Append every JSON-RPC frame in and out to FILE as JSON lines (secrets redacted)."],
     ]
 
     def opt_version(self) -> None:
@@ -42,12 +47,16 @@ class Options(usage.Options):
         from .logs import parseLevel
 
         try:
-            self["logLevel"] = parseLevel(self["log-level"])
+            self["logLevel"] = parseLevel(self["log-level"] or "info")
         except ValueError as e:
             raise usage.UsageError(str(e))
         setupOnly = [name for name in ("provider", "base-url", "api-key", "model") if self[name]]
         if setupOnly and not self["setup"]:
             raise usage.UsageError(f"--{setupOnly[0]} only goes with --setup")
+        if self["trace"] in ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"):
+            raise usage.UsageError("--trace needs a file: stdout carries the protocol")
+        if self.subCommand and (self["check"] or self["setup"]):
+            raise usage.UsageError(f"--{'check' if self['check'] else 'setup'} does not go with {self.subCommand}")
 
 
 def runTerminalCommand(options: Options) -> int | None:
@@ -75,15 +84,26 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     from .config import Settings, loadDotenv, stateDatabase
     from .logs import bridgeStdlibLogging
     from .sessions import SessionManager
-    from .stdio import StdioService
+    from .stdio import StdioService, claimStdio
     from .threads import WorkerPool
+    from .trace import TraceError, openTrace
 
+    if options.subCommand == "prompt":
+        sys.stderr.write("hermes-acp: run the prompt client as `hermes-acp prompt ...`, not as a service\n")
+        sys.exit(64)
     code = runTerminalCommand(options)
     if code is not None:
         sys.exit(code)
     loadDotenv()
     bridgeStdlibLogging()
     settings = Settings.fromEnv()
+    trace = None
+    if options["trace"]:
+        try:
+            trace = openTrace(options["trace"], claimStdio().stdout)
+        except TraceError as e:
+            sys.stderr.write(f"hermes-acp: {e}\n")
+            sys.exit(64)
 
     def stopReactor() -> None:
         try:
@@ -94,13 +114,21 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     sessions = SessionManager(reactor, stateDatabase())
     workers = WorkerPool(reactor, settings.threads)
     agent = ACPAgent(reactor, settings, sessions, workers)
+
+    def buildProtocol() -> Any:
+        connection = agent.buildProtocol()
+        connection.trace = trace
+        return connection
+
     top = MultiService()
     # Services stop in reverse order: the connection, then running turns and
     # the journal, then the worker threads, and the database thread last.
     sessions.dbThread.setServiceParent(top)
     workers.setServiceParent(top)
     ShutdownHook(agent.shutdown).setServiceParent(top)
-    StdioService(agent.buildProtocol, onDone or stopReactor, reactor).setServiceParent(top)
+    if trace is not None:
+        ShutdownHook(trace.close).setServiceParent(top)  # stops after the connection
+    StdioService(buildProtocol, onDone or stopReactor, reactor).setServiceParent(top)
     return top
 
 

@@ -1,0 +1,542 @@
+"""``hermes-acp prompt``: a headless ACP client for scripts, CI and smoke tests.
+
+It spawns the agent (this installation's own ``python -m hermes_acp``) over
+stdio and talks to it with the project's :class:`JSONRPCConnection`: it opens a
+session in the current directory (or loads ``--session ID``), sends one prompt,
+shows what streams back, answers permission requests, and exits with a code
+that says how the turn ended (:data:`STOP_CODES`).
+
+This process is not the agent, so its stdout is for people: the answer goes to
+stdout, tool calls, plans, permission questions and notes go to stderr (so
+``answer=$(hermes-acp prompt ...)`` captures just the answer). ``--json``
+prints the agent's frames exactly as received instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from twisted.internet.defer import Deferred, TimeoutError, succeed
+from twisted.internet.error import ConnectionDone, ConnectionLost, ProcessExitedAlready
+from twisted.internet.protocol import ProcessProtocol
+from twisted.python import usage
+from twisted.python.failure import Failure
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # the agent answered with an error, died, or the model endpoint failed
+EXIT_AUTH = 3  # -32000: not configured (run `hermes-acp --setup`) or logged out
+EXIT_REFUSAL = 4
+EXIT_MAX_TOKENS = 5
+EXIT_MAX_TURN_REQUESTS = 6
+EXIT_USAGE = 64  # bad command line (the CLI's own code)
+EXIT_CANCELLED = 130  # Ctrl-C (session/cancel), or the agent cancelled the turn
+EXIT_TERMINATED = 143  # SIGTERM: the agent was stopped without a turn answer
+
+STOP_CODES = {
+    "end_turn": EXIT_OK,
+    "refusal": EXIT_REFUSAL,
+    "max_tokens": EXIT_MAX_TOKENS,
+    "max_turn_requests": EXIT_MAX_TURN_REQUESTS,
+    "cancelled": EXIT_CANCELLED,
+}
+#: How the agent reports a failed model request or a crashed turn (hermes_acp/turns.py):
+#: as answer text, with stopReason end_turn. A turn that says so exits EXIT_ERROR.
+FAILURE_MARKS = ("**Model error:**", "**Internal error:**")
+#: After session/cancel, how long the agent gets to answer "cancelled".
+CANCEL_GRACE = 10.0
+#: After its stdin closes, how long the agent gets to exit before it is killed.
+EXIT_GRACE = 5.0
+#: The most lines of a diff or command shown in a permission question.
+PREVIEW_LINES = 40
+
+# The agent runs ``-m hermes_acp`` in a session of its own, so Ctrl-C at the
+# terminal reaches only this client, which then cancels the turn properly.
+_BOOT = (
+    "import os, runpy, sys\n"
+    "os.setsid()\n"
+    "sys.argv[0] = 'hermes-acp'\n"
+    "runpy.run_module('hermes_acp', run_name='__main__')\n"
+)
+
+
+class PromptOptions(usage.Options):
+    synopsis = "[--session ID] [--yes | --deny] [--json] [PROMPT ... | -]"
+    longdesc = (
+        "Start the agent, run one prompt in the current directory and print the answer, tool calls "
+        "and plans. The prompt is the arguments, or stdin when it is `-` or absent and stdin is "
+        "not a terminal. Agent options (--trace FILE, --log-level) go before `prompt`. "
+        "Exit codes: 0 end_turn, 1 error, 3 not configured, 4 refusal, 5 max_tokens, "
+        "6 max_turn_requests, 130 cancelled (Ctrl-C), 143 terminated, 64 bad command line."
+    )
+    optFlags = [
+        ["yes", "y", "Allow each permission request once (allow_once)."],
+        ["deny", None, "Reject each permission request (reject_once)."],
+        ["json", None, "Print the agent's frames as received (one JSON object a line) instead of the readable view."],
+    ]
+    optParameters = [["session", "s", None, "Continue this session (session/load) instead of starting one."]]
+
+    def getSynopsis(self) -> str:
+        return f"Usage: hermes-acp [--trace FILE] [--log-level LEVEL] prompt {self.synopsis}"
+
+    def opt_version(self) -> None:
+        """Print the version and exit."""
+        print(f"hermes-acp {_version()}")
+        sys.exit(0)
+
+    def parseArgs(self, *words: str) -> None:
+        self["words"] = list(words)
+
+    def postOptions(self) -> None:
+        if self["yes"] and self["deny"]:
+            raise usage.UsageError("--yes and --deny exclude each other")
+        words = self["words"]
+        self["fromStdin"] = words in ([], ["-"])
+        if not words and sys.stdin.isatty():
+            raise usage.UsageError("give the prompt as arguments, or pipe it on stdin")
+
+
+def promptText(options: PromptOptions, stdin: Any) -> str:
+    """The prompt: the arguments joined, or all of stdin."""
+    if options["fromStdin"]:
+        return stdin.buffer.read().decode("utf-8", "replace").rstrip()
+    return " ".join(options["words"]).strip()
+
+
+def pickOption(options: list[Any], wanted: str) -> dict[str, Any] | None:
+    """The offered option of kind ``wanted`` (or its nearest kind), if any."""
+    nearest = {
+        "allow_once": ("allow_once", "allow_always"),
+        "allow_always": ("allow_always", "allow_once"),
+        "reject_once": ("reject_once", "reject_always"),
+    }[wanted]
+    for kind in nearest:
+        for option in options:
+            if isinstance(option, dict) and option.get("kind") == kind and "optionId" in option:
+                return option
+    return None
+
+
+def contentText(block: dict[str, Any]) -> str:
+    """The text of a tool-call content block, without Markdown fences."""
+    if block.get("type") == "content" and isinstance(block.get("content"), dict):
+        text = str(block["content"].get("text", ""))
+        return "\n".join(line for line in text.splitlines() if not line.startswith("```"))
+    if block.get("type") == "diff":
+        old = (block.get("oldText") or "").splitlines()
+        new = str(block.get("newText", "")).splitlines()
+        path = str(block.get("path", ""))
+        return "\n".join(difflib.unified_diff(old, new, path if old else "/dev/null", path, lineterm=""))
+    return f"({block.get('type', 'unknown')} content)"
+
+
+def _firstLine(blocks: Any) -> str:
+    for block in blocks if isinstance(blocks, list) else []:
+        for line in contentText(block).splitlines() if isinstance(block, dict) else []:
+            if line.strip():
+                return line.strip()[:200]
+    return ""
+
+
+class Terminal:
+    """The readable view: the answer on ``out``, everything else on ``err``,
+    a line at a time so the two never share a line on a terminal."""
+
+    PLAN_MARKS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
+
+    def __init__(self, out: TextIO, err: TextIO, raw: bool = False) -> None:
+        self.out = out
+        self.err = err
+        self.raw = raw
+        self.midLine = False
+        self.tools: dict[str, dict[str, Any]] = {}
+
+    def answer(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+        self.midLine = not text.endswith("\n")
+
+    def endLine(self) -> None:
+        if self.midLine:
+            self.out.write("\n")
+            self.out.flush()
+            self.midLine = False
+
+    def note(self, text: str) -> None:
+        self.endLine()
+        self.err.write(text.rstrip("\n") + "\n")
+        self.err.flush()
+
+    def stderrBytes(self, data: bytes) -> None:
+        """The agent's own log output, passed through."""
+        self.endLine()
+        self.err.buffer.write(data)
+        self.err.flush()
+
+    def frame(self, line: bytes) -> None:
+        """``--json``: one frame exactly as the agent sent it."""
+        self.out.buffer.write(line + b"\n")
+        self.out.flush()
+
+    def update(self, update: dict[str, Any]) -> None:
+        kind = update.get("sessionUpdate")
+        if kind == "agent_message_chunk":
+            content = update.get("content") or {}
+            if content.get("type") == "text":
+                self.answer(str(content.get("text", "")))
+            else:
+                self.note(f"[agent sent {content.get('type', 'unknown')} content]")
+        elif kind in ("tool_call", "tool_call_update"):
+            self.toolCall(update)
+        elif kind == "plan":
+            self.note("[plan]")
+            for entry in update.get("entries") or []:
+                mark = self.PLAN_MARKS.get(entry.get("status"), "[ ]")
+                self.note(f"  {mark} {entry.get('content', '')}")
+
+    def toolCall(self, update: dict[str, Any]) -> None:
+        callId = str(update.get("toolCallId"))
+        known = self.tools.get(callId)
+        call = self.tools[callId] = {**(known or {}), **update}
+        title = call.get("title") or callId
+        status = update.get("status")
+        if known is None:
+            self.note(f"[tool] {title} ({call.get('kind', 'other')}): {status or 'pending'}")
+        elif status and status != known.get("status"):
+            reason = _firstLine(update.get("content")) if status == "failed" else ""
+            self.note(f"[tool] {title}: {status}" + (f" - {reason}" if reason else ""))
+
+    def permission(self, toolCall: dict[str, Any]) -> None:
+        self.note(f"[permission] {toolCall.get('title', 'a tool call')} ({toolCall.get('kind', 'other')})")
+        for block in toolCall.get("content") or []:
+            if isinstance(block, dict):
+                lines = contentText(block).splitlines()
+                for line in lines[:PREVIEW_LINES]:
+                    self.note(f"  {line}")
+                if len(lines) > PREVIEW_LINES:
+                    self.note(f"  ... {len(lines) - PREVIEW_LINES} more lines")
+
+
+class AgentProcess(ProcessProtocol):
+    """Puts a JSON-RPC connection on a child's stdin and stdout; its stderr goes to ``onStderr``."""
+
+    def __init__(self, connection: Any, onStderr: Callable[[bytes], None]) -> None:
+        self.connection = connection
+        self.onStderr = onStderr
+        self.status: Failure | None = None
+        self._waiters: list[Deferred[None]] = []
+
+    def connectionMade(self) -> None:
+        self.connection.makeConnection(self.transport)
+
+    def outReceived(self, data: bytes) -> None:
+        self.connection.dataReceived(data)
+
+    def errReceived(self, data: bytes) -> None:
+        self.onStderr(data)
+
+    def outConnectionLost(self) -> None:
+        self.connection.readConnectionLost()
+
+    def processEnded(self, reason: Failure) -> None:
+        self.status = reason
+        self.connection.connectionLost(reason)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
+
+    def whenEnded(self) -> Deferred[None]:
+        if self.status is not None:
+            return succeed(None)
+        d: Deferred[None] = Deferred()
+        self._waiters.append(d)
+        return d
+
+    def describeEnd(self) -> str:
+        value = self.status.value if self.status is not None else None
+        if getattr(value, "signal", None):
+            return f"killed by signal {value.signal}"  # type: ignore[union-attr]
+        return f"exit status {getattr(value, 'exitCode', None)}"
+
+
+class PromptClient:
+    """One headless run: spawn, handshake, one prompt, clean exit."""
+
+    def __init__(
+        self,
+        reactor: Any,
+        text: str,
+        ui: Terminal,
+        policy: str | None,
+        agentArgs: list[str],
+        sessionId: str | None = None,
+        cwd: str | None = None,
+        interactive: bool = False,
+        stdinFd: int = 0,
+    ) -> None:
+        from .jsonrpc import JSONRPCConnection
+
+        self.reactor = reactor
+        self.text = text
+        self.ui = ui
+        self.policy = policy  # "yes", "deny" or None (ask on a terminal, else deny)
+        self.agentArgs = agentArgs
+        self.sessionId = sessionId
+        self.cwd = cwd or os.getcwd()
+        self.interactive = interactive
+        self.stdinFd = stdinFd
+        self.prompting = False
+        self.cancelling = False
+        self.abortCode: int | None = None
+        self.failure: str | None = None
+        self.connection = JSONRPCConnection(
+            {"session/request_permission": self.requestPermission},
+            {"session/update": self.sessionUpdate},
+            reactor,
+            trace=(lambda direction, line: direction == "in" and ui.frame(line)) if ui.raw else None,
+        )
+        self.process = AgentProcess(self.connection, ui.stderrBytes)
+        self._questions: list[Deferred[str | None]] = []
+        self._line: Deferred[bytes] | None = None
+
+    # -- running ------------------------------------------------------------
+
+    def spawn(self) -> None:
+        argv = [sys.executable, "-c", _BOOT, *self.agentArgs]
+        self.reactor.spawnProcess(self.process, sys.executable, argv, env=dict(os.environ), path=None)
+
+    async def run(self) -> int:
+        self.spawn()
+        try:
+            code = await self.converse()
+        finally:
+            await self.stopAgent()
+        return self.abortCode if self.abortCode is not None else code
+
+    async def converse(self) -> int:
+        from .jsonrpc import RemoteError
+
+        call = self.connection.callRemote
+        try:
+            init = await call("initialize", {
+                "protocolVersion": 1,
+                "clientCapabilities": {},  # no fs/*, no terminal/*: the agent uses the local disk
+                "clientInfo": {"name": "hermes-acp-prompt", "title": "hermes-acp prompt", "version": _version()},
+            })
+            if not isinstance(init, dict) or init.get("protocolVersion") != 1:
+                return self.fail(f"the agent speaks protocol {init.get('protocolVersion') if isinstance(init, dict) else init!r}, not 1")
+            where = {"cwd": self.cwd, "mcpServers": []}
+            if self.sessionId is not None:
+                if not (init.get("agentCapabilities") or {}).get("loadSession"):
+                    return self.fail("this agent cannot load sessions")
+                await call("session/load", {"sessionId": self.sessionId, **where})
+            else:
+                created = await call("session/new", where)
+                self.sessionId = str(created["sessionId"])
+            self.prompting = True
+            response = await call("session/prompt", {"sessionId": self.sessionId, "prompt": [{"type": "text", "text": self.text}]})
+        except RemoteError as e:
+            if self.abortCode is not None:
+                return self.abortCode
+            if e.code == -32000:
+                return self.fail(f"{e.message}\nRun `hermes-acp --setup` (then `hermes-acp --check`).", EXIT_AUTH)
+            return self.fail(f"the agent answered error {e.code}: {e.message}")
+        except (ConnectionDone, ConnectionLost):
+            if self.abortCode is not None:
+                return self.abortCode
+            await self.process.whenEnded()
+            return self.fail(f"the agent stopped before it answered ({self.process.describeEnd()}); its messages are above")
+        except (KeyError, TypeError) as e:
+            return self.fail(f"unexpected answer from the agent: {e!r}")
+        finally:
+            self.prompting = False
+        stop = response.get("stopReason") if isinstance(response, dict) else None
+        if stop not in STOP_CODES:
+            return self.fail(f"unknown stop reason {stop!r}")
+        self.ui.note(f"[{stop}] session {self.sessionId}")
+        if stop == "end_turn" and self.failure is not None:
+            return self.fail("the turn failed: " + self.failure.splitlines()[0])
+        return STOP_CODES[stop]
+
+    def fail(self, message: str, code: int = EXIT_ERROR) -> int:
+        self.ui.note(f"hermes-acp prompt: {message}")
+        return code
+
+    async def stopAgent(self) -> None:
+        """Close the agent's stdin (it exits at EOF); kill it if it lingers."""
+        if self.process.status is None:
+            transport = self.process.transport
+            if transport is not None:
+                transport.closeStdin()
+            ended = self.process.whenEnded()
+            ended.addTimeout(EXIT_GRACE, self.reactor)
+            try:
+                await ended
+            except TimeoutError:
+                self.kill()
+                await self.process.whenEnded()
+        self.ui.endLine()
+
+    def kill(self) -> None:
+        try:
+            self.process.transport.signalProcess("KILL")
+        except ProcessExitedAlready:
+            pass
+
+    # -- interruption -------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Ctrl-C: cancel the turn; a second one (or no turn yet) stops at once."""
+        if self.cancelling or not self.prompting:
+            self.abort(EXIT_CANCELLED)
+            return
+        self.cancelling = True
+        self.ui.note("[cancelling; press Ctrl-C again to stop at once]")
+        for question in list(self._questions):
+            question.callback(None)
+        self.connection.notify("session/cancel", {"sessionId": self.sessionId})
+        self.reactor.callLater(CANCEL_GRACE, lambda: self.prompting and self.abort(EXIT_CANCELLED))
+
+    def abort(self, code: int) -> None:
+        """Stop the agent without waiting for an answer; the run exits with ``code``."""
+        if self.abortCode is None:
+            self.abortCode = code
+        if self.process.status is None:
+            self.kill()
+
+    def shutdown(self) -> Deferred[None] | None:
+        """The reactor is stopping (SIGTERM): take the agent down with us."""
+        if self.process.status is not None:
+            return None
+        self.abort(EXIT_TERMINATED)
+        return self.process.whenEnded()
+
+    # -- requests and notifications from the agent ---------------------------
+
+    def sessionUpdate(self, params: dict[str, Any]) -> None:
+        update = params.get("update")
+        if not (self.prompting and params.get("sessionId") == self.sessionId and isinstance(update, dict)):
+            return  # another session, or the history session/load replays
+        content = update.get("content")
+        if update.get("sessionUpdate") == "agent_message_chunk" and isinstance(content, dict):
+            text = str(content.get("text", "")).strip()
+            if text.startswith(FAILURE_MARKS):
+                self.failure = text
+        if not self.ui.raw:
+            self.ui.update(update)
+
+    async def requestPermission(self, params: dict[str, Any]) -> dict[str, Any]:
+        toolCall = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+        options = params.get("options") if isinstance(params.get("options"), list) else []
+        self.ui.permission(toolCall)
+        wanted: str | None
+        if self.cancelling:
+            wanted, why = None, "cancelled"
+        elif self.policy == "yes":
+            wanted, why = "allow_once", "allowed once (--yes)"
+        elif self.policy == "deny":
+            wanted, why = "reject_once", "rejected (--deny)"
+        elif self.interactive:
+            wanted, why = await self.ask()
+        else:
+            wanted, why = "reject_once", "rejected: no terminal to ask on (pass --yes or --deny)"
+        option = pickOption(options, wanted) if wanted else None
+        if option is None:
+            self.ui.note("[permission] cancelled")
+            return {"outcome": {"outcome": "cancelled"}}
+        self.ui.note(f"[permission] {why}")
+        return {"outcome": {"outcome": "selected", "optionId": option["optionId"]}}
+
+    async def ask(self) -> tuple[str | None, str]:
+        """Ask on the terminal until the answer is y, a or n (or Ctrl-C)."""
+        answers = {"y": ("allow_once", "allowed once"), "a": ("allow_always", "allowed for this session"),
+                   "n": ("reject_once", "rejected")}
+        while True:
+            self.ui.err.write("  Allow? [y] once, [a] always, [n] no: ")
+            self.ui.err.flush()
+            question: Deferred[str | None] = Deferred(lambda d: self._questions.remove(d))
+            self._questions.append(question)
+            self.readLine().addCallback(lambda line, q=question: q.called or q.callback(line))
+            answer = await question
+            if question in self._questions:
+                self._questions.remove(question)
+            if answer and not self.ui.err.isatty():  # a log file: keep what was typed
+                self.ui.note(answer.strip())
+            if answer is None:
+                return None, "cancelled"
+            if answer == "":
+                return "reject_once", "rejected (no answer: input closed)"
+            choice = answers.get(answer.strip().lower()[:1])
+            if choice is not None:
+                return choice
+
+    def readLine(self) -> Deferred[str]:
+        """The next line typed on the terminal (one reader thread at a time)."""
+        if self._line is None:
+            self._line = Deferred()
+
+            def read() -> None:
+                try:
+                    data = os.read(self.stdinFd, 4096)
+                except OSError:
+                    data = b""
+                self.reactor.callFromThread(self._lineRead, data)
+
+            threading.Thread(target=read, name="hermes-prompt-tty", daemon=True).start()
+        d: Deferred[str] = Deferred()
+        self._line.addCallback(lambda data: (d.callback(data.decode("utf-8", "replace")), data)[1])
+        return d
+
+    def _lineRead(self, data: bytes) -> None:
+        line, self._line = self._line, None
+        if line is not None:
+            line.callback(data)
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def runPrompt(options: Any, sub: PromptOptions) -> int:
+    """``hermes-acp [agent options] prompt [options] TEXT``: run it; the exit code."""
+    from twisted.internet import reactor, task
+
+    from .config import loadDotenv
+    from .logs import parseLevel, startLogging
+
+    try:
+        text = promptText(sub, sys.stdin)
+    except OSError as e:
+        sys.stderr.write(f"hermes-acp prompt: cannot read the prompt from stdin: {e}\n")
+        return EXIT_USAGE
+    if not text:
+        sys.stderr.write("hermes-acp prompt: the prompt is empty\n")
+        return EXIT_USAGE
+    level = options["log-level"] or "warn"
+    agentArgs = ["--log-level", level]
+    if options["trace"]:
+        agentArgs += ["--trace", os.path.abspath(options["trace"])]
+    loadDotenv()  # the agent loads it too; here it names the secrets our own log redacts
+    startLogging(parseLevel(level))
+    ui = Terminal(sys.stdout, sys.stderr, raw=sub["json"])
+    policy = "yes" if sub["yes"] else "deny" if sub["deny"] else None
+    client = PromptClient(reactor, text, ui, policy, agentArgs, sub["session"],
+                          interactive=os.isatty(0))
+    signal.signal(signal.SIGINT, lambda *_: reactor.callFromThread(client.interrupt))
+    reactor.addSystemEventTrigger("before", "shutdown", client.shutdown)
+
+    async def main(reactor: Any) -> None:
+        raise SystemExit(await client.run())
+
+    try:
+        task.react(main)
+    except SystemExit as e:
+        return int(e.code or 0)
+    return EXIT_OK

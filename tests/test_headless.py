@@ -1,0 +1,381 @@
+"""``hermes-acp prompt``: the headless client, run as users run it, against a scripted model.
+
+The client runs as its own process (it spawns the agent); the scripted model
+server runs on this test's reactor, so the client is driven with
+``spawnProcess`` rather than a blocking ``subprocess.run``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred, TimeoutError
+from twisted.internet.protocol import ProcessProtocol
+
+from hermes_acp.headless import (
+    EXIT_AUTH,
+    EXIT_CANCELLED,
+    EXIT_ERROR,
+    EXIT_MAX_TOKENS,
+    EXIT_MAX_TURN_REQUESTS,
+    EXIT_OK,
+    EXIT_REFUSAL,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+)
+
+from . import acpschema
+from .agentproc import ENTRY_POINTS, agentEnv
+from .e2e import modelEnv
+from .scripted_model import Script
+
+TIMEOUT = 60
+TOOL_TURN = [
+    [{"tool_calls": [{"id": "t1", "name": "todo", "arguments": {"todos": [
+        {"id": "1", "content": "Write the note", "status": "in_progress"},
+        {"id": "2", "content": "Clean the build", "status": "pending"}]}}]}],
+    [{"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "notes/a.txt", "content": "alpha\n"}}]}],
+    [{"tool_calls": [{"id": "c1", "name": "terminal", "arguments": {"command": "rm -r build"}}]}],
+    [{"text": "Done: "}, {"text": "wrote the note."}],
+]
+
+
+class CLIRun(ProcessProtocol):
+    """One ``hermes-acp`` process: its output so far, and its exit code."""
+
+    def __init__(self) -> None:
+        self.out = b""
+        self.err = b""
+        self.code: Deferred[int] = Deferred()
+        self._watches: list[tuple[Callable[[], bool], Deferred[None]]] = []
+
+    def outReceived(self, data: bytes) -> None:
+        self.out += data
+        self._check()
+
+    def errReceived(self, data: bytes) -> None:
+        self.err += data
+        self._check()
+
+    def _check(self) -> None:
+        for watch in list(self._watches):
+            if watch[0]():
+                self._watches.remove(watch)
+                watch[1].callback(None)
+
+    def when(self, condition: Callable[[], bool]) -> Deferred[None]:
+        """Fires once the output so far meets ``condition``; fails the test after TIMEOUT."""
+        d: Deferred[None] = Deferred()
+        self._watches.append((condition, d))
+        self._check()
+
+        def timedOut(failure: Any) -> None:
+            failure.trap(TimeoutError)
+            self.transport.signalProcess("KILL")
+            raise AssertionError(f"output never came; stdout {self.out[-500:]!r}; stderr {self.err[-2000:]!r}")
+
+        return d.addTimeout(TIMEOUT, reactor).addErrback(timedOut)
+
+    def processEnded(self, reason: Any) -> None:
+        self.code.callback(reason.value.exitCode if reason.value.signal is None else -reason.value.signal)
+
+    @property
+    def stderr(self) -> str:
+        return self.err.decode()
+
+    @property
+    def stdout(self) -> str:
+        return self.out.decode()
+
+
+def start(args: list[str], env: dict[str, str], cwd: Path, stdin: bytes | int | None = None) -> CLIRun:
+    """Start ``hermes-acp ARGS``; ``stdin`` is bytes to pipe in, an fd to hand over, or None (EOF)."""
+    run = CLIRun()
+    argv = ENTRY_POINTS["hermes-acp"] + args
+    childFDs: dict[int, Any] = {0: stdin if isinstance(stdin, int) else "w", 1: "r", 2: "r"}
+    transport = reactor.spawnProcess(run, argv[0], argv, env=env, path=str(cwd), childFDs=childFDs)
+    if not isinstance(stdin, int):
+        if stdin:
+            transport.write(stdin)
+        transport.closeStdin()
+    run.transport = transport
+    return run
+
+
+async def finished(run: CLIRun) -> int:
+    """The exit code; a run that outlives TIMEOUT is killed and fails the test."""
+    d = run.code
+    d.addTimeout(TIMEOUT, reactor)
+    try:
+        return await d
+    except TimeoutError:
+        run.transport.signalProcess("KILL")
+        raise AssertionError(f"hermes-acp did not finish: {run.stderr[-2000:]}")
+
+
+async def prompt(args: list[str], env: dict[str, str], cwd: Path, stdin: bytes | None = None) -> CLIRun:
+    run = start(["prompt", *args], env, cwd, stdin)
+    run.exitCode = await finished(run)
+    return run
+
+
+def cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """For runs that need no model server: a plain blocking run."""
+    return subprocess.run(ENTRY_POINTS["hermes-acp"] + args, capture_output=True, text=True, env=env,
+                          cwd=cwd, stdin=subprocess.DEVNULL, timeout=TIMEOUT)
+
+
+def stopLine(run: CLIRun) -> tuple[str, str]:
+    """The stop reason and session id from the client's closing line (the agent may
+    still log to stderr after it, while it shuts down)."""
+    found = re.findall(r"^\[(\w+)\] session (\S+)$", run.stderr, re.M)
+    assert len(found) == 1, run.stderr
+    return found[0]
+
+
+def sessionOf(run: CLIRun) -> str:
+    return stopLine(run)[1]
+
+
+def processesWith(home: str) -> list[int]:
+    """Live processes whose environment has this HERMES_HOME (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if f"HERMES_HOME={home}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(int(entry.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "out.o").write_text("object")
+    return tmp_path
+
+
+@pytest_twisted.ensureDeferred
+async def test_yesDrivesAToolTurn(scriptedServer, tmp_path) -> None:
+    """`prompt --yes` allows an edit and a dangerous command once each; the file is
+    written, the command ran, the plan and every tool status are shown, the answer
+    alone is on stdout, the session ran in the current directory, exit 0."""
+    server, url = scriptedServer
+    server.default.responses += TOOL_TURN
+    cwd = workdir(tmp_path)
+    run = await prompt(["--yes", "write the note"], modelEnv(url), cwd)
+    assert run.exitCode == EXIT_OK, run.stderr
+    assert run.stdout == "Done: wrote the note.\n"
+    assert (cwd / "notes" / "a.txt").read_text() == "alpha\n"
+    assert not (cwd / "build").exists()
+    lines = run.stderr.splitlines()
+    for expected in (
+        "[tool] Update plan (2 items) (think): pending",
+        "[plan]", "  [>] Write the note", "  [ ] Clean the build",
+        "[tool] Write notes/a.txt (edit): pending", "[tool] Write notes/a.txt: in_progress",
+        "[permission] Write notes/a.txt (edit)", "  +alpha",
+        "[tool] Write notes/a.txt: completed",
+        "[permission] Run rm -r build (execute)", "  recursive delete",
+        "[tool] Run rm -r build: completed",
+    ):
+        assert expected in lines, (expected, run.stderr)
+    assert lines.count("[permission] allowed once (--yes)") == 2
+    assert stopLine(run)[0] == "end_turn"
+    system = server.chatRequests[0]["messages"][0]["content"]
+    assert f"Working directory: {cwd}" in system
+    assert server.chatRequests[0]["messages"][-1] == {"role": "user", "content": "write the note"}
+
+
+@pytest.mark.parametrize("flags, said", [(["--deny"], "rejected (--deny)"),
+                                         ([], "rejected: no terminal to ask on (pass --yes or --deny)")])
+@pytest_twisted.ensureDeferred
+async def test_denied(scriptedServer, tmp_path, flags, said) -> None:
+    """`--deny`, or no terminal and no flag: the edit is rejected and says so; the
+    model hears it; the turn still ends normally."""
+    server, url = scriptedServer
+    server.default.responses += [TOOL_TURN[1], [{"text": "I could not write it."}]]
+    run = await prompt([*flags, "write the note"], modelEnv(url), tmp_path)
+    assert run.exitCode == EXIT_OK, run.stderr
+    assert not (tmp_path / "notes").exists()
+    assert f"[permission] {said}" in run.stderr.splitlines()
+    assert re.search(r"^\[tool\] Write notes/a.txt: failed - Error: Edit not approved", run.stderr, re.M), run.stderr
+    toolResult = [m for m in server.chatRequests[-1]["messages"] if m["role"] == "tool"][0]
+    assert "not approved" in toolResult["content"]
+
+
+@pytest.mark.parametrize("steps, repeat, code, stop", [
+    ([[{"refusal": "I will not do that."}]], False, EXIT_REFUSAL, "refusal"),
+    ([[{"text": "cut sh"}, {"finish": "length"}]], False, EXIT_MAX_TOKENS, "max_tokens"),
+    pytest.param([[{"tool_calls": [{"name": "todo", "arguments": {}}]}]], True, EXIT_MAX_TURN_REQUESTS,
+                 "max_turn_requests", marks=pytest.mark.slow),  # 90 model requests
+])
+@pytest_twisted.ensureDeferred
+async def test_stopReasonExitCodes(scriptedServer, tmp_path, steps, repeat, code, stop) -> None:
+    """Each stop reason has its own exit code, and is named on stderr."""
+    server, url = scriptedServer
+    server.default = Script(steps, repeat)
+    run = await prompt(["do it"], modelEnv(url), tmp_path)
+    assert run.exitCode == code, run.stderr
+    assert stopLine(run)[0] == stop
+
+
+@pytest_twisted.ensureDeferred
+async def test_modelFailureIsAnError(scriptedServer, tmp_path) -> None:
+    """A model endpoint that refuses the key fails the run (exit 1), not end_turn's 0."""
+    server, url = scriptedServer
+    server.default.responses.append([{"status": 401, "error": "Incorrect API key provided"}])
+    run = await prompt(["hi"], modelEnv(url), tmp_path)
+    assert run.exitCode == EXIT_ERROR, run.stderr
+    assert "hermes-acp prompt: the turn failed: **Model error:**" in run.stderr
+    assert "Incorrect API key provided" in run.stdout
+
+
+@pytest_twisted.ensureDeferred
+async def test_stdinPromptThenContinueTheSession(scriptedServer, tmp_path) -> None:
+    """A prompt piped on stdin runs; `--session ID` continues it with its history
+    (the replayed history is not printed again)."""
+    server, url = scriptedServer
+    server.default.responses += [[{"text": "Paris."}], [{"text": "About 2 million."}]]
+    env = modelEnv(url)
+    first = await prompt([], env, tmp_path, stdin=b"What is the capital of France?\n")
+    assert first.exitCode == EXIT_OK, first.stderr
+    assert first.stdout == "Paris.\n"
+    second = await prompt(["--session", sessionOf(first), "-"], env, tmp_path, stdin=b"How many people live there?")
+    assert second.exitCode == EXIT_OK, second.stderr
+    assert second.stdout == "About 2 million.\n"
+    assert sessionOf(second) == sessionOf(first)
+    messages = server.chatRequests[1]["messages"]
+    assert [(m["role"], m["content"]) for m in messages[1:]] == [
+        ("user", "What is the capital of France?"), ("assistant", "Paris."), ("user", "How many people live there?")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_jsonPrintsTheAgentsFrames(scriptedServer, tmp_path) -> None:
+    """`--json`: stdout is exactly the agent's frames (the --trace "out" side),
+    each valid against the ACP schema."""
+    server, url = scriptedServer
+    server.default.responses += [TOOL_TURN[0], [{"text": "Planned."}]]
+    trace = tmp_path / "trace.jsonl"
+    run = start(["--trace", str(trace), "prompt", "--json", "plan it"], modelEnv(url), tmp_path)
+    assert await finished(run) == EXIT_OK, run.stderr
+    printed = [json.loads(line) for line in run.stdout.splitlines()]
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert printed == [r["frame"] for r in records if r["dir"] == "out"]
+    sent = [r["frame"] for r in records if r["dir"] == "in"]
+    methods = {json.dumps(f["id"]): f["method"] for f in sent if "method" in f and "id" in f}
+    assert sorted(set(methods.values())) == ["initialize", "session/new", "session/prompt"]
+    assert sent[0]["params"]["clientCapabilities"] == {}
+    for frame in printed:
+        assert acpschema.checkAgentFrame(frame, methods) == [], frame
+    kinds = [f["params"]["update"]["sessionUpdate"] for f in printed if f.get("method") == "session/update"]
+    assert "plan" in kinds and "tool_call" in kinds
+    assert printed[-1]["result"]["stopReason"] == "end_turn"
+
+
+@pytest_twisted.ensureDeferred
+async def test_ctrlCCancelsTheTurn(scriptedServer, tmp_path) -> None:
+    """SIGINT mid-turn sends session/cancel: the agent answers "cancelled" and the
+    client exits 130."""
+    server, url = scriptedServer
+    server.default.responses.append([{"text": "Working"}, {"stall": True}])
+    run = start(["prompt", "go"], modelEnv(url), tmp_path)
+    await run.when(lambda: b"Working" in run.out)
+    run.transport.signalProcess("INT")
+    assert await finished(run) == EXIT_CANCELLED, run.stderr
+    lines = run.stderr.splitlines()
+    assert "[cancelling; press Ctrl-C again to stop at once]" in lines
+    assert stopLine(run)[0] == "cancelled"
+
+
+@pytest_twisted.ensureDeferred
+async def test_sigtermTakesTheAgentAlong(scriptedServer, tmp_path) -> None:
+    """SIGTERM mid-turn: the client stops its agent and exits 143; the agent does not
+    outlive it."""
+    server, url = scriptedServer
+    server.default.responses.append([{"text": "Working"}, {"stall": True}])
+    env = modelEnv(url)
+    run = start(["prompt", "go"], env, tmp_path)
+    await run.when(lambda: b"Working" in run.out)
+    assert processesWith(env["HERMES_HOME"]) != []  # the agent, while the client runs
+    run.transport.signalProcess("TERM")
+    assert await finished(run) == EXIT_TERMINATED, run.stderr
+    assert processesWith(env["HERMES_HOME"]) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_askOnTheTerminal(scriptedServer, tmp_path) -> None:
+    """On a terminal the client asks; "a" picks allow_always, so the second edit in
+    the session is not asked about (the agent switched to accept_edits)."""
+    server, url = scriptedServer
+    second = [{"tool_calls": [{"id": "w2", "name": "write_file", "arguments": {"path": "notes/b.txt", "content": "beta\n"}}]}]
+    server.default.responses += [TOOL_TURN[1], second, [{"text": "Both written."}]]
+    primary, secondary = os.openpty()
+    try:
+        run = start(["prompt", "write two notes"], modelEnv(url), tmp_path, stdin=secondary)
+        await run.when(lambda: b"Allow? [y] once, [a] always, [n] no:" in run.err)
+        os.write(primary, b"maybe\n")  # not an answer: asked again
+        await run.when(lambda: run.err.count(b"Allow?") == 2)
+        os.write(primary, b"a\n")
+        assert await finished(run) == EXIT_OK, run.stderr
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    lines = run.stderr.splitlines()
+    assert lines.count("  Allow? [y] once, [a] always, [n] no: maybe") == 1
+    assert lines.count("  Allow? [y] once, [a] always, [n] no: a") == 1
+    assert "[permission] allowed for this session" in lines
+    assert (tmp_path / "notes" / "a.txt").read_text() == "alpha\n"
+    assert (tmp_path / "notes" / "b.txt").read_text() == "beta\n"
+    assert run.stdout == "Both written.\n"
+
+
+def test_notConfigured(tmp_path) -> None:
+    """Without an endpoint the agent refuses the session (-32000): exit 3, and the
+    way out is named."""
+    out = cli(["prompt", "hello"], agentEnv(), tmp_path)
+    assert out.returncode == EXIT_AUTH, out.stderr
+    assert "Authentication required: no model endpoint" in out.stderr
+    assert "Run `hermes-acp --setup`" in out.stderr
+    assert out.stdout == ""
+
+
+def test_unknownSession(tmp_path) -> None:
+    out = cli(["prompt", "--session", "no-such-session", "hello"],
+              agentEnv(HERMES_BASE_URL="http://127.0.0.1:9/v1", HERMES_MODEL="m", HERMES_MODELS="m"), tmp_path)
+    assert out.returncode == EXIT_ERROR, out.stderr
+    assert "the agent answered error -32002" in out.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["prompt", "--yes", "--deny", "hi"],
+    ["prompt"],
+    ["prompt", "   "],
+    ["--check", "prompt", "hi"],
+    ["prompt", "--bogus", "hi"],
+])
+def test_usageErrors(tmp_path, args) -> None:
+    """Bad command lines exit 64 before any agent starts (stdin here is not a terminal
+    but is empty, so a missing prompt is an empty one)."""
+    out = cli(args, agentEnv(), tmp_path)
+    assert out.returncode == EXIT_USAGE, (args, out.stderr)
+    assert out.stdout == ""
+
+
+def test_notAServiceUnderTwist(tmp_path) -> None:
+    out = subprocess.run(ENTRY_POINTS["twist hermes-acp"] + ["prompt", "hi"], capture_output=True, text=True,
+                         env=agentEnv(), cwd=tmp_path, stdin=subprocess.DEVNULL, timeout=TIMEOUT)
+    assert out.returncode == EXIT_USAGE
+    assert "hermes-acp prompt ..." in out.stderr
