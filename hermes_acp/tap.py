@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import IService, MultiService, Service
+from twisted.internet.defer import Deferred
 from twisted.python import usage
 
 from . import __version__
@@ -120,9 +121,10 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
         connection.trace = trace
         return connection
 
-    top = MultiService()
-    # Services stop in reverse order: the connection, then running turns and
-    # the journal, then the worker threads, and the database thread last.
+    top = OrderedService()
+    # Services stop in reverse order, each after the one before has finished: the
+    # connection, then running turns and the journal, then the worker threads,
+    # and the database thread last.
     sessions.dbThread.setServiceParent(top)
     workers.setServiceParent(top)
     ShutdownHook(agent.shutdown).setServiceParent(top)
@@ -130,6 +132,25 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
         ShutdownHook(trace.close).setServiceParent(top)  # stops after the connection
     StdioService(buildProtocol, onDone or stopReactor, reactor).setServiceParent(top)
     return top
+
+
+class OrderedService(MultiService):
+    """Stops its children one after another in reverse order, each waiting for the
+    one before (``MultiService`` stops them all at once)."""
+
+    def stopService(self) -> Deferred[None]:
+        Service.stopService(self)
+        return Deferred.fromCoroutine(self._stopInOrder())
+
+    async def _stopInOrder(self) -> None:
+        from twisted.internet.defer import maybeDeferred
+        from twisted.logger import Logger
+
+        for service in reversed(list(self)):
+            try:
+                await maybeDeferred(service.stopService)
+            except Exception:
+                Logger().failure("stopping {service} failed", service=service)
 
 
 class ShutdownHook(Service):
