@@ -152,11 +152,23 @@ async def _doctor(hub: ACPAgent, state: SessionState, argument: str) -> str:
             f"Model: {state.model}",
             f"Problems: {'; '.join(endpoint.problems()) or 'none'}",
             f"Client: {client.info.get('name', 'unknown')} {client.info.get('version', '')}".rstrip(),
-            f"Client capabilities: {sorted(k for k, v in client.capabilities.items() if v)}",
+            f"Client offers: {', '.join(clientOffers(client)) or 'nothing beyond the basics'}",
             f"Session state: {stateDatabase()}",
             "Logs: stderr of this process (your editor's agent log); `hermes-acp --check` from a terminal.",
         ]
     )
+
+
+def clientOffers(client: Any) -> list[str]:
+    """The client capabilities this agent uses, as the client advertised them."""
+    offers = [f"fs.{name}" for name in ("readTextFile", "writeTextFile") if client.fs(name)]
+    if client.terminal:
+        offers.append("terminal")
+    if client.notices:
+        offers.append("session.notices")
+    if client.supportsTerminalAuth():
+        offers.append("terminal auth")
+    return offers
 
 
 _COMMANDS = {

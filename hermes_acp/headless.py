@@ -14,7 +14,6 @@ prints the agent's frames exactly as received instead.
 
 from __future__ import annotations
 
-import difflib
 import os
 import signal
 import sys
@@ -131,6 +130,8 @@ def contentText(block: dict[str, Any]) -> str:
         old = (block.get("oldText") or "").splitlines()
         new = str(block.get("newText", "")).splitlines()
         path = str(block.get("path", ""))
+        import difflib  # only when a diff is shown
+
         return "\n".join(difflib.unified_diff(old, new, path if old else "/dev/null", path, lineterm=""))
     return f"({block.get('type', 'unknown')} content)"
 

@@ -65,7 +65,7 @@ class WorkerPool(Service):
 
         threading.Thread(target=join, name="hermes-pool-join", daemon=True).start()
         done.addTimeout(JOIN_TIMEOUT, self.reactor)
-        done.addErrback(lambda f: log.warn("worker threads still busy at shutdown; leaving them"))
+        done.addErrback(lambda f: log.info("{name} threads still busy at shutdown; exiting without them", name=self.name))
         return done
 
 
