@@ -214,6 +214,7 @@ class ACPAgent:
 
     def sessionAnnounced(self, state: SessionState) -> None:
         """The editor knows the session now (its response is written)."""
+        state.announced = True
         self.sendUpdate(state, {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}, journal=False)
 
     def warmUp(self) -> None:
@@ -259,7 +260,7 @@ class ACPAgent:
 
     def _modelsChanged(self) -> None:
         for state in list(self.sessions.sessions.values()):
-            if state.running is None:
+            if state.running is None and state.announced:
                 self.lifecycle.announceOptions(state)
 
     # -- shutdown ----------------------------------------------------------

@@ -140,7 +140,6 @@ class JSONRPCConnection(LineProtocol):
         self._doneWaiters: list[Deferred[None]] = []
         self._writableWaiters: list[Deferred[None]] = []
         self.paused = False
-        self.closeReason: Failure | None = None
         self.onInputEnded: Callable[[], None] | None = None
         #: Called with ("in" | "out", line) for every frame read or written (``--trace``).
         self.trace = trace
@@ -207,7 +206,8 @@ class JSONRPCConnection(LineProtocol):
     def _requestReceived(self, requestId: Any, method: str, params: Any) -> None:
         key = _idKey(requestId)
         if key in self._incoming:
-            self._sendError(requestId, InvalidRequest(f"Invalid request: id {key} is already in use"))
+            # Answered with id null: the id belongs to the request still running.
+            self._sendError(None, InvalidRequest(f"Invalid request: id {key} is already in use"))
             return
         if self._draining:
             self._sendError(requestId, RequestCancelled("Request cancelled: input closed"))
@@ -323,7 +323,7 @@ class JSONRPCConnection(LineProtocol):
         self, method: str, params: Mapping[str, Any], timeout: float | None = None
     ) -> Deferred[Any]:
         """Send a request; cancelling the Deferred tells the peer with ``$/cancel_request``."""
-        if self._closed:
+        if self._closed or self._draining:
             return fail(ConnectionDone("connection closed"))
         requestId = self._nextId
         self._nextId += 1
@@ -351,8 +351,9 @@ class JSONRPCConnection(LineProtocol):
         )
 
     def inputEnded(self) -> None:
-        """stdin closed: let running requests finish (``onInputEnded`` cancels
-        long work), answer them, then close; after DRAIN_GRACE, cancel the rest."""
+        """stdin closed: the peer can answer nothing more, so our own requests fail
+        (now and later); running requests get DRAIN_GRACE to answer (``onInputEnded``
+        cancels long work), then the rest are cancelled and the connection closes."""
         self._draining = True
         self._failOutgoing(Failure(ConnectionDone("input closed")))
         if self.onInputEnded is not None:
@@ -384,7 +385,6 @@ class JSONRPCConnection(LineProtocol):
     def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
         self._closed = True
         self.resumeProducing()
-        self.closeReason = reason
         self._failOutgoing(reason)
         for d in list(self._incoming.values()):
             d.cancel()

@@ -182,8 +182,11 @@ class Lifecycle:
         self.hub.agentSettingsChanged(state)
         self.sessions.save(state, touch=False)
 
+    # Mode and option announcements are not journaled: a load answers with the
+    # current modes and options, so replaying old ones would only repeat stale state.
+
     def announceMode(self, state: SessionState) -> None:
-        self.hub.sendUpdate(state, {"sessionUpdate": "current_mode_update", "currentModeId": state.mode})
+        self.hub.sendUpdate(state, {"sessionUpdate": "current_mode_update", "currentModeId": state.mode}, journal=False)
 
     def applyMode(self, state: SessionState, mode: str) -> None:
         """Switch and tell the editor (modes and the mode config option stay in sync)."""
@@ -192,7 +195,7 @@ class Lifecycle:
         self.announceOptions(state)
 
     def announceOptions(self, state: SessionState) -> None:
-        self.hub.sendUpdate(state, {"sessionUpdate": "config_option_update", "configOptions": self.configOptions(state)})
+        self.hub.sendUpdate(state, {"sessionUpdate": "config_option_update", "configOptions": self.configOptions(state)}, journal=False)
 
     async def setConfigOption(self, params: dict[str, Any]) -> dict[str, Any] | Reply:
         state = await self.sessions.get(field(params, "sessionId", str))

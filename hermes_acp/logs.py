@@ -91,7 +91,14 @@ class _ToTwisted(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         level = self._LEVELS.get(record.levelno, LogLevel.warn)
-        self._log.emit(level, "{name}: {message}", name=record.name, message=record.getMessage())
+        if record.exc_info and record.exc_info[1] is not None:
+            from twisted.python.failure import Failure
+
+            _, error, traceback = record.exc_info
+            self._log.failure("{name}: {text}", Failure(error, type(error), traceback), level,
+                              name=record.name, text=record.getMessage())
+        else:
+            self._log.emit(level, "{name}: {text}", name=record.name, text=record.getMessage())
 
 
 def bridgeStdlibLogging() -> None:

@@ -60,6 +60,7 @@ class SessionState:
     usageTotals: dict[str, int] = attrs.field(factory=dict)
     journal: list[dict[str, Any]] = attrs.field(factory=list)
     flushCall: IDelayedCall | None = None
+    announced: bool = False  # its new/load/resume/fork response has been written
 
     @classmethod
     def fromRecord(cls, record: SessionRecord, history: list[dict[str, Any]]) -> SessionState:
@@ -263,16 +264,35 @@ class SessionManager:
 
         return gatherResults([self.flush(s) for s in list(self.sessions.values())])
 
-    async def beginTurn(self, state: SessionState) -> None:
-        await self.flush(state)
-        state.turn = await self.call("beginTurn", state.sessionId)
-
     async def endTurn(self, state: SessionState, messages: list[dict[str, Any]]) -> None:
-        """Make the finished turn durable: journal, new messages, idle state."""
+        """Make the finished turn durable: journal, new messages, idle state.
+
+        If the store refuses (another process marked the turn interrupted, or the
+        disk failed), the messages are still appended when possible and the failure
+        is logged: the editor's answer never depends on it, and the session is not
+        left marked running.
+        """
         state.updatedAt = timestamp()
         await self.flush(state)
-        await self.call("endTurn", state.sessionId, state.turn, messages)
+        try:
+            await self.call("endTurn", state.sessionId, state.turn, messages)
+        except Exception as e:
+            log.warn("ending turn {turn} of {id} failed ({error}); appending its messages", turn=state.turn, id=state.sessionId, error=e)
+            try:
+                await self.call("appendMessages", state.sessionId, messages)
+            except Exception:
+                log.failure("saving turn {turn} of {id} failed", turn=state.turn, id=state.sessionId)
         await self.save(state, touch=False)
+
+    async def beginTurn(self, state: SessionState) -> None:
+        """Mark a turn running. A turn this process left marked running (its end
+        failed to save) is closed first instead of wedging the session."""
+        await self.flush(state)
+        try:
+            state.turn = await self.call("beginTurn", state.sessionId)
+        except ValueError:
+            await self.call("recoverInterrupted", state.sessionId)
+            state.turn = await self.call("beginTurn", state.sessionId)
 
     async def replaceHistory(self, state: SessionState, messages: list[dict[str, Any]]) -> None:
         state.history = list(messages)

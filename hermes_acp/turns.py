@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import uuid
 from collections import defaultdict, deque
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.task import LoopingCall
+from twisted.internet.defer import CancelledError, Deferred, fail
 from twisted.logger import Logger
 
 from .bridge import EventBridge
 from .clientio import ClientWorkspace
 from .commands import runCommand, slashCommand
 from .intake import checkPrompt, promptText, toModelContent
-from .jsonrpc import JSONRPCError
 from .params import field
 from .permissions import ALLOW_ALWAYS, ALLOW_ONCE, REJECT_ALWAYS, REJECT_ONCE, TIMEOUT
 from .render import Renderer, planEntries, textContent
@@ -40,8 +39,6 @@ log = Logger()
 #: What the engine hears for each permission outcome; anything else denies.
 ANSWERS = {ALLOW_ONCE: "once", ALLOW_ALWAYS: "always", REJECT_ONCE: "deny", REJECT_ALWAYS: "never", TIMEOUT: "timeout"}
 TITLE_LENGTH = 60
-#: After a cancel, the engine is interrupted again this often until the turn answers.
-INTERRUPT_INTERVAL = 0.05
 _ids = itertools.count(1)
 
 
@@ -77,7 +74,10 @@ class PromptTurn:
     _myTurn: Deferred[None] = attrs.field(factory=Deferred)
     _waiters: list[Deferred[dict[str, Any]]] = attrs.field(factory=list)
     _result: Any = None
-    _interrupter: Any = None
+    cancelEvent: threading.Event = attrs.field(factory=threading.Event)
+    _startLock: threading.Lock = attrs.field(factory=threading.Lock)
+    _started: bool = False
+    _notStarted: Deferred[None] | None = None
 
     # -- the request side ---------------------------------------------------
 
@@ -107,22 +107,18 @@ class PromptTurn:
             return
         self.cancelled = True
         if self.state.running is self:
-            # Interrupt until the turn answers: a cancel that lands between handing the
-            # prompt to a worker and the engine starting its turn must not be lost.
-            self._interrupter = LoopingCall(self._interrupt)
-            self._interrupter.clock = self.hub.reactor
-            self._interrupter.start(INTERRUPT_INTERVAL)
+            with self._startLock:
+                self.cancelEvent.set()  # seen by the engine if its turn has not begun yet
+                notStarted = not self._started
+            if notStarted and self._notStarted is not None:
+                self._notStarted.callback(None)  # still waiting for a worker: answer now
+            elif self.state.agent is not None:
+                self.state.agent.interrupt()
             for d in list(self.calls):
                 d.cancel()
         elif self in self.state.queued:
             self.state.queued.remove(self)
             self._myTurn.callback(None)
-
-    def _interrupt(self) -> None:
-        if self.answered:
-            self._interrupter.stop()
-        elif self.state.agent is not None:
-            self.state.agent.interrupt()
 
     # -- running --------------------------------------------------------------
 
@@ -160,13 +156,11 @@ class PromptTurn:
                 hub.sessions.journalUpdate(state, update)
         messages: list[dict[str, Any]] = []
         response: dict[str, Any] = {"stopReason": "end_turn"}
-        failure: JSONRPCError | None = None
         try:
             if command is not None:
                 reply = await runCommand(hub, state, *command)
                 self.sendText("agent_message_chunk", reply)
-            elif not self.cancelled:
-                result = await self._runAgent()
+            elif not self.cancelled and (result := await self._runAgent()) is not None:
                 messages = result.messages
                 response = {"stopReason": result.stop_reason, "usage": turnUsage(result.usage)}
                 for name, count in response["usage"].items():
@@ -176,8 +170,6 @@ class PromptTurn:
                 if result.error:
                     self.sendText("agent_message_chunk", f"\n\n**Model error:** {result.error}")
                 state.contextUsed = result.last_prompt_tokens or estimateTokens(state.history + messages)
-        except JSONRPCError as e:
-            failure = e
         except Exception:
             log.failure("turn {turn} in session {id} crashed", turn=self.turnId, id=state.sessionId)
             self.sendText("agent_message_chunk", "\n\n**Internal error:** the agent stopped unexpectedly; see the agent's log.")
@@ -185,16 +177,14 @@ class PromptTurn:
             self.sweep()
         if self.cancelled:
             response["stopReason"] = "cancelled"
-        if command is None and failure is None:
+        if command is None:
             hub.sendUpdate(state, {"sessionUpdate": "usage_update", "used": state.contextUsed, "size": hub.settings.contextWindow})
         if state.title is None and text and command is None:
             state.title = _title(text)
             hub.sendUpdate(state, {"sessionUpdate": "session_info_update", "title": state.title, "updatedAt": timestamp()})
-        await hub.sessions.endTurn(state, messages)
         state.history.extend(messages)
+        await hub.sessions.endTurn(state, messages)
         self.answered = True
-        if failure is not None:
-            raise failure
         return response
 
     async def _runAgent(self) -> Any:
@@ -210,13 +200,21 @@ class PromptTurn:
         history = list(state.history)
 
         def work() -> Any:
+            with self._startLock:
+                if self.cancelEvent.is_set():
+                    return None  # cancelled while waiting for a worker; already answered
+                self._started = True
             try:
-                return agent.run_conversation(toModelContent(self.blocks), history)
+                return agent.run_conversation(toModelContent(self.blocks), history, self.cancelEvent)
             finally:
                 bridge.flush()
 
+        outcome: Deferred[Any] = Deferred()
+        self._notStarted = Deferred()
+        self._notStarted.addCallback(lambda _: outcome.called or outcome.callback(None))
+        hub.workers.run(work).addBoth(lambda result: None if outcome.called else outcome.callback(result))
         try:
-            return await hub.workers.run(work)
+            return await outcome
         finally:
             agent.stream_delta_callback = agent.thinking_callback = agent.tool_progress_callback = None
             agent.command_approval_callback = agent.edit_approval_callback = None
@@ -286,12 +284,10 @@ class PromptTurn:
 
     def request(self, method: str, params: dict[str, Any], timeout: float | None = None, track: bool = True) -> Deferred[Any]:
         """A request the turn owns: cancelling the turn cancels it."""
-        connection = self.hub.connection
-        d = connection.callRemote(method, params, timeout)
+        if track and self.cancelled:
+            return fail(CancelledError(f"{method}: the turn was cancelled"))
+        d = self.hub.connection.callRemote(method, params, timeout)
         if track:
-            if self.cancelled:
-                d.cancel()
-                return d
             self.calls.add(d)
             d.addBoth(lambda result: (self.calls.discard(d), result)[1])
         return d
@@ -368,6 +364,10 @@ class Turns:
         return turns
 
     async def cancelAll(self, state: SessionState) -> None:
-        """Cancel everything in the session and wait until every turn has answered."""
+        """Cancel everything in the session and wait until every turn has answered
+        (however it answered)."""
         for turn in self.cancelTurns(state):
-            await turn.whenDone()
+            try:
+                await turn.whenDone()
+            except Exception:
+                pass  # that turn's own request reported it

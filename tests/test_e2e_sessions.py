@@ -15,7 +15,8 @@ from .e2e import agentText, modelEnv, text, toolCalls, updates
 from .sdkclient import connect, initialized, onLoop, raw
 
 JOURNALED_ONLY = {"user_message_chunk"}  # journaled, not sent live (the editor shows its own prompt)
-LIVE_ONLY = {"available_commands_update"}  # sent live after each new/load, not journaled
+# Sent live, not journaled: commands after each new/load; mode and options (a load answers with them).
+LIVE_ONLY = {"available_commands_update", "current_mode_update", "config_option_update"}
 
 
 def comparable(found: list[dict], drop: set[str]) -> list[dict]:

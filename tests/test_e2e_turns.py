@@ -599,3 +599,75 @@ async def test_unadvertisedContentIsRefused(scriptedServer, tmp_path) -> None:
     assert problems == []
     assert error.code == -32602 and "prompt[0]" in str(error)
     assert response.stop_reason == "end_turn"
+
+
+class StuckTerminalEditor(EditorClient):
+    """An editor that never answers terminal/create."""
+
+    async def create_terminal(self, session_id, command, args=None, env=None, cwd=None, output_byte_limit=None, **kw):
+        self.calls.append(("terminal", command))
+        await asyncio.sleep(60)
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelDoesNotWaitForAStuckEditor(scriptedServer, tmp_path) -> None:
+    """Cancel while the editor sits on terminal/create: the turn still answers
+    cancelled promptly, and the call is final."""
+    server, url = scriptedServer
+    server.default.responses += [
+        [{"tool_calls": [{"id": "t", "name": "terminal", "arguments": {"command": "make"}}]}],
+        [{"text": "never"}],
+    ]
+    client = StuckTerminalEditor()
+
+    async def scenario():
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn, terminal=True)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("build")]))
+            while not client.calls:
+                await asyncio.sleep(0.01)
+            started = time.monotonic()
+            await conn.cancel(session_id=sid)
+            response = await asyncio.wait_for(running, 10)
+            return response, time.monotonic() - started, updates(wire, sid), wire.problems()
+
+    response, seconds, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert response.stop_reason == "cancelled"
+    assert seconds < 2.0
+    assert [c["status"] for c in toolCalls(found).values()] == ["failed"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelWhileWaitingForAWorker(scriptedServer, tmp_path) -> None:
+    """With every worker busy, a prompt waits for one; cancelling it answers at once
+    instead of waiting for the busy turn to end."""
+    server, url = scriptedServer
+    server.addRule("hog", [[{"stall": True}]])
+    server.addRule("waiter", [[{"text": "must not run"}]])
+
+    async def scenario():
+        async with connect(env=modelEnv(url, HERMES_ACP_THREADS="1")) as (conn, client, wire, process):
+            await initialized(conn)
+            a = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            b = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await asyncio.sleep(1.5)  # let the engine preload on the one worker finish
+            hog = asyncio.ensure_future(conn.prompt(session_id=a, prompt=[text("hog")]))
+            while not server.chatRequests:
+                await asyncio.sleep(0.01)
+            waiter = asyncio.ensure_future(conn.prompt(session_id=b, prompt=[text("waiter")]))
+            await asyncio.sleep(0.2)
+            started = time.monotonic()
+            await conn.cancel(session_id=b)
+            answer = await asyncio.wait_for(waiter, 10)
+            seconds = time.monotonic() - started
+            await conn.cancel(session_id=a)
+            await asyncio.wait_for(hog, 10)
+            return answer, seconds, wire.problems()
+
+    answer, seconds, problems = await onLoop(scenario())
+    assert problems == []
+    assert answer.stop_reason == "cancelled"
+    assert seconds < 1.0
+    assert len(server.chatRequests) == 1

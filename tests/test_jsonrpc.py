@@ -155,7 +155,7 @@ class IncomingTests(SynchronousTestCase):
         h = Harness({"wait": lambda p: Deferred()})
         h.send(request(1, "wait"))
         h.send(request(1, "wait"))
-        self.assertEqual([f["error"]["code"] for f in h.frames()], [-32600])
+        self.assertEqual([(f["id"], f["error"]["code"]) for f in h.frames()], [(None, -32600)])
 
     def test_cancelRequest(self) -> None:
         """$/cancel_request cancels the running handler, which answers -32800."""
@@ -310,6 +310,16 @@ class ShutdownTests(SynchronousTestCase):
         h.connection.dataReceived(b'{"jsonrpc":"2.0","id":3,"method":"ping"}')
         h.connection.readConnectionLost()
         self.assertEqual(h.frames(), [{"jsonrpc": "2.0", "id": 3, "result": {}}])
+
+    def test_noNewRequestsAfterEof(self) -> None:
+        """Once stdin closed nobody can answer us, so a new request fails at once
+        instead of holding up the drain."""
+        h = Harness({"wait": lambda p: Deferred()})
+        h.send(request(1, "wait"))
+        h.connection.readConnectionLost()
+        h.frames()
+        self.failureResultOf(h.connection.callRemote("terminal/kill", {}), ConnectionDone)
+        self.assertEqual(h.frames(), [])
 
     def test_whenWritable(self) -> None:
         """whenWritable waits while the transport has paused us."""

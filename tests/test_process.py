@@ -179,7 +179,8 @@ class ShutdownTests(SynchronousTestCase):
                 agent.readFrame()
                 agent.send(frame("session/new", {"cwd": "/", "mcpServers": []}, 1))
                 sessionId = agent.readFrame()["result"]["sessionId"]
-                agent.send(frame("session/set_mode", {"sessionId": sessionId, "modeId": "dont_ask"}, 2))
+                prompt = [{"type": "text", "text": "/title Saved at the last moment"}]
+                agent.send(frame("session/prompt", {"sessionId": sessionId, "prompt": prompt}, 2))
                 while agent.readFrame().get("id") != 2:
                     pass
                 code, seconds = agent.closeStdinAndWait()
@@ -190,7 +191,7 @@ class ShutdownTests(SynchronousTestCase):
             load = frame("session/load", {"sessionId": sessionId, "cwd": "/", "mcpServers": []}, 1)
             replayed = runAgent([initialize(0), load], env=env).frames()
             kinds = [f["params"]["update"]["sessionUpdate"] for f in replayed if f.get("method") == "session/update"]
-            self.assertIn("current_mode_update", kinds)  # the journal was written before exit
+            self.assertIn("session_info_update", kinds)  # the journal was written before exit
 
     def test_sigtermAndSigintExit(self) -> None:
         """SIGTERM and SIGINT stop the console entry point with status 0 at once."""

@@ -121,3 +121,16 @@ def test_sessionSearchFailureIsReported(bench) -> None:
     bench.agent.sessionSearch = broken
     outcome = bench.call("session_search", query="x")
     assert outcome.failed and "database is locked" in outcome.text
+
+
+def test_specialNumbersAreNotJSON() -> None:
+    """NaN and Infinity in arguments are refused like any other invalid JSON (they
+    could not be sent on to the editor)."""
+    import pytest
+
+    from hermes_acp.engine.tools.registry import ToolError, parseArguments
+
+    for raw in ('{"limit": NaN}', '{"limit": Infinity}', '{"x": -Infinity}'):
+        with pytest.raises(ToolError, match="not valid JSON"):
+            parseArguments(raw)
+    assert parseArguments('{"limit": 5}') == {"limit": 5}

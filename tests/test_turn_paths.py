@@ -45,7 +45,7 @@ class ScriptedAgent:
     def interrupt(self) -> None:
         self.interrupted.set()
 
-    def run_conversation(self, content: Any, history: list[dict[str, Any]]) -> TurnResult:
+    def run_conversation(self, content: Any, history: list[dict[str, Any]], cancelEvent: Any = None) -> TurnResult:
         return self.behaviour(self, content)
 
     def setEditMode(self, mode: str) -> None:
@@ -208,3 +208,30 @@ async def test_longSessionReplaysItsTailWithANotice(monkeypatch: Any) -> None:
     assert "not replayed" in notice["content"]["text"]
     assert tail == live[-5:]
     assert h.problems() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_turnEndRefusedByTheStoreDoesNotWedge() -> None:
+    """Another process marked the running turn interrupted (a second editor window
+    loaded the session): the prompt still answers its stop reason, the turn's
+    messages are kept, and the next prompt works."""
+    ids: dict[str, str] = {}
+
+    def meddled(agent: ScriptedAgent, content: Any) -> TurnResult:
+        harness.sessions._database().recoverInterrupted(ids["session"])  # as another process would
+        return TurnResult("ok", [{"role": "user", "content": content}, {"role": "assistant", "content": "ok"}], TurnUsage(), "end_turn")
+
+    harness = h = Harness(meddled)
+    try:
+        h.send("initialize", {"protocolVersion": 1})
+        created = await h.answer(h.send("session/new", {"cwd": tempfile.gettempdir(), "mcpServers": []}))
+        ids["session"] = sessionId = created["result"]["sessionId"]
+        prompt = {"sessionId": sessionId, "prompt": [{"type": "text", "text": "go"}]}
+        first = await h.answer(h.send("session/prompt", prompt))
+        second = await h.answer(h.send("session/prompt", prompt))
+        stored = await h.sessions.call("loadMessages", sessionId)
+    finally:
+        await h.stop()
+    assert first["result"]["stopReason"] == "end_turn"
+    assert second["result"]["stopReason"] == "end_turn"
+    assert [m["content"] for m in stored] == ["go", "ok", "go", "ok"]

@@ -37,8 +37,9 @@ MAX_TURN_REQUESTS = "max_turn_requests"
 REFUSAL = "refusal"
 CANCELLED = "cancelled"
 DEFAULT_MAX_ITERATIONS = 90
-# After a cancel, tools get this long to notice before the turn ends without them.
-TOOL_CANCEL_GRACE = 2.0
+# After a cancel, tools get this long to stop; the turn then ends without them (a
+# late tool's events and approval requests go to the ended turn, which drops them).
+TOOL_CANCEL_GRACE = 0.4
 _API_KEYS = {
     "system": ("role", "content", "name"),
     "user": ("role", "content", "name"),
@@ -202,13 +203,22 @@ class AIAgent:
         return self._turn is not None
 
     def run_conversation(
-        self, user_message: str | list[dict[str, Any]], conversation_history: Sequence[dict[str, Any]] | None = None
+        self,
+        user_message: str | list[dict[str, Any]],
+        conversation_history: Sequence[dict[str, Any]] | None = None,
+        cancelEvent: threading.Event | None = None,
     ) -> TurnResult:
-        """Run one turn to its end; never raises for model or tool failures."""
+        """Run one turn to its end; never raises for model or tool failures.
+
+        ``cancelEvent``, set before the turn starts, cancels it at once: a caller
+        that sets it and then calls L{interrupt} cannot miss the turn.
+        """
         with self._turnLock:
             if self._turn is not None:
                 raise RuntimeError("this agent is already running a turn")
             cancellation = self._turn = Cancellation()
+            if cancelEvent is not None and cancelEvent.is_set():
+                cancellation.cancel()
         try:
             return _Turn(self, cancellation, list(conversation_history or []), user_message).run()
         finally:
@@ -233,9 +243,13 @@ class AIAgent:
         return self.editApprovals.decide(proposal, self.edit_approval_callback)
 
     def toolContext(self, cancelEvent: threading.Event) -> ToolContext:
+        """The tools' view of this turn. The approval callbacks are the ones installed
+        now: a tool thread that outlives a cancelled turn asks that turn, never the next."""
+        askCommand, askEdit = self.command_approval_callback, self.edit_approval_callback
         return ToolContext(
             cwd=self.cwd, workspace=self.workspace, cancelEvent=cancelEvent,
-            approveCommand=self.approveCommand, approveEdit=self.approveEdit,
+            approveCommand=lambda command: self.commandApprovals.decide(command, askCommand),
+            approveEdit=lambda proposal: self.editApprovals.decide(proposal, askEdit),
             todos=self.todos, locks=self._locks, searchSessions=self.sessionSearch,
         )
 
@@ -358,7 +372,7 @@ class _Turn:
                 except queue.Empty:
                     break
                 if item is _WOKEN:
-                    deadline = time.monotonic() + TOOL_CANCEL_GRACE
+                    deadline = deadline or time.monotonic() + TOOL_CANCEL_GRACE
                     continue
                 index, outcome = item
                 outcomes[index] = outcome

@@ -25,7 +25,10 @@ class Cancellation:
         return self.event.is_set()
 
     def cancel(self) -> None:
+        """Only the first call wakes the waiters; later ones change nothing."""
         with self._lock:
+            if self.event.is_set():
+                return
             self.event.set()
             waiting = list(self._queues)
         for q in waiting:

@@ -155,12 +155,16 @@ def checkArguments(tool: Tool, arguments: Any) -> dict[str, Any]:
     return checked
 
 
+def _noSpecialNumbers(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def parseArguments(raw: str) -> Any:
     """Decode a tool call's JSON arguments (empty means none)."""
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_noSpecialNumbers)
     except ValueError as e:
         raise ToolError(f"the arguments are not valid JSON ({e}); send a JSON object") from e
 
