@@ -56,6 +56,29 @@ class RedactingTextObserver:
             pass  # a closed stderr must never take the agent down
 
 
+@implementer(ILogObserver)
+class EventScrubber:
+    """Added to the global log publisher before any other observer: replaces known
+    secrets inside each event's text fields, so observers we did not install
+    (``twist``'s own log file) never see them either."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.secrets = list(secrets)
+
+    def __call__(self, event: dict) -> None:
+        for key, value in event.items():
+            if isinstance(value, str) and any(secret in value for secret in self.secrets):
+                event[key] = redact(value, self.secrets)
+
+
+def installScrubber() -> None:
+    from twisted.logger import globalLogPublisher
+
+    secrets = secretValues()
+    if secrets:
+        globalLogPublisher.addObserver(EventScrubber(secrets))
+
+
 def parseLevel(name: str) -> LogLevel:
     try:
         return LogLevel.levelWithName(name.lower())

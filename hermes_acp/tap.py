@@ -83,7 +83,7 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
 
     from .acp import ACPAgent
     from .config import Settings, loadDotenv, stateDatabase
-    from .logs import bridgeStdlibLogging
+    from .logs import bridgeStdlibLogging, installScrubber
     from .sessions import SessionManager
     from .stdio import StdioService, claimStdio
     from .threads import WorkerPool
@@ -96,6 +96,7 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     if code is not None:
         sys.exit(code)
     loadDotenv()
+    installScrubber()
     bridgeStdlibLogging()
     settings = Settings.fromEnv()
     trace = None

@@ -93,6 +93,23 @@ class StdoutTests(SynchronousTestCase):
         self.assertIn(b"child read 0 bytes of stdin", run.stderr)
 
 
+class SecretTests(SynchronousTestCase):
+    def test_secretsNeverReachTheLog(self) -> None:
+        """Under every entry point, even at debug level and with twist's own log
+        observer, a secret from the environment is logged as [REDACTED]."""
+        secret = "sk-test-supersecret-0123456789"
+        requests = [initialize(0), frame(secret, {}), frame(secret, {}, 1)]
+        for name, argv in ENTRY_POINTS.items():
+            if name == "twist hermes-acp":
+                argv = [argv[0], "--log-level", "debug", argv[1]]
+            else:
+                argv = argv + ["--log-level", "debug"]
+            run = runAgent(requests, argv=argv, env=agentEnv(HERMES_API_KEY=secret))
+            self.assertEqual(run.returncode, 0, name)
+            self.assertNotIn(secret.encode(), run.stderr, name)
+            self.assertIn(b"REDACTED", run.stderr, name)
+
+
 class BadInputTests(SynchronousTestCase):
     def test_everyBadInputGetsItsErrorAndServingGoesOn(self) -> None:
         """Malformed JSON, batches, unknown methods, bad params, invalid UTF-8 and auth
