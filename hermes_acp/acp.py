@@ -225,16 +225,20 @@ class ACPAgent:
             d.addErrback(lambda f: log.failure("preloading the engine failed", f))
 
     def agentFor(self, state: SessionState) -> Any:
+        if state.rebuildAgent:
+            state.agent, state.rebuildAgent = None, False
         if state.agent is None:
             state.agent = self.agentFactory.buildAgent(state)
         return state.agent
 
     def agentSettingsChanged(self, state: SessionState, rebuild: bool = False) -> None:
+        """Apply new settings; a new folder needs a new agent, built once no turn runs."""
         if state.agent is None:
             return
         if rebuild and state.running is None:
             state.agent = None
         else:
+            state.rebuildAgent = state.rebuildAgent or rebuild
             self.agentFactory.configure(state.agent, state)
 
     def workspaceFor(

@@ -61,6 +61,7 @@ class SessionState:
     journal: list[dict[str, Any]] = attrs.field(factory=list)
     flushCall: IDelayedCall | None = None
     announced: bool = False  # its new/load/resume/fork response has been written
+    rebuildAgent: bool = False  # its folder changed during a turn: a new agent for the next
 
     @classmethod
     def fromRecord(cls, record: SessionRecord, history: list[dict[str, Any]]) -> SessionState:
