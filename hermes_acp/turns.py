@@ -65,7 +65,6 @@ class PromptTurn:
     blocks: list[dict[str, Any]]
     renderer: Renderer
     turnId: str = attrs.field(factory=lambda: uuid.uuid4().hex[:12])
-    cancelled: bool = False
     answered: bool = False
     calls: set[Deferred[Any]] = attrs.field(factory=set)
     openCalls: dict[str, tuple[str, dict[str, Any]]] = attrs.field(factory=dict)
@@ -78,6 +77,10 @@ class PromptTurn:
     _startLock: threading.Lock = attrs.field(factory=threading.Lock)
     _started: bool = False
     _notStarted: Deferred[None] | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancelEvent.is_set()
 
     # -- the request side ---------------------------------------------------
 
@@ -105,11 +108,10 @@ class PromptTurn:
         """Stop the model, tools, client terminals and permission requests."""
         if self.cancelled or self.answered:
             return
-        self.cancelled = True
+        with self._startLock:
+            self.cancelEvent.set()  # seen by the engine if its turn has not begun yet
+            notStarted = not self._started
         if self.state.running is self:
-            with self._startLock:
-                self.cancelEvent.set()  # seen by the engine if its turn has not begun yet
-                notStarted = not self._started
             if notStarted and self._notStarted is not None:
                 self._notStarted.callback(None)  # still waiting for a worker: answer now
             elif self.state.agent is not None:

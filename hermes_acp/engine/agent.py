@@ -17,7 +17,6 @@ from typing import Any
 import attrs
 
 from hermes_acp.config import Endpoint
-from hermes_acp.engine.approval import Verdict
 from hermes_acp.engine.cancel import CANCELLED as _WOKEN
 from hermes_acp.engine.cancel import Cancellation
 from hermes_acp.engine.edits import EditApprovals, EditProposal
@@ -235,12 +234,6 @@ class AIAgent:
         if self.client is None or self.client.endpoint != self.endpoint:
             self.client = ModelClient(self.endpoint)
         return self.client
-
-    def approveCommand(self, command: str) -> Verdict:
-        return self.commandApprovals.decide(command, self.command_approval_callback)
-
-    def approveEdit(self, proposal: EditProposal) -> Verdict:
-        return self.editApprovals.decide(proposal, self.edit_approval_callback)
 
     def toolContext(self, cancelEvent: threading.Event) -> ToolContext:
         """The tools' view of this turn. The approval callbacks are the ones installed
