@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import attrs
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -213,17 +213,17 @@ class SessionManager:
         await self.flushAll()
         return await self.call("listSessions", cwd, cursor)
 
-    def forget(self, state: SessionState) -> None:
-        """Drop a session from memory (its journal is flushed first)."""
-        self.flush(state)
+    def forget(self, state: SessionState) -> Deferred[Any]:
+        """Drop a session from memory; fires once its journal is written."""
+        written = self.flush(state)
         self.sessions.pop(state.sessionId, None)
         if self.onForget is not None:
             self.onForget(state)
+        return written
 
-    def cleanup(self) -> Deferred[None]:
-        for state in list(self.sessions.values()):
-            self.forget(state)
-        return self.flushAll()
+    def cleanup(self) -> Deferred[Any]:
+        """Forget every session; fires once their journals are written."""
+        return gatherResults([self.forget(state) for state in list(self.sessions.values())])
 
     # -- settings, history and the journal -------------------------------
 
@@ -261,8 +261,6 @@ class SessionManager:
         return d
 
     def flushAll(self) -> Deferred[Any]:
-        from twisted.internet.defer import gatherResults
-
         return gatherResults([self.flush(s) for s in list(self.sessions.values())])
 
     async def endTurn(self, state: SessionState, messages: list[dict[str, Any]]) -> None:
