@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 from . import __version__
-from .config import envFile, hermesHome, resolveEndpoint, stateDatabase
+from .config import ConfigError, Settings, envFile, hermesHome, resolveEndpoint, stateDatabase
 
 
 def stateProblem(path: Path) -> str | None:
@@ -43,6 +43,10 @@ def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
     stateIssue = stateProblem(state)
     if stateIssue:
         problems.append(stateIssue)
+    try:
+        Settings.fromEnv(env)
+    except ConfigError as e:
+        problems.append(str(e))
     rows = [
         ("version", __version__),
         ("home", str(hermesHome(env))),

@@ -8,6 +8,8 @@ Called in worker threads; every request crosses to the reactor and back.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +41,15 @@ CANCEL_POLL = 0.1
 FAILURES = (RemoteError, CancelledError, TimeoutError, ConnectionClosed)
 
 
+def _detail(data: Any) -> str:
+    """What the editor put in an error's ``data`` (``details``, or all of it), shortly."""
+    if data is None:
+        return ""
+    detail = data.get("details", data) if isinstance(data, dict) else data
+    text = detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False, default=str)
+    return f" ({text[:500]})" if text else ""
+
+
 @attrs.define(eq=False)
 class ClientWorkspace:
     """A ``Workspace`` that uses the editor's capabilities where advertised.
@@ -67,14 +78,22 @@ class ClientWorkspace:
         except RemoteError as e:
             if e.code == -32002:
                 raise FileNotFoundError(params.get("path", "")) from e
-            raise WorkspaceError(f"the editor refused {method}: {e.message}") from e
+            raise WorkspaceError(f"the editor refused {method}: {e.message}{_detail(e.data)}") from e
         except FAILURES as e:
             raise WorkspaceError(f"{method} did not complete ({type(e).__name__})") from e
 
     def readText(self, path: str) -> str:
         if not self.readFiles:
             return self.local.readText(path)
-        result = self._request("fs/read_text_file", {"path": path})
+        try:
+            result = self._request("fs/read_text_file", {"path": path})
+        except WorkspaceError:
+            # Editors answer a missing file differently (the TypeScript SDK with
+            # -32603 and "ENOENT" in data); the agent shares their disk, so a
+            # path that is not there locally is a new file, whatever the error.
+            if not os.path.lexists(path):
+                raise FileNotFoundError(path) from None
+            raise
         content = result.get("content") if isinstance(result, dict) else None
         if not isinstance(content, str):
             raise WorkspaceError("the editor answered fs/read_text_file without content")
@@ -149,13 +168,14 @@ class ClientWorkspace:
         status = output.get("exitStatus") if isinstance(output.get("exitStatus"), dict) else {}
         if isinstance(exited, dict):
             status = {**status, **{k: v for k, v in exited.items() if v is not None}}
+        exitCode, signal = status.get("exitCode"), status.get("signal")
         return CommandResult(
-            output=str(output.get("output", "")),
-            exitCode=None if (timedOut or cancelled) else status.get("exitCode"),
+            output=output["output"] if isinstance(output.get("output"), str) else "",
+            exitCode=exitCode if isinstance(exitCode, int) and not isinstance(exitCode, bool) and not (timedOut or cancelled) else None,
             timedOut=timedOut,
-            truncated=bool(output.get("truncated")),
+            truncated=output.get("truncated") is True,
             cancelled=cancelled,
-            meta={"terminalId": terminalId, "signal": status.get("signal")},
+            meta={"terminalId": terminalId, "signal": signal if isinstance(signal, str) else None},
         )
 
     def _watched(self, d: Deferred[Any], cancelEvent: threading.Event) -> Deferred[Any]:

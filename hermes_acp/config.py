@@ -5,6 +5,7 @@ Pure Python (no Twisted): the agent engine, ``--check`` and ``--setup`` all use 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,20 +92,38 @@ def _split(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
+class ConfigError(ValueError):
+    """A setting has a value hermes-acp cannot use; the message names it."""
+
+
 def envInt(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
-    """An integer setting; a missing or malformed value gives the default."""
-    try:
-        return max(minimum, int(env.get(name, "")))
-    except ValueError:
+    """An integer setting; missing or empty gives the default, anything else
+    that is not a whole number of at least ``minimum`` is a ConfigError."""
+    raw = env.get(name, "").strip()
+    if not raw:
         return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
 
 
-def envFloat(env: Mapping[str, str], name: str, default: float) -> float:
-    try:
-        value = float(env.get(name, ""))
-    except ValueError:
+def envSeconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A duration in seconds: finite and above 0 (``inf``, ``nan`` and negative
+    values are ConfigErrors); missing or empty gives the default."""
+    raw = env.get(name, "").strip()
+    if not raw:
         return default
-    return value if value > 0 else default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a finite number of seconds above 0, got {raw!r}")
+    return value
 
 
 def resolveEndpoint(env: Mapping[str, str] | None = None) -> Endpoint:
@@ -142,12 +161,11 @@ class Settings:
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings from the environment; ConfigError names a bad one."""
         env = os.environ if env is None else env
         return cls(
             maxLine=envInt(env, "HERMES_ACP_MAX_LINE", DEFAULT_MAX_LINE, minimum=1024),
             threads=envInt(env, "HERMES_ACP_THREADS", DEFAULT_THREADS),
-            permissionTimeout=envFloat(
-                env, "HERMES_ACP_PERMISSION_TIMEOUT", DEFAULT_PERMISSION_TIMEOUT
-            ),
+            permissionTimeout=envSeconds(env, "HERMES_ACP_PERMISSION_TIMEOUT", DEFAULT_PERMISSION_TIMEOUT),
             contextWindow=envInt(env, "HERMES_CONTEXT_WINDOW", DEFAULT_CONTEXT_WINDOW, minimum=1024),
         )

@@ -8,8 +8,10 @@ connection stays up.
 
 from __future__ import annotations
 
+from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import Protocol
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from .config import DEFAULT_MAX_LINE
@@ -20,7 +22,8 @@ class LineProtocol(Protocol):
     """Frames ``\\n``-terminated lines; tolerates ``\\r\\n`` and blank lines.
 
     Subclasses implement :meth:`lineReceived`, :meth:`lineLengthExceeded` and
-    :meth:`inputEnded`.
+    :meth:`inputEnded`; :meth:`pauseInput` and :meth:`resumeInput` hold lines
+    back (and stop reading) while the peer is not taking our answers.
     """
 
     delimiter = b"\n"
@@ -30,6 +33,7 @@ class LineProtocol(Protocol):
         self._buffer = bytearray()
         self._scanned = 0  # bytes of _buffer already known to hold no newline
         self._discarding = False
+        self._inputPaused = False
 
     def dataReceived(self, data: bytes) -> None:
         if self._discarding:
@@ -39,8 +43,12 @@ class LineProtocol(Protocol):
             self._discarding = False
             data = data[end + 1 :]
         self._buffer += data
+        self._deliverBuffered()
+
+    def _deliverBuffered(self) -> None:
+        """Deliver the complete lines buffered, until input is paused."""
         start = 0
-        while True:
+        while not self._inputPaused:
             end = self._buffer.find(self.delimiter, max(start, self._scanned))
             if end < 0:
                 break
@@ -48,6 +56,9 @@ class LineProtocol(Protocol):
             start = end + 1
             self._deliver(line)
         del self._buffer[:start]
+        if self._inputPaused:
+            self._scanned = 0  # held lines are scanned again on resume
+            return
         self._scanned = len(self._buffer)
         if len(self._buffer) > self.maxLength:
             size = len(self._buffer)
@@ -64,19 +75,37 @@ class LineProtocol(Protocol):
         elif line.strip():
             self.lineReceived(line)
 
+    def pauseInput(self) -> None:
+        """Deliver no more lines and stop reading until :meth:`resumeInput`."""
+        self._inputPaused = True
+        self.transport.pauseProducing()
+
+    def resumeInput(self) -> None:
+        """Deliver the lines held back, and read again."""
+        if not self._inputPaused:
+            return
+        self._inputPaused = False
+        self.transport.resumeProducing()
+        self._deliverBuffered()
+
     def sendLine(self, line: bytes) -> None:
         self.transport.writeSequence((line, self.delimiter))
 
     def readConnectionLost(self) -> None:
-        """stdin reached EOF: a final unterminated line still counts."""
+        """stdin reached EOF: the lines held back and a final unterminated line
+        still count (what is left is bounded: reading had to resume to see EOF)."""
+        self._inputPaused = False
+        self._deliverBuffered()
         rest, self._buffer = bytes(self._buffer), bytearray()
         if rest and not self._discarding:
             self._deliver(rest)
         self.inputEnded()
 
     def writeConnectionLost(self) -> None:
-        """The reader of our stdout went away; nothing more can be said."""
+        """The reader of our stdout went away: nothing more can be said, so the
+        connection ends now (StandardIO would only stop reading, and wait)."""
         self.transport.loseConnection()
+        self.connectionLost(Failure(ConnectionDone("the peer stopped reading our output")))
 
     def lineReceived(self, line: bytes) -> None:
         raise NotImplementedError

@@ -299,7 +299,7 @@ class PromptClient:
             {"session/request_permission": self.requestPermission},
             {"session/update": self.sessionUpdate},
             reactor,
-            trace=(lambda direction, line: direction == "in" and ui.frame(line)) if ui.raw else None,
+            trace=(lambda direction, line, message: direction == "in" and ui.frame(line)) if ui.raw else None,
         )
         self.process = AgentProcess(self.connection, ui.stderrBytes)
         self._questions: list[Deferred[str | None]] = []

@@ -4,6 +4,12 @@ Text stays text; images become multimodal parts; ``resource_link`` to a local
 file and embedded ``resource`` text are inlined (512 KiB at most, binary files
 noted, not inlined). The result goes into the history, so attachments stay
 visible to later turns. Runs in a worker thread (it may read files).
+
+Reading a linked file never blocks the turn: only regular files are read (a
+FIFO, a device or a socket is named, not opened for good), the open does not
+wait for a writer, at most ``MAX_INLINE`` bytes are read, and the read gives up
+when the turn is cancelled or after ``READ_TIMEOUT`` seconds (a hung network
+file system).
 """
 
 from __future__ import annotations
@@ -11,32 +17,82 @@ from __future__ import annotations
 import base64
 import codecs
 import os
+import stat
+import threading
+import time
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from .jsonrpc import InvalidParams
 
 MAX_INLINE = 512 * 1024
+READ_TIMEOUT = 10.0
 IMAGE_SUFFIXES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
 
+# What each accepted block may hold, after the ACP schema: required fields (a
+# wrong one is -32602), and optional ones, which the schema marks
+# "x-deserialize-default-on-error": a malformed optional value counts as absent.
+# Keys the schema does not know are left out too, so what the agent stores and
+# echoes of a prompt is always a valid block.
 _REQUIRED: dict[str, dict[str, type]] = {
     "text": {"text": str},
     "image": {"data": str, "mimeType": str},
     "resource_link": {"uri": str, "name": str},
     "resource": {"resource": dict},
 }
+_OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "text": {},
+    "image": {"uri": str},
+    "resource_link": {"title": str, "description": str, "mimeType": str, "size": int},
+    "resource": {},
+}
+_RESOURCE_OPTIONAL: dict[str, type] = {"mimeType": str, "_meta": dict}
+_ROLES = ("user", "assistant")
+
+
+def _optional(source: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: source[name] for name, kind in fields.items()
+        if isinstance(source.get(name), kind) and not isinstance(source.get(name), bool)
+    }  # fmt: skip
+
+
+def _annotations(value: Any) -> dict[str, Any] | None:
+    if not isinstance(value, dict):
+        return None
+    found = _optional(value, {"lastModified": str, "priority": (int, float), "_meta": dict})
+    if isinstance(value.get("audience"), list):
+        found["audience"] = [role for role in value["audience"] if role in _ROLES]
+    return found
+
+
+def _normalized(block: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The block with only the fields the schema gives it, well-typed."""
+    clean: dict[str, Any] = {"type": kind, **{name: block[name] for name in _REQUIRED[kind]}}
+    clean.update(_optional(block, {**_OPTIONAL[kind], "_meta": dict}))
+    annotations = _annotations(block.get("annotations"))
+    if annotations is not None:
+        clean["annotations"] = annotations
+    if kind == "resource":
+        resource = block["resource"]
+        payload = "text" if isinstance(resource.get("text"), str) else "blob"
+        clean["resource"] = {"uri": resource.get("uri") if isinstance(resource.get("uri"), str) else "",
+                             payload: resource[payload], **_optional(resource, _RESOURCE_OPTIONAL)}
+    return clean
 
 
 def checkPrompt(blocks: Any, image: bool, embedded: bool) -> list[dict[str, Any]]:
-    """The prompt's blocks, or -32602 naming the first bad one."""
+    """The prompt's blocks, normalized (see ``_normalized``), or -32602 naming the
+    first bad one."""
     if not isinstance(blocks, list):
         raise InvalidParams("Invalid params: prompt must be an array of content blocks", {"field": "prompt"})
     allowed = {"text", "resource_link"} | ({"image"} if image else set()) | ({"resource"} if embedded else set())
+    checked = []
     for index, block in enumerate(blocks):
         kind = block.get("type") if isinstance(block, dict) else None
-        if kind not in allowed:
+        if not isinstance(kind, str) or kind not in allowed:
             raise InvalidParams(
-                f"Invalid params: prompt[{index}] has type {kind!r}; this agent accepts {', '.join(sorted(allowed))}",
+                f"Invalid params: prompt[{index}] has type {kind!r:.100}; this agent accepts {', '.join(sorted(allowed))}",
                 {"field": f"prompt[{index}]"},
             )
         for name, expected in _REQUIRED[kind].items():
@@ -49,7 +105,8 @@ def checkPrompt(blocks: Any, image: bool, embedded: bool) -> list[dict[str, Any]
                 field = f"prompt[{index}].resource"
                 raise InvalidParams(f"Invalid params: {field} needs a text or a blob", {"field": field})
             _base64(block["resource"]["blob"], f"prompt[{index}].resource.blob")
-    return blocks
+        checked.append(_normalized(block, kind))
+    return checked
 
 
 def _base64(data: str, field: str = "prompt") -> bytes:
@@ -100,15 +157,65 @@ def _image(mime: str, data: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
 
 
-def _link(block: dict[str, Any]) -> list[dict[str, Any]]:
+class _NotRegular(OSError):
+    """A path that is not a regular file; ``strerror`` says what it is."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _readHead(path: str) -> tuple[int, bytes]:
+    """The size of a regular file and its first ``MAX_INLINE + 1`` bytes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _NotRegular(0, f"{_kind(info.st_mode)}, so not read")
+        parts, size = [], 0
+        while size <= MAX_INLINE and (chunk := os.read(fd, MAX_INLINE + 1 - size)):
+            parts.append(chunk)
+            size += len(chunk)
+        return info.st_size, b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def _boundedRead(path: str, cancelEvent: threading.Event) -> tuple[int, bytes]:
+    """``_readHead`` on a helper thread, abandoned on cancel or after READ_TIMEOUT."""
+    done = threading.Event()
+    outcome: list[Any] = []
+
+    def read() -> None:
+        try:
+            outcome.append(_readHead(path))
+        except OSError as e:
+            outcome.append(e)
+        done.set()
+
+    threading.Thread(target=read, name="hermes-attachment", daemon=True).start()
+    deadline = time.monotonic() + READ_TIMEOUT
+    while not done.wait(0.05):
+        if cancelEvent.is_set():
+            raise OSError(0, "not read: the turn was cancelled")
+        if time.monotonic() > deadline:
+            raise OSError(0, f"not read: no data after {READ_TIMEOUT:.0f} s")
+    if isinstance(outcome[0], OSError):
+        raise outcome[0]
+    return outcome[0]
+
+
+def _link(block: dict[str, Any], cancelEvent: threading.Event) -> list[dict[str, Any]]:
     uri, name = block["uri"], block.get("title") or block["name"]
     path = _localPath(uri)
     if path is None:
         return [{"type": "text", "text": f"[Linked resource: {name}]\nURI: {uri}\n(not a local file, so not read)"}]
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            data = f.read(MAX_INLINE + 1)
+        size, data = _boundedRead(path, cancelEvent)
     except OSError as e:
         return [{"type": "text", "text": f"[Attached file: {name}]\nURI: {uri}\n(could not be read: {e.strerror or e})"}]
     mime = block.get("mimeType") or IMAGE_SUFFIXES.get(os.path.splitext(path)[1].lower())
@@ -136,8 +243,11 @@ def _resource(block: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"type": "text", "text": _attached(label, uri, _decode(data[:MAX_INLINE], len(data) > MAX_INLINE), len(data))}]
 
 
-def toModelContent(blocks: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+def toModelContent(
+    blocks: list[dict[str, Any]], cancelEvent: threading.Event | None = None
+) -> str | list[dict[str, Any]]:
     """One user message: a string when everything is text, else multimodal parts."""
+    cancelEvent = cancelEvent or threading.Event()
     parts: list[dict[str, Any]] = []
     for block in blocks:
         kind = block["type"]
@@ -146,7 +256,7 @@ def toModelContent(blocks: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
         elif kind == "image":
             parts.append(_image(block["mimeType"], block["data"]))
         elif kind == "resource_link":
-            parts += _link(block)
+            parts += _link(block, cancelEvent)
         elif kind == "resource":
             parts += _resource(block)
     if all(p["type"] == "text" for p in parts):

@@ -17,9 +17,11 @@ import attrs
 from twisted.internet.defer import CancelledError, Deferred, fail, maybeDeferred, succeed
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from . import safejson
 from .framing import LineProtocol
 
 log = Logger()
@@ -28,6 +30,10 @@ Handler = Callable[[dict[str, Any]], Any]
 
 #: After stdin closes, how long running requests get to answer before they are cancelled.
 DRAIN_GRACE = 1.0
+#: After we close, how long our last frames get to reach a peer that is not reading.
+CLOSE_GRACE = 0.5
+#: While input is paused (the peer is not reading), how often to look for its hang-up.
+HANGUP_POLL = 0.5
 
 
 class JSONRPCError(Exception):
@@ -96,20 +102,12 @@ class Reply:
     afterSent: Callable[[], None]
 
 
-def encode(message: Mapping[str, Any]) -> bytes:
-    """Compact JSON, UTF-8, never with a raw newline."""
-    try:
-        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        return text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: escape rather than emit bad UTF-8
-        return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("ascii")
-
-
 def _idKey(requestId: Any) -> str:
     return json.dumps(requestId, sort_keys=True)
 
 
 def _validId(requestId: Any) -> bool:
+    """A string, a number or null (non-finite numbers never get this far)."""
     return requestId is None or (
         isinstance(requestId, (str, int, float)) and not isinstance(requestId, bool)
     )
@@ -124,7 +122,7 @@ class JSONRPCConnection(LineProtocol):
         notifications: Mapping[str, Handler],
         clock: IReactorTime,
         maxLength: int | None = None,
-        trace: Callable[[str, bytes], None] | None = None,
+        trace: Callable[[str, bytes, Any], None] | None = None,
     ) -> None:
         super().__init__()
         self._requests = requests
@@ -141,7 +139,14 @@ class JSONRPCConnection(LineProtocol):
         self._writableWaiters: list[Deferred[None]] = []
         self.paused = False
         self.onInputEnded: Callable[[], None] | None = None
-        #: Called with ("in" | "out", line) for every frame read or written (``--trace``).
+        #: Whether our input has hung up; set by whoever owns the file descriptor
+        #: (``StdioService``), so EOF is noticed while reading is paused.
+        self.inputHungUp: Callable[[], bool] = lambda: False
+        self._hangupProbe: Any = None
+        self._inputHungUp = False
+        self._abandonCall: Any = None
+        #: Called with ("in" | "out", line, message) for every frame read or written
+        #: (``--trace``); message is the decoded frame, or None for a line that is not JSON.
         self.trace = trace
 
     def connectionMade(self) -> None:
@@ -149,16 +154,46 @@ class JSONRPCConnection(LineProtocol):
         self.transport.registerProducer(self, True)
 
     def pauseProducing(self) -> None:
+        """The editor is behind on our output: stop reading its requests too, so a
+        client that floods without reading cannot grow us without bound."""
         self.paused = True
+        if self._closed or self._inputHungUp:
+            return  # what is left of a closed input is bounded: read it, to reach EOF
+        self.pauseInput()
+        if self._hangupProbe is None:
+            self._hangupProbe = LoopingCall(self._probeHangup)
+            self._hangupProbe.clock = self._clock
+            self._hangupProbe.start(HANGUP_POLL, now=False)
 
     def resumeProducing(self) -> None:
         self.paused = False
+        self._stopProbe()
+        if not self._closed:
+            self.resumeInput()
+        self._releaseWriters()
+
+    def stopProducing(self) -> None:
+        self.paused = False
+        self._stopProbe()
+        self._releaseWriters()
+
+    def _releaseWriters(self) -> None:
         waiters, self._writableWaiters = self._writableWaiters, []
         for waiter in waiters:
             waiter.callback(None)
 
-    def stopProducing(self) -> None:
-        self.resumeProducing()
+    def _probeHangup(self) -> None:
+        """Paused, but stdin was closed: read what is left, so EOF ends us."""
+        if self.inputHungUp():
+            self._inputHungUp = True
+            self._stopProbe()
+            self.resumeInput()
+
+    def _stopProbe(self) -> None:
+        if self._hangupProbe is not None:
+            probe, self._hangupProbe = self._hangupProbe, None
+            if probe.running:
+                probe.stop()
 
     def whenWritable(self) -> Deferred[None]:
         """Fires once the editor has caught up with what we wrote (at once if it has)."""
@@ -171,18 +206,34 @@ class JSONRPCConnection(LineProtocol):
     # -- receiving ---------------------------------------------------------
 
     def lineReceived(self, line: bytes) -> None:
-        if self.trace is not None:
-            self.trace("in", line)
+        """One line from the peer. Nothing here may raise: an exception out of
+        ``dataReceived`` would end the connection, and the agent with it."""
         try:
-            message = json.loads(line)
+            self._lineReceived(line)
+        except Exception:
+            log.failure("handling a line from the peer failed")
+            self._sendError(None, InternalError("Internal error: the agent could not handle this message"))
+
+    def _lineReceived(self, line: bytes) -> None:
+        try:
+            message, problem = safejson.parse(line)
+        except safejson.Refused as e:
+            self._trace("in", line, None)
+            self._sendError(None, InvalidRequest(f"Invalid request: {e}"))
+            return
         except ValueError as e:
+            self._trace("in", line, None)
             self._sendError(None, ParseError(f"Parse error: {e}"))
             return
+        self._trace("in", line, message)
         if isinstance(message, list):
             self._sendError(None, InvalidRequest("Invalid request: batches are not supported"))
             return
         if not isinstance(message, dict):
             self._sendError(None, InvalidRequest("Invalid request: not a JSON object"))
+            return
+        if problem is not None:
+            self._refused(message, problem)
             return
         hasId = "id" in message
         requestId = message.get("id")
@@ -193,7 +244,7 @@ class JSONRPCConnection(LineProtocol):
             elif not isinstance(method, str):
                 self._sendError(requestId, InvalidRequest('Invalid request: "method" must be a string'))
             elif hasId and not _validId(requestId):
-                self._sendError(requestId, InvalidRequest('Invalid request: "id" must be a string, number or null'))
+                self._sendError(None, InvalidRequest('Invalid request: "id" must be a string, number or null'))
             elif hasId:
                 self._requestReceived(requestId, method, message.get("params"))
             else:
@@ -201,7 +252,29 @@ class JSONRPCConnection(LineProtocol):
         elif hasId and ("result" in message) != ("error" in message):
             self._responseReceived(requestId, message)
         else:
-            self._sendError(requestId, InvalidRequest("Invalid request: neither a request nor a response"))
+            self._sendError(requestId if _validId(requestId) else None,
+                            InvalidRequest("Invalid request: neither a request nor a response"))
+
+    def _refused(self, message: dict[str, Any], problem: safejson.Refused) -> None:
+        """A message holding a value the rule refuses (see :mod:`hermes_acp.safejson`):
+        the error goes to the request's id when that id itself is fine."""
+        requestId = message.get("id")
+        idUsable = not problem.path.startswith(("id.", "id[")) and problem.path != "id" and _validId(requestId)
+        if "method" in message:
+            if "id" not in message:
+                log.warn("ignoring a notification: {problem}", problem=str(problem))
+            elif not idUsable:
+                self._sendError(None, InvalidRequest(f"Invalid request: {problem}"))
+            elif problem.path.startswith("params"):
+                self._sendError(requestId, InvalidParams(f"Invalid params: {problem}", {"field": problem.path}))
+            else:
+                self._sendError(requestId, InvalidRequest(f"Invalid request: {problem}"))
+        elif idUsable and ("result" in message or "error" in message):
+            self._responseReceived(
+                requestId, {"error": {"code": InvalidRequest.code, "message": f"the answer was refused: {problem}"}}
+            )
+        else:
+            self._sendError(None, InvalidRequest(f"Invalid request: {problem}"))
 
     def _requestReceived(self, requestId: Any, method: str, params: Any) -> None:
         key = _idKey(requestId)
@@ -274,34 +347,41 @@ class JSONRPCConnection(LineProtocol):
 
     # -- sending -----------------------------------------------------------
 
-    def sendLine(self, line: bytes) -> None:
-        if self.trace is not None:
-            self.trace("out", line)
-        super().sendLine(line)
+    def _trace(self, direction: str, line: bytes, message: Any) -> None:
+        if self.trace is None:
+            return
+        try:
+            self.trace(direction, line, message)
+        except Exception:
+            log.failure("tracing a frame failed; tracing stops")
+            self.trace = None
 
-    def _send(self, message: dict[str, Any]) -> None:
+    def _write(self, message: Mapping[str, Any]) -> bool:
+        """Encode and send one message; False (logged) when it has no JSON form."""
+        try:
+            line = safejson.encode(message)
+        except (TypeError, ValueError, RecursionError):
+            log.failure("dropping a {kind} that is not JSON", kind=message.get("method", "response"))
+            return False
         if self._closed or self.transport is None:
             log.debug("connection closed; dropping {method}", method=message.get("method"))
-            return
-        self.sendLine(encode(message))
+        else:
+            self._trace("out", line, message)
+            self.sendLine(line)
+        return True
 
     def _sendResult(self, requestId: Any, result: Any) -> None:
         afterSent = None
         if isinstance(result, Reply):
             result, afterSent = result.result, result.afterSent
-        try:
-            line = encode({"jsonrpc": "2.0", "id": requestId, "result": result})
-        except (TypeError, ValueError):
-            log.failure("result for request {id!r} is not JSON", id=requestId)
+        if not self._write({"jsonrpc": "2.0", "id": requestId, "result": result}):
             self._sendError(requestId, InternalError("Internal error: result is not JSON"))
             return
-        if not self._closed and self.transport is not None:
-            self.sendLine(line)
         if afterSent is not None:
             afterSent()
 
     def _sendError(self, requestId: Any, error: JSONRPCError) -> None:
-        self._send({"jsonrpc": "2.0", "id": requestId, "error": error.toJSON()})
+        self._write({"jsonrpc": "2.0", "id": requestId, "error": error.toJSON()})
 
     def _sendFailure(self, requestId: Any, method: str, failure: Failure) -> None:
         if failure.check(JSONRPCError):
@@ -317,7 +397,7 @@ class JSONRPCConnection(LineProtocol):
 
     def notify(self, method: str, params: Mapping[str, Any]) -> None:
         """Send a notification."""
-        self._send({"jsonrpc": "2.0", "method": method, "params": params})
+        self._write({"jsonrpc": "2.0", "method": method, "params": params})
 
     def callRemote(
         self, method: str, params: Mapping[str, Any], timeout: float | None = None
@@ -334,7 +414,9 @@ class JSONRPCConnection(LineProtocol):
 
         d: Deferred[Any] = Deferred(cancel)
         self._outgoing[requestId] = d
-        self._send({"jsonrpc": "2.0", "id": requestId, "method": method, "params": params})
+        if not self._write({"jsonrpc": "2.0", "id": requestId, "method": method, "params": params}):
+            self._outgoing.pop(requestId, None)
+            return fail(ValueError(f"{method}: the request is not JSON"))
         if timeout is not None:
             d.addTimeout(timeout, self._clock)
         return d
@@ -357,7 +439,10 @@ class JSONRPCConnection(LineProtocol):
         self._draining = True
         self._failOutgoing(Failure(ConnectionDone("input closed")))
         if self.onInputEnded is not None:
-            self.onInputEnded()
+            try:
+                self.onInputEnded()
+            except Exception:
+                log.failure("cancelling work at end of input failed")
         if self._incoming:
             self._clock.callLater(DRAIN_GRACE, self._giveUp)
         else:
@@ -374,8 +459,17 @@ class JSONRPCConnection(LineProtocol):
             self._closeNow()
 
     def _closeNow(self) -> None:
+        """Close; a peer that does not take our last frames within CLOSE_GRACE
+        does not keep us alive (they are dropped)."""
         if self.transport is not None and not self._closed:
             self.transport.loseConnection()
+            if self._abandonCall is None:
+                self._abandonCall = self._clock.callLater(CLOSE_GRACE, self._abandon)
+
+    def _abandon(self) -> None:
+        if not self._closed:
+            log.warn("the peer is not reading; closing without the last frames")
+            self.connectionLost(Failure(ConnectionDone("output not drained")))
 
     def _failOutgoing(self, reason: Failure) -> None:
         outgoing, self._outgoing = self._outgoing, {}
@@ -383,8 +477,12 @@ class JSONRPCConnection(LineProtocol):
             d.errback(reason)
 
     def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
+        if self._closed:
+            return
         self._closed = True
-        self.resumeProducing()
+        if self._abandonCall is not None and self._abandonCall.active():
+            self._abandonCall.cancel()
+        self.stopProducing()
         self._failOutgoing(reason)
         for d in list(self._incoming.values()):
             d.cancel()

@@ -23,26 +23,23 @@ if TYPE_CHECKING:
 log = Logger()
 
 
+def checkedPath(value: Any, name: str) -> str:
+    """An absolute path without NUL, normalised; else -32602 naming the field."""
+    if not isinstance(value, str) or not os.path.isabs(value):
+        raise InvalidParams(f"Invalid params: {name} must be an absolute path, got {value!r:.200}", {"field": name})
+    if "\0" in value:
+        raise InvalidParams(f"Invalid params: {name} must not contain a NUL character", {"field": name})
+    return os.path.normpath(value)
+
+
 def absolutePath(params: dict[str, Any], name: str, required: bool = True) -> str | None:
     value = field(params, name, str) if required else field(params, name, str, default=None)
-    if value is None:
-        return None
-    if not os.path.isabs(value):
-        raise InvalidParams(f"Invalid params: {name} must be an absolute path, got {value!r}", {"field": name})
-    return os.path.normpath(value)
+    return None if value is None else checkedPath(value, name)
 
 
 def directories(params: dict[str, Any]) -> list[str]:
     values = field(params, "additionalDirectories", list, default=[])
-    found = []
-    for index, value in enumerate(values):
-        if not isinstance(value, str) or not os.path.isabs(value):
-            raise InvalidParams(
-                f"Invalid params: additionalDirectories[{index}] must be an absolute path",
-                {"field": "additionalDirectories"},
-            )
-        found.append(os.path.normpath(value))
-    return found
+    return [checkedPath(value, f"additionalDirectories[{index}]") for index, value in enumerate(values)]
 
 
 def existingFolder(path: str, name: str = "cwd") -> str:

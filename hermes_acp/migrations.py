@@ -105,8 +105,14 @@ def _v1ToV2(cursor: sqlite3.Cursor) -> None:
     cursor.execute("CREATE INDEX acp_journal_sizes ON acp_journal (session_id, seq, nbytes)")
 
 
+def _v2ToV3(cursor: sqlite3.Cursor) -> None:
+    """``acp_sessions.turn_owner``: the process running the turn (``hermes_acp.lease``), so
+    another process sharing the file leaves a live turn alone and recovers a dead one."""
+    cursor.execute("ALTER TABLE acp_sessions ADD COLUMN turn_owner TEXT")
+
+
 # MIGRATIONS[n] takes a file at schema version n to version n + 1.
-MIGRATIONS: tuple[Callable[[sqlite3.Cursor], None], ...] = (_createV1, _v1ToV2)
+MIGRATIONS: tuple[Callable[[sqlite3.Cursor], None], ...] = (_createV1, _v1ToV2, _v2ToV3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

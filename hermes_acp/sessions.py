@@ -24,6 +24,7 @@ from zope.interface import implementer
 
 from .interfaces import ISessionStore
 from .jsonrpc import InternalError, ResourceNotFound
+from .lease import describeOwner, ownerAlive, ownerToken
 from .store import Replay, SessionDB, SessionRecord, StoreError, timestamp
 from .threads import WorkerPool
 
@@ -182,8 +183,12 @@ class SessionManager:
         if record is None:
             raise ResourceNotFound(f"Resource not found: session {sessionId}", {"sessionId": sessionId})
         if record.turnState == "running":
-            recovered = await self.call("recoverInterrupted", sessionId)
-            log.info("session {id} was interrupted mid-turn; closed {n} open tool calls", id=sessionId, n=len(recovered))
+            recovered = await self.call("recoverInterrupted", sessionId, ownerAlive)
+            if recovered is None:
+                log.info("session {id} is running a turn in {owner}; leaving it alone",
+                         id=sessionId, owner=describeOwner(record.turnOwner))
+            else:
+                log.info("session {id} was interrupted mid-turn; closed it ({n} updates)", id=sessionId, n=len(recovered))
         history = await self.call("loadMessages", sessionId)
         state = SessionState.fromRecord(record, history)
         self.sessions[sessionId] = state
@@ -284,14 +289,25 @@ class SessionManager:
         await self.save(state, touch=False)
 
     async def beginTurn(self, state: SessionState) -> None:
-        """Mark a turn running. A turn this process left marked running (its end
-        failed to save) is closed first instead of wedging the session."""
+        """Mark a turn running in this process. A turn left running by a process that
+        is gone (or by this one, when its end failed to save) is closed first instead
+        of wedging the session; one that another live process is running refuses."""
         await self.flush(state)
         try:
-            state.turn = await self.call("beginTurn", state.sessionId)
+            state.turn = await self.call("beginTurn", state.sessionId, ownerToken())
+            return
         except ValueError:
-            await self.call("recoverInterrupted", state.sessionId)
-            state.turn = await self.call("beginTurn", state.sessionId)
+            recovered = await self.call("recoverInterrupted", state.sessionId, ownerAlive)
+        if recovered is None:
+            record = await self.call("getSession", state.sessionId)
+            raise InternalError(
+                f"Internal error: session {state.sessionId} is running a turn in "
+                f"{describeOwner(record.turnOwner if record else None)}, another hermes-acp using "
+                "the same state.db; wait for that turn to end, or cancel it there",
+                {"sessionId": state.sessionId},
+            )
+        state.history = await self.call("loadMessages", state.sessionId)  # with the closed turn
+        state.turn = await self.call("beginTurn", state.sessionId, ownerToken())
 
     async def replaceHistory(self, state: SessionState, messages: list[dict[str, Any]]) -> None:
         state.history = list(messages)

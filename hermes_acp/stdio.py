@@ -10,6 +10,7 @@ stdout.
 from __future__ import annotations
 
 import os
+import select
 import sys
 from collections.abc import Callable
 
@@ -46,6 +47,13 @@ def claimStdio() -> StdioFDs:
 _claimed: StdioFDs | None = None
 
 
+def hungUp(fd: int) -> bool:
+    """Whether the writer of ``fd`` (a pipe) has closed it, without reading."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
+
+
 class StdioService(Service):
     """Connects one protocol to the claimed stdio when the service starts.
 
@@ -70,6 +78,8 @@ class StdioService(Service):
         fds = claimStdio()
         Service.startService(self)
         self.protocol = self.protocolFactory()
+        if hasattr(self.protocol, "inputHungUp"):
+            self.protocol.inputHungUp = lambda: hungUp(fds.stdin)
         StandardIO(self.protocol, stdin=fds.stdin, stdout=fds.stdout, reactor=self.reactor)
         done: Deferred[None] = self.protocol.whenDone()  # type: ignore[attr-defined]
         done.addCallback(lambda _: self.onDone())

@@ -24,14 +24,14 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from hermes_acp import migrations
+from hermes_acp import migrations, safejson
 from hermes_acp.migrations import cwdKey
 
 __all__ = [
@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 BUSY_TIMEOUT_MS = 10_000
+INTERRUPTED_TURN = "This turn was interrupted: hermes-acp stopped before it finished."
+INTERRUPTED_CALL = "Not completed: hermes-acp stopped before this call finished."
 LIST_PAGE_SIZE = 50
 FINAL_TOOL_STATUSES = frozenset({"completed", "failed"})
 INDEXED_ROLES = frozenset({"user", "assistant", "tool"})
@@ -53,7 +55,7 @@ _NO_CAP = 2**63 - 1  # SQLite's largest integer: "no limit" in a LIMIT-style com
 
 _SESSION_COLUMNS = (
     "session_id, cwd, additional_directories, title, model, mode, config, "
-    "created_at, updated_at, turn_state, turn, message_count"
+    "created_at, updated_at, turn_state, turn, message_count, turn_owner"
 )
 # updateSession's keyword -> column.
 _UPDATABLE = {
@@ -98,7 +100,7 @@ class SessionRecord:
     """One stored session.
 
     As input to ``createSession`` only the settings count (``sessionId`` to ``updatedAt``);
-    ``turnState``, ``turn`` and ``messageCount`` are outputs.
+    ``turnState``, ``turn``, ``messageCount`` and ``turnOwner`` are outputs.
     """
 
     sessionId: str
@@ -115,6 +117,7 @@ class SessionRecord:
     turnState: str = "idle"  # 'idle' | 'running' | 'interrupted' (the last turn died mid-way)
     turn: int = 0  # the number of the last turn begun; turns count from 1
     messageCount: int = 0
+    turnOwner: str | None = None  # the process running the turn (hermes_acp.lease)
 
 
 @attrs.frozen
@@ -153,15 +156,15 @@ def searchableText(message: Mapping[str, Any]) -> str | None:
 
 
 def _encode(value: Any) -> tuple[str, int]:
-    """Compact JSON for ``value`` and its size in UTF-8 bytes."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON for ``value`` and its size in UTF-8 bytes, under the rule of
+    ``hermes_acp.safejson``: lone surrogates (undecodable tool output, say) become
+    U+FFFD and non-finite numbers null, so nothing stored can fail to load or send."""
     try:
-        return text, len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        # Lone surrogates (e.g. undecodable tool output) cannot be stored as UTF-8 text;
-        # escaped as \udXXX they still decode to the same string.
-        text = json.dumps(value, separators=(",", ":"))
-        return text, len(text)
+        text = safejson.dumps(value)
+    except ValueError:
+        text = safejson.dumps(safejson.healed(value))
+    data = safejson.utf8(text)
+    return data.decode("utf-8"), len(data)
 
 
 def _encodeCursor(record: SessionRecord) -> str:
@@ -186,20 +189,21 @@ def _decodeCursor(cursor: str) -> tuple[str, str]:
 
 def _record(row: tuple[Any, ...]) -> SessionRecord:
     (sessionId, cwd, directories, title, model, mode, config,
-     createdAt, updatedAt, turnState, turn, messageCount) = row  # fmt: skip
+     createdAt, updatedAt, turnState, turn, messageCount, turnOwner) = row  # fmt: skip
     return SessionRecord(
         sessionId=sessionId,
         cwd=cwd,
-        additionalDirectories=json.loads(directories),
+        additionalDirectories=safejson.loads(directories),
         title=title,
         model=model,
         mode=mode,
-        config=json.loads(config),
+        config=safejson.loads(config),
         createdAt=createdAt,
         updatedAt=updatedAt,
         turnState=turnState,
         turn=turn,
         messageCount=messageCount,
+        turnOwner=turnOwner,
     )
 
 
@@ -209,6 +213,60 @@ def _checkUpdates(updates: Iterable[Any]) -> list[dict[str, Any]]:
         if not (isinstance(update, dict) and isinstance(update.get("sessionUpdate"), str)):
             raise ValueError(f"not a session/update object: {update!r:.200}")
     return updates
+
+
+@attrs.define
+class _TurnAccount:
+    """What an interrupted turn's journal says happened, for the model's history."""
+
+    user: list[str] = attrs.field(factory=list)
+    answer: list[str] = attrs.field(factory=list)
+    calls: dict[str, list[str]] = attrs.field(factory=dict)  # id -> [title, status]
+
+    def add(self, update: Any) -> None:
+        if not isinstance(update, dict):
+            return
+        kind, content = update.get("sessionUpdate"), update.get("content")
+        if kind == "user_message_chunk" and isinstance(content, dict):
+            self.user.append(_blockText(content))
+        elif kind == "agent_message_chunk" and isinstance(content, dict) and isinstance(content.get("text"), str):
+            self.answer.append(content["text"])
+        elif kind in ("tool_call", "tool_call_update") and isinstance(update.get("toolCallId"), str):
+            if kind == "tool_call_update" and update["toolCallId"] not in self.calls:
+                return  # an update for a call this turn never began
+            call = self.calls.setdefault(update["toolCallId"], ["a tool call", "pending"])
+            if isinstance(update.get("title"), str):
+                call[0] = update["title"]
+            if isinstance(update.get("status"), str):
+                call[1] = update["status"]
+
+    def openCalls(self) -> list[str]:
+        return [callId for callId, (_, status) in self.calls.items() if status not in FINAL_TOOL_STATUSES]
+
+    def messages(self) -> list[dict[str, Any]]:
+        if not self.user:
+            return []
+        calls = "".join(
+            f"\n- {title}: {status if status in FINAL_TOOL_STATUSES else 'not completed'}"
+            for title, status in self.calls.values()
+        )
+        note = f"[{INTERRUPTED_TURN}" + (f" Tool calls in this turn:{calls}" if calls else "") + "]"
+        answer = "".join(self.answer).strip()
+        return [
+            {"role": "user", "content": "\n".join(self.user)},
+            {"role": "assistant", "content": f"{answer}\n\n{note}" if answer else note},
+        ]
+
+
+def _blockText(block: dict[str, Any]) -> str:
+    """A prompt content block as the model reads it in an account of a turn."""
+    if block.get("type") == "text" and isinstance(block.get("text"), str):
+        return block["text"]
+    if block.get("type") == "resource_link":
+        return f"[Attached: {block.get('name') or block.get('uri')}]"
+    if block.get("type") == "resource" and isinstance(block.get("resource"), dict):
+        return f"[Attached: {block['resource'].get('uri', 'a resource')}]"
+    return f"[{block.get('type', 'content')}]"
 
 
 class SessionDB:
@@ -387,37 +445,34 @@ class SessionDB:
         return last + len(rows)
 
     @classmethod
-    def _failOpenToolCalls(
-        cls, cursor: sqlite3.Cursor, sessionId: str, turn: int
-    ) -> list[dict[str, Any]]:
-        """Journal a ``failed`` update for every tool call that never reached a final status."""
-        pending: dict[str, None] = {}  # an insertion-ordered set of toolCallIds
-        # instr() skips updates that are not tool calls without decoding them; it relies on
-        # the compact JSON every payload is written in.
+    def _interrupt(cls, cursor: sqlite3.Cursor, sessionId: str, turn: int) -> list[dict[str, Any]]:
+        """Close a turn nothing will finish: journal a ``failed`` update for each of its tool
+        calls that never reached a final status and a line saying the turn was interrupted,
+        give the model's history the same account (the user's words, the answer so far, the
+        calls and how they ended), and mark it interrupted. Returns the journaled updates."""
         rows = cursor.execute(
-            "SELECT payload FROM acp_journal WHERE session_id = ? "
-            "AND instr(payload, '\"sessionUpdate\":\"tool_call') > 0 ORDER BY seq",
-            (sessionId,),
-        )
+            "SELECT payload FROM acp_journal WHERE session_id = ? AND turn = ? ORDER BY seq",
+            (sessionId, turn),
+        ).fetchall()
+        account = _TurnAccount()
         for (payload,) in rows:
-            update = json.loads(payload)
-            kind, callId = update.get("sessionUpdate"), update.get("toolCallId")
-            if kind not in ("tool_call", "tool_call_update") or not isinstance(callId, str):
-                continue
-            if update.get("status") in FINAL_TOOL_STATUSES:
-                pending.pop(callId, None)
-            elif kind == "tool_call":
-                pending[callId] = None
-        failed = [
-            {"sessionUpdate": "tool_call_update", "toolCallId": callId, "status": "failed"}
-            for callId in pending
-        ]
-        cls._insertUpdates(cursor, sessionId, turn, failed)
+            account.add(safejson.loads(payload))
+        updates = [
+            {"sessionUpdate": "tool_call_update", "toolCallId": callId, "status": "failed",
+             "content": [{"type": "content", "content": {"type": "text", "text": INTERRUPTED_CALL}}]}
+            for callId in account.openCalls()
+        ]  # fmt: skip
+        updates.append({"sessionUpdate": "agent_message_chunk", "messageId": f"interrupted-{turn}",
+                        "content": {"type": "text", "text": f"\n\n_{INTERRUPTED_TURN}_\n"}})  # fmt: skip
+        cls._insertUpdates(cursor, sessionId, turn, updates)
+        record = cls._require(cursor, sessionId)
+        cls._insertMessages(cursor, sessionId, record.messageCount, account.messages())
         cursor.execute(
-            "UPDATE acp_sessions SET turn_state = 'interrupted' WHERE session_id = ?",
+            "UPDATE acp_sessions SET turn_state = 'interrupted', turn_owner = NULL "
+            "WHERE session_id = ?",
             (sessionId,),
         )
-        return failed
+        return updates
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -530,8 +585,10 @@ class SessionDB:
                 raise ValueError(f"session {newId!r} already exists")
             cursor.execute(
                 "INSERT INTO acp_sessions (session_id, cwd, cwd_key, additional_directories, "
-                "title, model, mode, config, created_at, updated_at, turn, message_count) "
-                "SELECT ?, ?, ?, ?, title, model, mode, config, ?, ?, turn, message_count "
+                "title, model, mode, config, created_at, updated_at, turn, message_count, "
+                "turn_state) "
+                "SELECT ?, ?, ?, ?, title, model, mode, config, ?, ?, turn, message_count, "
+                "CASE turn_state WHEN 'running' THEN 'running' ELSE 'idle' END "
                 "FROM acp_sessions WHERE session_id = ?",
                 (newId, cwd, cwdKey(cwd), _encode(list(additionalDirectories))[0], now, now,
                  sourceId),
@@ -548,7 +605,7 @@ class SessionDB:
                 (newId, sourceId),
             )
             if source.turnState == "running":
-                self._failOpenToolCalls(cursor, newId, source.turn)
+                self._interrupt(cursor, newId, source.turn)
             return self._require(cursor, newId)
 
     # -- messages ---------------------------------------------------------------------------
@@ -568,7 +625,7 @@ class SessionDB:
                 "SELECT message FROM acp_messages WHERE session_id = ? ORDER BY seq",
                 (sessionId,),
             ).fetchall()
-        return [json.loads(message) for (message,) in rows]
+        return [safejson.loads(message) for (message,) in rows]
 
     def replaceMessages(self, sessionId: str, messages: Iterable[dict[str, Any]]) -> int:
         """Replace the whole history in one transaction (``/reset``, compaction)."""
@@ -648,15 +705,16 @@ class SessionDB:
                 (sessionId, _NO_CAP if first is None else first),
             ).fetchall()
         return Replay(
-            updates=[json.loads(payload) for payload, _ in rows],
+            updates=[safejson.loads(payload) for payload, _ in rows],
             omittedCount=totalCount - len(rows),
             omittedBytes=totalBytes - sum(size for _, size in rows),
         )
 
     # -- turns ------------------------------------------------------------------------------
 
-    def beginTurn(self, sessionId: str) -> int:
-        """Mark a new turn running; return its number (1, 2, …).
+    def beginTurn(self, sessionId: str, owner: str | None = None) -> int:
+        """Mark a new turn running in process ``owner`` (``hermes_acp.lease``); return
+        its number (1, 2, …).
 
         ValueError if a turn is already running (end or recover it first).
         """
@@ -668,9 +726,9 @@ class SessionDB:
                     "end it (endTurn) or recover it (recoverInterrupted) first"
                 )
             cursor.execute(
-                "UPDATE acp_sessions SET turn = ?, turn_state = 'running', updated_at = ? "
-                "WHERE session_id = ?",
-                (record.turn + 1, timestamp(), sessionId),
+                "UPDATE acp_sessions SET turn = ?, turn_state = 'running', turn_owner = ?, "
+                "updated_at = ? WHERE session_id = ?",
+                (record.turn + 1, owner, timestamp(), sessionId),
             )
             return record.turn + 1
 
@@ -691,23 +749,27 @@ class SessionDB:
                     f"(last turn {record.turn} is {record.turnState})"
                 )
             cursor.execute(
-                "UPDATE acp_sessions SET turn_state = 'idle' WHERE session_id = ?", (sessionId,)
+                "UPDATE acp_sessions SET turn_state = 'idle', turn_owner = NULL "
+                "WHERE session_id = ?",
+                (sessionId,),
             )
             return self._insertMessages(cursor, sessionId, record.messageCount, messages)
 
-    def recoverInterrupted(self, sessionId: str) -> list[dict[str, Any]]:
-        """After a crash: if the session was left mid-turn, mark that turn interrupted and
-        journal a ``tool_call_update`` with status ``failed`` for each tool call that never
-        reached ``completed``/``failed``; return those updates ([] when nothing was running).
-
-        Call it when loading a session that no live turn in this process owns. It cannot tell
-        whether another live process is running the turn; it assumes none is.
+    def recoverInterrupted(
+        self, sessionId: str, ownerAlive: Callable[[str | None], bool] = lambda owner: False
+    ) -> list[dict[str, Any]] | None:
+        """After a crash: if the session was left mid-turn by a process that is gone
+        (``ownerAlive(owner)`` is false), close that turn (see ``_interrupt``) and return
+        the updates journaled; [] when nothing was running; None when the turn's owner is
+        still alive, which leaves the turn alone (another process is running it).
         """
         with self._write() as cursor:
             record = self._require(cursor, sessionId)
             if record.turnState != "running":
                 return []
-            return self._failOpenToolCalls(cursor, sessionId, record.turn)
+            if ownerAlive(record.turnOwner):
+                return None
+            return self._interrupt(cursor, sessionId, record.turn)
 
     # -- lifetime ---------------------------------------------------------------------------
 

@@ -6,7 +6,10 @@ all build the service here.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +19,11 @@ from twisted.python import usage
 
 from . import __version__
 from .headless import PromptOptions
+
+#: Exit statuses (sysexits.h): a setting hermes-acp cannot use; a shutdown that hung.
+EX_CONFIG, EX_SOFTWARE = 78, 70
+#: Once shutdown begins, the most it may take before the process exits anyway.
+SHUTDOWN_DEADLINE = 5.0
 
 
 class Options(usage.Options):
@@ -82,7 +90,7 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     from twisted.internet.error import ReactorNotRunning
 
     from .acp import ACPAgent
-    from .config import Settings, loadDotenv, stateDatabase
+    from .config import ConfigError, Settings, loadDotenv, stateDatabase
     from .logs import bridgeStdlibLogging, installScrubber
     from .sessions import SessionManager
     from .stdio import StdioService, claimStdio
@@ -98,7 +106,11 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     loadDotenv()
     installScrubber()
     bridgeStdlibLogging()
-    settings = Settings.fromEnv()
+    try:
+        settings = Settings.fromEnv()
+    except ConfigError as e:
+        sys.stderr.write(f"hermes-acp: {e}\n")
+        sys.exit(EX_CONFIG)
     trace = None
     if options["trace"]:
         try:
@@ -113,6 +125,8 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
         except ReactorNotRunning:
             pass  # already stopping (SIGTERM, or twist's own shutdown)
 
+    reactor.callWhenRunning(installSignalHandlers, reactor)
+    reactor.addSystemEventTrigger("before", "shutdown", armWatchdog)
     sessions = SessionManager(reactor, stateDatabase())
     workers = WorkerPool(reactor, settings.threads)
     agent = ACPAgent(reactor, settings, sessions, workers)
@@ -133,6 +147,27 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
         ShutdownHook(trace.close).setServiceParent(top)  # stops after the connection
     StdioService(buildProtocol, onDone or stopReactor, reactor).setServiceParent(top)
     return top
+
+
+def installSignalHandlers(reactor: Any) -> None:
+    """SIGINT and SIGTERM stop the agent, also when they arrived ignored (a
+    background job of a script, ``nohup``): Twisted leaves an ignored SIGINT
+    ignored, and an agent nobody can interrupt is an orphan waiting to happen."""
+    signal.signal(signal.SIGINT, reactor.sigInt)
+    signal.signal(signal.SIGTERM, reactor.sigTerm)
+
+
+def armWatchdog(seconds: float = SHUTDOWN_DEADLINE) -> None:
+    """Once shutdown begins, the process is gone within ``seconds`` whatever
+    hangs (a stuck thread, an unflushable pipe)."""
+
+    def expired() -> None:
+        os.write(2, f"hermes-acp: shutdown did not finish within {seconds:g} s; exiting now\n".encode())
+        os._exit(EX_SOFTWARE)
+
+    timer = threading.Timer(seconds, expired)
+    timer.daemon = True
+    timer.start()
 
 
 class OrderedService(MultiService):

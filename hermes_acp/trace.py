@@ -1,7 +1,7 @@
 """``--trace FILE``: a copy of every JSON-RPC frame in and out, secrets redacted.
 
 Each frame becomes one JSON line ``{"t": <unix time>, "dir": "in"|"out",
-"frame": <the message, or the raw text when it is not JSON>}`` appended to
+"frame": <the message, or the raw text of a line that is not JSON>}`` appended to
 FILE. Known credentials (the values of ``*_API_KEY``/``*_TOKEN``/... variables)
 are replaced wherever they appear, and so is every string under a key that
 names a credential (``apiKey``, ``accessToken``, ``Authorization``, an MCP
@@ -12,7 +12,6 @@ failing disk never takes the agent down: tracing just stops, with a warning.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -21,7 +20,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from .jsonrpc import encode
+from . import safejson
 from .logs import REDACTED, redact, secretValues
 
 log = Logger()
@@ -66,19 +65,23 @@ class FrameTrace:
         self.secrets = list(secrets)
         self.clock = clock
 
-    def __call__(self, direction: str, line: bytes) -> None:
+    def __call__(self, direction: str, line: bytes, message: Any = None) -> None:
+        """Record one frame: ``message`` decoded, or None to record the raw text
+        (a line that was not JSON)."""
         if self.fd is None:
             return
-        text = line.decode("utf-8", "replace")
+        record: dict[str, Any] = {"t": round(self.clock(), 6), "dir": direction}
+        if message is None:
+            record["frame"] = redact(line.decode("utf-8", "replace"), self.secrets)
+        else:
+            try:
+                record["frame"] = scrub(message, self.secrets)
+            except RecursionError:
+                record["frame"] = f"(a frame of {len(line)} bytes, nested too deeply to record)"
         try:
-            frame: Any = json.loads(text)
-        except ValueError:
-            frame = text
-        record = {"t": round(self.clock(), 6), "dir": direction, "frame": scrub(frame, self.secrets)}
-        try:
-            data = encode(record)
-        except ValueError:  # NaN or Infinity in what the peer sent
-            data = json.dumps(record, separators=(",", ":")).encode("ascii")
+            data = safejson.encode(record)
+        except ValueError:  # NaN or Infinity in what the peer sent: recorded as null
+            data = safejson.encode(safejson.healed(record))
         try:
             os.write(self.fd, data + b"\n")
         except OSError as e:

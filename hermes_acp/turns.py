@@ -207,7 +207,8 @@ class PromptTurn:
                     return None  # cancelled while waiting for a worker; already answered
                 self._started = True
             try:
-                return agent.run_conversation(toModelContent(self.blocks), history, self.cancelEvent)
+                content = toModelContent(self.blocks, self.cancelEvent)
+                return agent.run_conversation(content, history, self.cancelEvent)
             finally:
                 bridge.flush()
 

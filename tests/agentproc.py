@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,10 @@ def runAgent(
 class LiveAgent:
     """An agent process we talk to line by line (for timing EOF and signals)."""
 
-    def __init__(self, argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: list[str] | None = None, env: Mapping[str, str] | None = None,
+        preexec: Callable[[], Any] | None = None,
+    ) -> None:
         self.process = subprocess.Popen(
             argv or ENTRY_POINTS["python -m hermes_acp"],
             stdin=subprocess.PIPE,
@@ -102,6 +105,7 @@ class LiveAgent:
             stderr=subprocess.DEVNULL,
             env=dict(env) if env is not None else agentEnv(),
             cwd=tempfile.gettempdir(),
+            preexec_fn=preexec,
         )
 
     def send(self, data: bytes) -> None:

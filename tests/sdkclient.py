@@ -171,9 +171,33 @@ class RecordingClient:
         self.updates: list[tuple[str, Any]] = []
         self.permissionRequests: list[Any] = []
         self._permission = permission
+        self._arrived: asyncio.Event | None = None
 
     async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
         self.updates.append((session_id, update))
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def waitForUpdate(self, matches: Callable[[str, dict[str, Any]], bool], timeout: float = 30) -> dict[str, Any]:
+        """The first update so far or to come for which ``matches(sessionId, update)``
+        holds (the update as wire JSON); fails after ``timeout`` seconds."""
+        self._arrived = self._arrived or asyncio.Event()
+        deadline = asyncio.get_running_loop().time() + timeout
+        seen = 0
+        while True:
+            for sessionId, update in self.updates[seen:]:
+                payload = update.model_dump(by_alias=True, exclude_none=True)
+                if matches(sessionId, payload):
+                    return payload
+            seen = len(self.updates)
+            self._arrived.clear()
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise AssertionError(f"no matching update within {timeout} s")
+            try:
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
 
     async def request_permission(self, session_id: str, tool_call: Any, options: list[Any], **kw: Any) -> Any:
         self.permissionRequests.append((session_id, tool_call, options))

@@ -3,7 +3,9 @@ timeouts, cancels and clean-up."""
 
 from __future__ import annotations
 
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -332,17 +334,27 @@ class WorkerSideTests(SynchronousTestCase):
         self.assertEqual(self.editor.requests[0].params, {"sessionId": "s1", "path": "/w/a.py", "content": "x = 1\n"})
 
     def test_readErrors(self) -> None:
-        """-32002 is FileNotFoundError; every other failure is a WorkspaceError."""
+        """-32002 is FileNotFoundError. Any other failure for a file that exists
+        locally is a WorkspaceError that keeps the editor's details; for a path
+        that is not on the shared disk it is FileNotFoundError too (the TypeScript
+        SDK answers a missing file with -32603 and "ENOENT" in data)."""
+        present = str(Path(tempfile.mkdtemp()) / "present.txt")
+        Path(present).write_text("x")
+        enoent = RemoteError(-32603, "Internal error", {"details": "ENOENT: no such file or directory"})
         cases = [
-            (RemoteError(-32002, "Resource not found"), FileNotFoundError),
-            (RemoteError(-32603, "Internal error"), WorkspaceError),
-            (CancelledError(), WorkspaceError),
-            (ConnectionDone("input closed"), WorkspaceError),
+            (RemoteError(-32002, "Resource not found"), present, FileNotFoundError),
+            (enoent, "/w/gone.py", FileNotFoundError),
+            (CancelledError(), "/w/gone.py", FileNotFoundError),
+            (RemoteError(-32603, "Internal error", {"details": "EACCES: permission denied"}), present, WorkspaceError),
+            (CancelledError(), present, WorkspaceError),
+            (ConnectionDone("input closed"), present, WorkspaceError),
         ]
-        for error, expected in cases:
+        for error, path, expected in cases:
             workspace = self.workspace({"fs/read_text_file": error}, readFiles=True)
-            with self.assertRaises(expected):
-                self.inWorker(workspace, "readText", "/w/gone.py")
+            with self.assertRaises(expected) as caught:
+                self.inWorker(workspace, "readText", path)
+            if isinstance(error, RemoteError) and expected is WorkspaceError:
+                self.assertIn("EACCES: permission denied", str(caught.exception))
         workspace = self.workspace({"fs/read_text_file": {"text": "wrong key"}}, readFiles=True)
         with self.assertRaises(WorkspaceError):
             self.inWorker(workspace, "readText", "/w/a.py")
@@ -353,9 +365,11 @@ class WorkerSideTests(SynchronousTestCase):
     def test_readTimesOut(self) -> None:
         """A read the editor never answers gives up after FILE_TIMEOUT."""
         workspace = self.workspace({}, readFiles=True)
+        present = str(Path(tempfile.mkdtemp()) / "present.txt")
+        Path(present).write_text("x")
 
         def work() -> str:
-            return workspace.readText("/w/a.py")
+            return workspace.readText(present)
 
         with self.assertRaises(WorkspaceError) as caught:
             self.reactor.runInWorker(work, between=lambda: self.reactor.advance(FILE_TIMEOUT))

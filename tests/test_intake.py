@@ -231,9 +231,9 @@ class CheckPromptTests(SynchronousTestCase):
         self.assertRejected([embedded(uri="x", blob="%%%")], "prompt[0].resource.blob", "not base64")
 
     def test_accepts(self) -> None:
-        """Valid prompts come back as they are, including one made only of resources."""
+        """Valid prompts come back equal, including one made only of resources."""
         blocks = [text("a"), {"type": "image", "data": b64(PNG), "mimeType": "image/png"}, link("file:///x", "x")]
-        self.assertIs(checkPrompt(blocks, image=True, embedded=False), blocks)
+        self.assertEqual(checkPrompt(blocks, image=True, embedded=False), blocks)
         only = [embedded(uri="file:///w/a.py", text="x = 1\n"), link("https://example.com", "site")]
         self.assertEqual(checkPrompt(only, image=False, embedded=True), only)
         self.assertEqual(promptText(only), "")
@@ -241,6 +241,22 @@ class CheckPromptTests(SynchronousTestCase):
         self.assertIsInstance(content, str)
         self.assertIn("x = 1", content)
         self.assertEqual(checkPrompt([], image=True, embedded=True), [])
+
+    def test_normalizedAsTheSchemaSays(self) -> None:
+        """Optional fields of the wrong type count as absent (the schema's
+        x-deserialize-default-on-error), invalid audience entries are skipped, keys
+        the schema does not know are dropped: what is stored and echoed is valid."""
+        messy = [
+            {"type": "text", "text": "a", "annotations": [1, 2], "vendorKey": {"x": 1}, "_meta": {"k": 1}},
+            {"type": "resource_link", "uri": "file:///x", "name": "x", "size": "big", "title": None,
+             "annotations": {"audience": ["user", "robot", 3], "priority": True, "lastModified": 5}},
+            {"type": "resource", "resource": {"uri": 7, "text": "t", "extra": 1}},
+        ]
+        self.assertEqual(checkPrompt(messy, image=True, embedded=True), [
+            {"type": "text", "text": "a", "_meta": {"k": 1}},
+            {"type": "resource_link", "uri": "file:///x", "name": "x", "annotations": {"audience": ["user"]}},
+            {"type": "resource", "resource": {"uri": "", "text": "t"}},
+        ])
 
     def test_promptText(self) -> None:
         """Only the typed text counts, stripped."""

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import select
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -24,7 +27,7 @@ def assertValidStream(testCase: SynchronousTestCase, requests: list[bytes], fram
     for line in b"".join(requests).splitlines():
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(message, dict) and "id" in message and "method" in message:
             methods[json.dumps(message["id"])] = message["method"]
@@ -211,7 +214,12 @@ class ShutdownTests(SynchronousTestCase):
             self.assertIn("session_info_update", kinds)  # the journal was written before exit
 
     def test_sigtermAndSigintExit(self) -> None:
-        """SIGTERM and SIGINT stop the console entry point with status 0 at once."""
+        """SIGTERM and SIGINT stop the console entry point with status 0 at once.
+
+        This test used to hang its SIGINT case whenever the suite itself ran as a
+        background job of a script (CI): such jobs start with SIGINT ignored, the
+        agent inherited that, and Twisted leaves an ignored SIGINT ignored. The agent
+        now installs its own handlers; the next test pins that case down."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             agent = LiveAgent(ENTRY_POINTS["hermes-acp"])
             try:
@@ -222,3 +230,102 @@ class ShutdownTests(SynchronousTestCase):
             finally:
                 agent.kill()
             self.assertEqual(code, 0, sig)
+
+    def test_signalsEndItEvenWhenStartedIgnoringSIGINT(self) -> None:
+        """Started with SIGINT ignored (a script's background job, nohup), every entry
+        point still ends on SIGINT and on SIGTERM (the console scripts with status 0;
+        twist re-raises the signal, as it does by design)."""
+        for name, argv in ENTRY_POINTS.items():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                agent = LiveAgent(argv, preexec=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                try:
+                    agent.send(initialize(0))
+                    agent.readFrame()
+                    agent.process.send_signal(sig)
+                    code = agent.process.wait(10)
+                finally:
+                    agent.kill()
+                expected = (-sig, 128 + sig) if name == "twist hermes-acp" else (0,)
+                self.assertIn(code, expected, (name, sig))
+
+    def test_clientClosesOurStdoutFirst(self) -> None:
+        """A client that closes the agent's stdout (its read end) before stdin, as
+        toad does on quit: the agent exits by itself, leaving no orphan, whether or
+        not stdin closes afterwards."""
+        for closeStdin in (False, True):
+            agent = LiveAgent(ENTRY_POINTS["hermes-acp"])
+            try:
+                agent.send(initialize(0))
+                agent.readFrame()
+                agent.process.stdout.close()  # type: ignore[union-attr]
+                if closeStdin:
+                    agent.process.stdin.close()  # type: ignore[union-attr]
+                code = agent.process.wait(10)
+            finally:
+                agent.kill()
+            self.assertEqual(code, 0, closeStdin)
+
+    def test_eofWhileTheClientIsNotReading(self) -> None:
+        """stdin EOF from a client that stopped reading our answers (a full stdout
+        pipe, so the agent also stopped reading): the agent still exits, without
+        waiting for anyone to read."""
+        agent = LiveAgent(ENTRY_POINTS["hermes-acp"])
+        try:
+            stdin = agent.process.stdin.fileno()  # type: ignore[union-attr]
+            os.set_blocking(stdin, False)
+            requests = b"".join(initialize(n) for n in range(2000))  # about 1 MB of answers
+            written = 0
+            while written < len(requests) and select.select([], [stdin], [], 3.0)[1]:
+                try:
+                    written += os.write(stdin, requests[written : written + 4096])
+                except BlockingIOError:
+                    pass
+            agent.process.stdin.close()  # type: ignore[union-attr]
+            code = agent.process.wait(15)
+        finally:
+            agent.kill()
+        self.assertLess(written, len(requests))  # it did stop reading
+        self.assertEqual(code, 0)
+
+    def test_aShutdownThatHangsStillEnds(self) -> None:
+        """If something hangs during shutdown, the process still ends, with status 70
+        and a line on stderr saying so."""
+        script = textwrap.dedent(
+            """
+            from twisted.internet.defer import Deferred
+            import hermes_acp.acp as acp
+            acp.ACPAgent.shutdown = lambda self: Deferred()  # never fires
+            from hermes_acp.cli import main
+            main([])
+            """
+        )
+        process = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, env=agentEnv())
+        try:
+            out, err = process.communicate(initialize(0), timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        self.assertEqual(process.returncode, 70)
+        self.assertIn(b"shutdown did not finish", err)
+        self.assertEqual(json.loads(out)["id"], 0)
+
+
+class SettingsTests(SynchronousTestCase):
+    def test_unusableSettingsAreRefusedAtStart(self) -> None:
+        """A timeout of inf, nan, 0 or below, or a malformed number, stops every entry
+        point at once with status 78 and a message naming the setting; --check says
+        the same and exits 1."""
+        bad = [("HERMES_ACP_PERMISSION_TIMEOUT", v) for v in ("inf", "nan", "-5", "0", "soon")]
+        bad += [("HERMES_ACP_THREADS", "0"), ("HERMES_ACP_MAX_LINE", "10"), ("HERMES_CONTEXT_WINDOW", "lots")]
+        for name, argv in ENTRY_POINTS.items():
+            for variable, value in bad[: 2 if name != "hermes-acp" else len(bad)]:
+                run = runAgent([initialize(0)], argv=argv, env=agentEnv(**{variable: value}))
+                self.assertEqual(run.returncode, 78, (name, variable, value, run.stderr[-500:]))
+                self.assertEqual(run.stdout, b"", name)
+                self.assertIn(variable.encode(), run.stderr)
+                self.assertIn(value.encode(), run.stderr)
+        check = subprocess.run(ENTRY_POINTS["hermes-acp"] + ["--check"], capture_output=True, timeout=60,
+                               env=agentEnv(HERMES_ACP_PERMISSION_TIMEOUT="inf"))
+        self.assertEqual(check.returncode, 1)
+        self.assertIn(b"HERMES_ACP_PERMISSION_TIMEOUT must be a finite number", check.stdout)

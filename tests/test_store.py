@@ -23,6 +23,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from hermes_acp import migrations
 from hermes_acp.store import (
+    INTERRUPTED_CALL,
+    INTERRUPTED_TURN,
     Replay,
     SessionDB,
     SessionRecord,
@@ -94,7 +96,15 @@ def storedVersion(path: Path) -> str:
 
 
 def failed(callId: str) -> dict:
-    return toolUpdate(callId, "failed")
+    """What recovery journals for a call an interrupted turn left open."""
+    content = [{"type": "content", "content": {"type": "text", "text": INTERRUPTED_CALL}}]
+    return {**toolUpdate(callId, "failed"), "content": content}
+
+
+def interrupted(turn: int) -> dict:
+    """The line recovery journals after an interrupted turn's calls."""
+    return {"sessionUpdate": "agent_message_chunk", "messageId": f"interrupted-{turn}",
+            "content": {"type": "text", "text": f"\n\n_{INTERRUPTED_TURN}_\n"}}
 
 
 def unprivileged(function):
@@ -226,15 +236,16 @@ class OpenTests(StoreTestCase):
 
 class MessageTests(StoreTestCase):
     def test_roundTrip(self) -> None:
-        """Messages come back exactly: multimodal lists, tool calls, reasoning fields, numbers,
-        non-ASCII text and an unpaired surrogate."""
+        """Messages come back exactly: multimodal lists, tool calls, reasoning fields, numbers
+        and non-ASCII text; an unpaired surrogate and a NaN come back as U+FFFD and null,
+        which every later request can carry."""
         db = self.openStore()
         self.newSession(db)
-        odd = {"role": "tool", "tool_call_id": "call_2", "content": "bad byte: \udcff"}
+        odd = {"role": "tool", "tool_call_id": "call_2", "content": "bad byte: \udcff", "n": float("nan")}
         self.assertEqual(db.appendMessages("s1", HISTORY[:3]), 3)
         self.assertEqual(db.appendMessages("s1", [*HISTORY[3:], odd]), len(HISTORY) + 1)
         loaded = db.loadMessages("s1")
-        self.assertEqual(loaded, [*HISTORY, odd])
+        self.assertEqual(loaded, [*HISTORY, {"role": "tool", "tool_call_id": "call_2", "content": "bad byte: \ufffd", "n": None}])
         self.assertEqual(list(loaded[3]), list(ASSISTANT_WITH_TOOLS))  # key order too
         self.assertEqual(db.getSession("s1").messageCount, len(HISTORY) + 1)
 
@@ -602,10 +613,45 @@ class TurnTests(StoreTestCase):
              toolUpdate("ghost", "in_progress"), toolCall("c"), toolUpdate("c", "failed"),
              toolUpdate("a", "in_progress"), chunk('"sessionUpdate":"tool_call" in text')],
         )  # fmt: skip
-        self.assertEqual(db.recoverInterrupted("s1"), [failed("b"), failed("a")])
-        self.assertEqual(db.loadJournal("s1").updates[-2:], [failed("b"), failed("a")])
+        recovered = [failed("b"), failed("a"), interrupted(turn)]
+        self.assertEqual(db.recoverInterrupted("s1"), recovered)
+        self.assertEqual(db.loadJournal("s1").updates[-3:], recovered)
         self.assertEqual(db.getSession("s1").turnState, "interrupted")
         self.assertEqual(db.beginTurn("s1"), 2)
+
+    def test_liveOwnerIsLeftAlone(self) -> None:
+        """A turn whose owner is alive (another process running it) is not recovered:
+        nothing is journaled, it stays running, and None says so."""
+        db = self.openStore()
+        self.newSession(db)
+        turn = db.beginTurn("s1", owner="elsewhere")
+        db.appendUpdates("s1", turn, [toolCall("t1")])
+        self.assertEqual(db.getSession("s1").turnOwner, "elsewhere")
+        self.assertIsNone(db.recoverInterrupted("s1", ownerAlive=lambda owner: owner == "elsewhere"))
+        self.assertEqual(db.getSession("s1").turnState, "running")
+        self.assertEqual(db.loadJournal("s1").updates, [toolCall("t1")])
+        self.assertEqual(db.recoverInterrupted("s1"), [failed("t1"), interrupted(turn)])
+        self.assertEqual(db.getSession("s1").turnOwner, None)
+
+    def test_interruptedTurnJoinsTheHistory(self) -> None:
+        """The model's history gets the interrupted turn as the editor shows it: the
+        user's words, the answer so far, and each call with how it ended."""
+        db = self.openStore()
+        self.newSession(db)
+        turn = db.beginTurn("s1")
+        db.appendUpdates("s1", turn, [
+            {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "fix the build"}},
+            {"sessionUpdate": "user_message_chunk", "content": {"type": "resource_link", "uri": "file:///w/a.py", "name": "a.py"}},
+            chunk("Looking at it."), toolCall("t1"), toolUpdate("t1", "completed"), toolCall("t2"),
+        ])  # fmt: skip
+        db.recoverInterrupted("s1")
+        user, assistant = db.loadMessages("s1")
+        self.assertEqual(user, {"role": "user", "content": "fix the build\n[Attached: a.py]"})
+        self.assertEqual(assistant["role"], "assistant")
+        self.assertTrue(assistant["content"].startswith("Looking at it."), assistant)
+        self.assertIn(INTERRUPTED_TURN, assistant["content"])
+        self.assertIn(": completed", assistant["content"])
+        self.assertIn(": not completed", assistant["content"])
 
 
 CRASHING_CHILD = """
@@ -656,13 +702,15 @@ class CrashTests(StoreTestCase):
         record = db.getSession("s1")
         self.assertEqual((record.turnState, record.turn), ("running", 1))
         self.assertEqual(len(db.loadJournal("s1").updates), 5)
-        self.assertEqual(db.recoverInterrupted("s1"), [failed("t1")])
+        self.assertEqual(db.recoverInterrupted("s1"), [failed("t1"), interrupted(1)])
         record = db.getSession("s1")
         self.assertEqual(record.turnState, "interrupted")
         replay = db.loadJournal("s1")
-        self.assertEqual(len(replay.updates), 6)
-        self.assertEqual(replay.updates[-1], failed("t1"))
-        self.assertEqual(db.loadMessages("s1"), [{"role": "user", "content": "earlier"}])
+        self.assertEqual(len(replay.updates), 7)
+        self.assertEqual(replay.updates[-2:], [failed("t1"), interrupted(1)])
+        earlier, user, answer = db.loadMessages("s1")
+        self.assertEqual((earlier, user), ({"role": "user", "content": "earlier"}, {"role": "user", "content": "go"}))
+        self.assertIn("Read a.py: not completed", answer["content"])
         self.assertEqual(db.recoverInterrupted("s1"), [])
         self.assertEqual(db.beginTurn("s1"), 2)
 
@@ -716,7 +764,7 @@ class ForkTests(StoreTestCase):
         self.db.appendUpdates("src", turn, [toolCall("t2")])
         fork = self.db.forkSession("src", "dst", "/elsewhere")
         self.assertEqual(fork.turnState, "interrupted")
-        self.assertEqual(self.db.loadJournal("dst").updates[-1], failed("t2"))
+        self.assertEqual(self.db.loadJournal("dst").updates[-2:], [failed("t2"), interrupted(turn)])
         self.assertEqual(self.db.getSession("src").turnState, "running")
         self.assertEqual(self.db.loadJournal("src").updates[-1], toolCall("t2"))
 

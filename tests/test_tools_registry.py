@@ -124,13 +124,19 @@ def test_sessionSearchFailureIsReported(bench) -> None:
 
 
 def test_specialNumbersAreNotJSON() -> None:
-    """NaN and Infinity in arguments are refused like any other invalid JSON (they
-    could not be sent on to the editor)."""
+    """NaN, Infinity and 1e400 in arguments are refused, naming where (they could
+    not be sent on to the editor); a lone surrogate is repaired, so no tool and
+    no history entry ever holds one."""
     import pytest
 
     from hermes_acp.engine.tools.registry import ToolError, parseArguments
 
-    for raw in ('{"limit": NaN}', '{"limit": Infinity}', '{"x": -Infinity}'):
-        with pytest.raises(ToolError, match="not valid JSON"):
+    for raw in ('{"limit": NaN}', '{"limit": Infinity}', '{"x": -Infinity}', '{"x": [1e400]}'):
+        with pytest.raises(ToolError, match="not a finite number"):
             parseArguments(raw)
+    with pytest.raises(ToolError, match="nested deeper"):
+        parseArguments("[" * 200 + "]" * 200)
+    with pytest.raises(ToolError, match="not valid JSON"):
+        parseArguments("[" * 5000 + "]" * 5000)
     assert parseArguments('{"limit": 5}') == {"limit": 5}
+    assert parseArguments('{"query": "a\\ud800b"}') == {"query": "a\ufffdb"}

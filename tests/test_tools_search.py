@@ -106,3 +106,25 @@ def test_collectionIsBounded(bench, tmp_path: Path, backend: str, monkeypatch: p
     result = run(bench, pattern="hit", limit=3)
     assert result["total"] == 10
     assert "stopped counting at 10" in result["note"]
+
+
+def test_runawayPatternIsStoppedByTheDeadline(bench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(a+)+$ against a's and a '!' backtracks for ever in Python's re: the search runs
+    in a child process, which the deadline kills; the model hears why."""
+    monkeypatch.setattr(search.shutil, "which", lambda name: None)
+    monkeypatch.setattr(search, "SEARCH_TIMEOUT", 0.5)
+    (tmp_path / "trap.txt").write_text("a" * 40 + "!\n")
+    result = run(bench, pattern="(a+)+$")
+    assert result["matches"] == [] and "stopped after" in result["note"]
+
+
+def test_cancelKillsTheSearch(bench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel during a search that would never end stops it within a poll."""
+    import threading
+
+    monkeypatch.setattr(search.shutil, "which", lambda name: None)
+    (tmp_path / "trap.txt").write_text("a" * 40 + "!\n")
+    threading.Timer(0.3, bench.cancelEvent.set).start()
+    outcome = bench.call("search_files", pattern="(a+)+$")
+    assert outcome.failed and "cancelled" in outcome.text
+

@@ -32,7 +32,13 @@ class HookTests(SynchronousTestCase):
         """The connection hands the trace each line it reads and writes, in order,
         including lines that are not JSON and the errors they cause."""
         seen: list[tuple[str, bytes]] = []
-        connection = JSONRPCConnection({"echo": lambda p: p}, {}, Clock(), trace=lambda d, line: seen.append((d, line)))
+        messages: list[Any] = []
+
+        def trace(direction: str, line: bytes, message: Any) -> None:
+            seen.append((direction, line))
+            messages.append(message)
+
+        connection = JSONRPCConnection({"echo": lambda p: p}, {}, Clock(), trace=trace)
         transport = StringTransport()
         connection.makeConnection(transport)
         connection.dataReceived(b'{"jsonrpc":"2.0","id":1,"method":"echo","params":{"a":1}}\nnot json\n')
@@ -43,6 +49,9 @@ class HookTests(SynchronousTestCase):
         self.assertEqual(seen[2][1], b"not json")
         self.assertEqual([line for d, line in seen if d == "out"], written)
         self.assertEqual(json.loads(written[1])["error"]["code"], -32700)
+        self.assertEqual(messages[0]["params"], {"a": 1})
+        self.assertIsNone(messages[2])  # not JSON: the raw line is recorded
+        self.assertEqual(messages[4]["method"], "note")
 
     def test_noTraceByDefault(self) -> None:
         connection = JSONRPCConnection({}, {}, Clock())
@@ -87,19 +96,27 @@ class RedactionTests(SynchronousTestCase):
         self.assertNotIn(SECRET, json.dumps(clean))
 
     def test_records(self) -> None:
-        """One JSON line per frame: time, direction, the parsed frame or the raw text."""
+        """One JSON line per frame: time, direction, the decoded frame or the raw
+        text; a NaN the peer sent is recorded as null, a lone surrogate as U+FFFD,
+        and a frame too deep to scrub as a note: every line of the file is JSON."""
         path = Path(tempfile.mkdtemp()) / "t.jsonl"
         trace = FrameTrace(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), [SECRET], clock=lambda: 1234.5)
-        trace("in", json.dumps({"jsonrpc": "2.0", "method": "m", "params": {"s": SECRET}}).encode())
+        message = {"jsonrpc": "2.0", "method": "m", "params": {"s": SECRET}}
+        trace("in", json.dumps(message).encode(), message)
         trace("out", f"garbage {SECRET}".encode())
-        trace("in", b'{"x": NaN, "u": "\\ud800"}')
+        trace("in", b'{"x": NaN, "u": "\\ud800"}', {"x": float("nan"), "u": "\ud800"})
+        deep: Any = []
+        for _ in range(5000):
+            deep = [deep]
+        trace("in", b"[[[...]]]", deep)
         trace.close()
-        trace("out", b"{}")  # after close: ignored
+        trace("out", b"{}", {})  # after close: ignored
         found = records(path)
         self.assertEqual(found[0], {"t": 1234.5, "dir": "in", "frame": {"jsonrpc": "2.0", "method": "m", "params": {"s": REDACTED}}})
         self.assertEqual(found[1], {"t": 1234.5, "dir": "out", "frame": f"garbage {REDACTED}"})
-        self.assertEqual(found[2]["frame"]["u"], "\ud800")
-        self.assertEqual(len(found), 3)
+        self.assertEqual(found[2]["frame"], {"x": None, "u": "\ufffd"})
+        self.assertIn("nested too deeply", found[3]["frame"])
+        self.assertEqual(len(found), 4)
 
 
 class OpenTests(SynchronousTestCase):

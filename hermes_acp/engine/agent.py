@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from hermes_acp import safejson
 from hermes_acp.config import Endpoint
 from hermes_acp.engine.cancel import CANCELLED as _WOKEN
 from hermes_acp.engine.cancel import Cancellation
@@ -272,9 +273,14 @@ class _Turn:
     def result(self, stopReason: str, error: str | None = None) -> TurnResult:
         return TurnResult(self.finalText, self.new, self.usage, stopReason, error, self.lastPromptTokens)
 
+    def remember(self, message: dict[str, Any]) -> None:
+        """A new history entry, under the rule of L{hermes_acp.safejson}: a lone
+        surrogate from a file name or a model delta must not poison the session."""
+        self.new.append(safejson.repaired(message))
+
     def run(self) -> TurnResult:
         agent = self.agent
-        self.new.append({"role": "user", "content": self.userMessage})
+        self.remember({"role": "user", "content": self.userMessage})
         system = {"role": "system", "content": agent.systemPrompt
                   or defaultSystemPrompt(agent.cwd, agent.additionalDirectories)}
         tools = agent.activeTools()
@@ -303,10 +309,11 @@ class _Turn:
             stop = self._stopReason(reply)
             calls = reply.toolCalls if stop is None else ()
             if reply.text or reply.refusal or reply.reasoning or calls:
-                self.new.append(_assistantMessage(reply, calls))
+                self.remember(_assistantMessage(reply, calls))
             if stop is not None:
                 return self.result(stop)
-            self.new.extend(self._runTools(calls, tools, context))
+            for message in self._runTools(calls, tools, context):
+                self.remember(message)
             previous = [call.name for call in calls]
         return self.result(MAX_TURN_REQUESTS)
 

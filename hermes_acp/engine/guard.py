@@ -35,9 +35,35 @@ _ROOT_TARGETS = {"/", "/*", "/.", "/..", "~", "~/*", "$HOME", "${HOME}", "$HOME/
 _SYSTEM_DIRS = {"/home", "/root", "/etc", "/usr", "/var", "/bin", "/sbin", "/boot", "/lib",
                 "/lib64", "/opt", "/dev", "/proc", "/sys", "/srv"}
 _DISK = re.compile(r"^/dev/(sd|nvme|hd|mmcblk|vd|xvd|disk)")
-_FORK_BOMB = re.compile(r"(\S+)\s*\(\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}\s*;\s*\1")
+# Every pattern here runs on model-chosen text while holding the GIL, so each one
+# is linear in the command's length: no unbounded repeat before a backreference,
+# no lookahead that rescans the rest of the command at every match.
+_FUNCTION_BODY = re.compile(r"\(\)\s*\{")
+_FUNCTION_NAME = re.compile(r"([^\s(){}|&;]{1,64})\s*$")
 _SQL = re.compile(r"\b(drop\s+(table|database|schema)|truncate\s+table)\b", re.I)
-_SQL_DELETE = re.compile(r"\bdelete\s+from\s+\w+(?![^;]*\bwhere\b)", re.I)
+_SQL_DELETE = re.compile(r"\bdelete\s+from\s+\w+", re.I)
+_SQL_WHERE = re.compile(r"\bwhere\b", re.I)
+
+
+def _forkBomb(command: str) -> bool:
+    """``f(){ f|f& };f`` for any name f."""
+    for body in _FUNCTION_BODY.finditer(command):
+        name = _FUNCTION_NAME.search(command, max(0, body.start() - 80), body.start())
+        if name is None:
+            continue
+        f = re.escape(name.group(1))
+        if re.compile(rf"\s*{f}\s*\|\s*{f}\s*&\s*\}}\s*;\s*{f}").match(command, body.end()):
+            return True
+    return False
+
+
+def _unboundedDelete(command: str) -> bool:
+    """A ``DELETE FROM table`` with no WHERE before the statement ends."""
+    for statement in command.split(";"):
+        found = _SQL_DELETE.search(statement)
+        if found is not None and not _SQL_WHERE.search(statement, found.end()):
+            return True
+    return False
 _RC_FILES = {".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile",
              ".zshenv", ".zlogin", ".kshrc", ".cshrc", ".tcshrc", ".inputrc"}
 _SECRET_FILES = {".netrc", ".pgpass", ".npmrc", ".pypirc", ".git-credentials"}
@@ -263,11 +289,11 @@ def check(command: str) -> tuple[Finding | None, list[Finding]]:
     if len(command) > MAX_COMMAND_CHARS:
         return None, [Finding("too-long", "command too long to check")]
     found = [finding for simple in _simpleCommands(command) for finding in _commandFindings(simple)]
-    if _FORK_BOMB.search(command):
+    if _forkBomb(command):
         found.append(Finding("fork-bomb", "fork bomb", hard=True))
     if "<(" in command and re.search(r"\b(ba|z|k|da)?sh\s+<\(\s*(curl|wget)\b", command):
         found.append(Finding("pipe-to-shell", "runs a downloaded script"))
-    if _SQL.search(command) or _SQL_DELETE.search(command):
+    if _SQL.search(command) or _unboundedDelete(command):
         found.append(Finding("sql-destructive", "destructive SQL statement"))
     hard = next((finding for finding in found if finding.hard), None)
     if hard is not None:

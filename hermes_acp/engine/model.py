@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from hermes_acp import safejson
 from hermes_acp.config import Endpoint
 from hermes_acp.engine.cancel import CANCELLED, Cancellation
 
@@ -265,9 +266,11 @@ class ModelClient:
         """
         if not model:
             raise ModelError("no model chosen: set HERMES_MODEL or pick a model for the session")
-        request = {"model": model, "messages": messages, "stream": True,
-                   "stream_options": {"include_usage": True},
-                   **({"tools": tools} if tools else {}), **options}
+        # Under the rule of hermes_acp.safejson: what UTF-8 cannot carry never
+        # reaches the endpoint (where it would fail every later request).
+        request = safejson.repaired({"model": model, "messages": messages, "stream": True,
+                                     "stream_options": {"include_usage": True},
+                                     **({"tools": tools} if tools else {}), **options})
         attempt = 0
         while True:
             accumulator = _Accumulator(onText, onReasoning)

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from hermes_acp import safejson
 from hermes_acp.engine.approval import Verdict
 from hermes_acp.engine.edits import EditProposal
 from hermes_acp.engine.workspace import Workspace
@@ -155,17 +156,17 @@ def checkArguments(tool: Tool, arguments: Any) -> dict[str, Any]:
     return checked
 
 
-def _noSpecialNumbers(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def parseArguments(raw: str) -> Any:
-    """Decode a tool call's JSON arguments (empty means none)."""
+    """Decode a tool call's JSON arguments (empty means none) under the rule of
+    :mod:`hermes_acp.safejson`: lone surrogates repaired, NaN, Infinity and deep
+    nesting refused."""
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw, parse_constant=_noSpecialNumbers)
-    except ValueError as e:
+        return safejson.checked(json.loads(raw), "arguments")
+    except safejson.Refused as e:
+        raise ToolError(f"{e}; send plain JSON") from e
+    except (ValueError, RecursionError) as e:
         raise ToolError(f"the arguments are not valid JSON ({e}); send a JSON object") from e
 
 

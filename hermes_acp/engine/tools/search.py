@@ -1,28 +1,40 @@
 """``search_files``: regex search in file contents, or file names by glob.
 
-ripgrep does the work when it is installed; otherwise a pure-Python walk
-gives the same result shape (it skips hidden and binary files as rg does, but
-does not read ``.gitignore``).
+ripgrep does the work when it is installed; otherwise the pure-Python search in
+:mod:`grep` gives the same result shape (it skips hidden and binary files as rg
+does, but does not read ``.gitignore``). Either way the matching runs in a
+child process that is killed when the turn is cancelled, when the search has
+found enough, or after ``SEARCH_TIMEOUT`` seconds: no pattern can hold the
+agent's interpreter.
 """
 
 from __future__ import annotations
 
 import base64
-import fnmatch
 import json
 import os
-import re
+import select
 import shutil
+import signal
 import subprocess
-from collections.abc import Generator, Iterator
+import sys
+import time
+from collections.abc import Iterator
 from contextlib import closing
+from functools import partial
 from typing import Any
 
+import attrs
+
+from hermes_acp.engine.tools import grep
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
-from hermes_acp.engine.workspace import looksBinary
 
 COLLECT_LIMIT = 5000
 MAX_TEXT = 500
+SEARCH_TIMEOUT = 30.0
+MAX_CONTEXT_FILE = 64 * 1024 * 1024
+_POLL = 0.05
+_STDERR_KEEP = 4096
 
 
 def _cut(text: str) -> str:
@@ -30,110 +42,121 @@ def _cut(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + " ..."
 
 
-def _nameGlob(pattern: str) -> str:
-    return pattern if any(c in pattern for c in "*?[") else f"*{pattern}*"
+@attrs.define
+class _Child:
+    """One search process, read line by line with select: the cancel event and
+    the deadline are checked every ``_POLL`` seconds, however quiet the child is."""
 
+    argv: list[str]
+    ctx: ToolContext
+    deadline: float
+    timedOut: bool = False
 
-def _globMatches(glob: str, path: str, root: str) -> bool:
-    subject = os.path.relpath(path, root) if "/" in glob else os.path.basename(path)
-    return fnmatch.fnmatch(subject, glob)
-
-
-def _walk(root: str, ctx: ToolContext) -> Iterator[str]:
-    if os.path.isfile(root):
-        yield root
-        return
-    for folder, dirs, files in os.walk(root):
-        if ctx.cancelEvent.is_set():
-            return
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if not name.startswith("."):
-                yield os.path.join(folder, name)
-
-
-def _pythonContent(ctx: ToolContext, root: str, pattern: str, fileGlob: str | None) -> Iterator[tuple[str, int, str]]:
-    try:
-        regex = re.compile(pattern)
-    except re.error as e:
-        raise ToolError(f"invalid regular expression {pattern!r}: {e}") from e
-    for path in _walk(root, ctx):
-        if fileGlob and not _globMatches(fileGlob, path, root):
-            continue
+    def lines(self) -> Iterator[str]:
+        """Its output lines; it is killed when the consumer stops, the turn is
+        cancelled or the deadline passes. Exit status 2 with a message is a
+        L{ToolError} (a bad pattern) when it printed nothing; with results, its
+        complaints about single files (permissions) do not spoil them."""
         try:
-            with open(path, "rb") as f:
-                if looksBinary(f.read(8192)):
-                    continue
-                f.seek(0)
-                for number, raw in enumerate(f, 1):
-                    line = raw.decode("utf-8", "replace")
-                    if regex.search(line):
-                        yield path, number, line
-        except OSError:
-            continue
+            process = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise ToolError(f"cannot start the search: {e}") from e
+        assert process.stdout is not None and process.stderr is not None
+        out, err = process.stdout.fileno(), process.stderr.fileno()
+        pending, error = bytearray(), bytearray()
+        streams = [out, err]
+        printed = False
+        try:
+            while out in streams:
+                if self.ctx.cancelEvent.is_set():
+                    return
+                remaining = self.deadline - time.monotonic()
+                if remaining <= 0:
+                    self.timedOut = True
+                    return
+                for fd in select.select(streams, [], [], min(_POLL, remaining))[0]:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        streams.remove(fd)
+                    elif fd == err:
+                        error = (error + chunk)[-_STDERR_KEEP:]
+                    else:
+                        pending += chunk
+                        if b"\n" in chunk:
+                            cut = pending.rfind(b"\n")
+                            complete = bytes(pending[:cut])
+                            del pending[: cut + 1]
+                            printed = True
+                            for line in complete.split(b"\n"):
+                                yield line.decode("utf-8", "replace")
+        finally:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            code = process.wait()
+            if err in streams:  # the child is gone: what it wrote is all there is
+                while chunk := os.read(err, 65536):
+                    error = (error + chunk)[-_STDERR_KEEP:]
+            process.stdout.close()
+            process.stderr.close()
+        message = error.decode("utf-8", "replace").strip()
+        if code == 2 and message and not printed:
+            raise ToolError(f"search failed: {message}")
 
 
-def _pythonFiles(ctx: ToolContext, root: str, glob: str) -> Iterator[str]:
-    return (path for path in _walk(root, ctx) if _globMatches(glob, path, root))
-
-
-def _rg(ctx: ToolContext, arguments: list[str]) -> Iterator[str]:
-    """Lines of rg's output; an rg error becomes a L{ToolError}."""
+def _rg(arguments: list[str]) -> list[str]:
     rg = shutil.which("rg")
     assert rg is not None
-    process = subprocess.Popen(
-        [rg, "--no-config", *arguments], stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-    )
-    assert process.stdout is not None and process.stderr is not None
-    try:
-        for line in process.stdout:
-            if ctx.cancelEvent.is_set():
-                break
-            yield line
-    finally:
-        process.kill()
-        error = process.stderr.read().strip()
-        process.stdout.close()
-        process.stderr.close()
-        if process.wait() == 2 and error:
-            raise ToolError(f"search failed: {error}")
+    return [rg, "--no-config", *arguments]
 
 
-def _rgContent(ctx: ToolContext, root: str, pattern: str, fileGlob: str | None) -> Iterator[tuple[str, int, str]]:
-    arguments = ["--json", "-e", pattern, *(["--glob", fileGlob] if fileGlob else []), "--", root]
-    for line in _rg(ctx, arguments):
+def _python(arguments: list[str]) -> list[str]:
+    return [sys.executable, "-I", "-S", grep.__file__, *arguments]
+
+
+def _rgContent(lines: Iterator[str]) -> Iterator[tuple[str, int, str]]:
+    for line in lines:
         event = json.loads(line)
         if event.get("type") != "match":
             continue
         data = event["data"]
-        lines = data["lines"]
-        text = lines.get("text")
+        text = data["lines"].get("text")
         if text is None:
-            text = base64.b64decode(lines.get("bytes", "")).decode("utf-8", "replace")
+            text = base64.b64decode(data["lines"].get("bytes", "")).decode("utf-8", "replace")
         path = data["path"].get("text") or base64.b64decode(data["path"]["bytes"]).decode("utf-8", "replace")
         yield path, data["line_number"], text
 
 
-def _rgFiles(ctx: ToolContext, root: str, glob: str) -> Iterator[str]:
-    for line in _rg(ctx, ["--files", "--", root]):
-        path = line.rstrip("\n")
-        if _globMatches(glob, path, root):
+def _pythonContent(lines: Iterator[str]) -> Iterator[tuple[str, int, str]]:
+    for line in lines:
+        path, number, text = json.loads(line)
+        yield path, number, text
+
+
+def _files(lines: Iterator[str], root: str, glob: str | None) -> Iterator[str]:
+    for line in lines:
+        path = json.loads(line)[0] if glob is None else line
+        if glob is None or grep.globMatches(glob, path, root):
             yield path
 
 
-def _collect(found: Generator[Any, None, None]) -> tuple[list[Any], bool]:
+def _collect(found: Iterator[Any]) -> tuple[list[Any], bool]:
     items: list[Any] = []
-    with closing(found):  # stops rg at once when the limit is reached
-        for item in found:
-            if len(items) == COLLECT_LIMIT:
-                return items, True
-            items.append(item)
+    for item in found:
+        if len(items) == COLLECT_LIMIT:
+            return items, True
+        items.append(item)
     return items, False
 
 
 def _context(path: str, line: int, count: int) -> dict[str, list[str]]:
     try:
+        if os.path.getsize(path) > MAX_CONTEXT_FILE:
+            return {"before": [], "after": []}
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read().split("\n")
     except OSError:
@@ -153,28 +176,39 @@ def searchFiles(
         raise ToolError(f"path not found: {root}")
     useRg = shutil.which("rg") is not None
     if target == "files":
-        glob = _nameGlob(pattern)
-        found = _rgFiles(ctx, root, glob) if useRg else _pythonFiles(ctx, root, glob)
-        paths, capped = _collect(found)
-        paths.sort(key=lambda p: (-_mtime(p), p))
-        page: list[Any] = [ctx.display(p) for p in paths[offset : offset + limit]]
-        result: dict[str, Any] = {"files": page}
+        glob = grep.nameGlob(pattern)
+        # rg lists every file and the names are matched here; the Python child matches them itself.
+        argv = _rg(["--files", "--", root]) if useRg else _python(["files", root, glob])
+        parse: Any = partial(_files, root=root, glob=glob if useRg else None)
     else:
-        found = _rgContent(ctx, root, pattern, file_glob) if useRg else _pythonContent(ctx, root, pattern, file_glob)
-        hits, capped = _collect(found)
-        hits.sort(key=lambda hit: (hit[0], hit[1]))
+        if useRg:
+            argv = _rg(["--json", "-e", pattern, *(["--glob", file_glob] if file_glob else []), "--", root])
+        else:
+            argv = _python(["content", root, pattern, *([file_glob] if file_glob else [])])
+        parse = _rgContent if useRg else _pythonContent
+    child = _Child(argv, ctx, time.monotonic() + SEARCH_TIMEOUT)
+    with closing(child.lines()) as lines:  # the child is killed as soon as we have enough
+        found, capped = _collect(parse(lines))
+    if target == "files":
+        found.sort(key=lambda p: (-_mtime(p), p))
+        result: dict[str, Any] = {"files": [ctx.display(p) for p in found[offset : offset + limit]]}
+    else:
+        found.sort(key=lambda hit: (hit[0], hit[1]))
         page = []
-        for hitPath, line, text in hits[offset : offset + limit]:
+        for hitPath, line, text in found[offset : offset + limit]:
             entry: dict[str, Any] = {"path": ctx.display(hitPath), "line": line, "text": _cut(text)}
             if context:
                 entry.update(_context(hitPath, line, context))
             page.append(entry)
         result = {"matches": page}
-        paths = hits
-    result["total"] = len(paths)
+    if ctx.cancelEvent.is_set():
+        raise ToolError("the search was cancelled")
+    result["total"] = len(found)
     if capped:
         result["note"] = f"stopped counting at {COLLECT_LIMIT} results; narrow the search"
-    if offset + limit < len(paths):
+    elif child.timedOut:
+        result["note"] = f"the search stopped after {SEARCH_TIMEOUT:.0f} s; these are the results so far. Narrow the path or the pattern"
+    if offset + limit < len(found):
         result["hint"] = f"Results truncated. Use offset={offset + limit} to see more."
     return ToolOutcome(jsonText(result), {"path": root, "result": result})
 
