@@ -29,8 +29,6 @@ LIMIT = 128 * 1024 * 1024  # the agent allows 64 MiB lines; never be the smaller
 REQUEST_TIMEOUT = 60.0
 #: How long an agent gets to exit after stdin closes before it is killed.
 EXIT_TIMEOUT = 5.0
-#: The agent journals updates within 0.2 s (sessions.JOURNAL_FLUSH); wait that out before EOF.
-JOURNAL_SETTLE = 0.3
 #: No fs or terminal capabilities: tools work on the local disk, as with a bare client.
 INITIALIZE = {"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "hermes-acp-bench", "version": "0"}}
 
@@ -208,12 +206,8 @@ class AgentProcess:
 
     async def close(self, timeout: float = EXIT_TIMEOUT) -> bool:
         """Close stdin (the editor's way to say goodbye); True if the agent
-        exited by itself, False if it lingered and was killed.
-
-        Waits JOURNAL_SETTLE first: an agent told EOF while a journal write is
-        pending does not exit (see docs/performance.md, "Shutdown hang")."""
+        exited by itself, False if it lingered and was killed."""
         assert self.process.stdin is not None
-        await asyncio.sleep(JOURNAL_SETTLE)
         if not self.process.stdin.is_closing():
             self.process.stdin.close()
         exited = True

@@ -81,7 +81,7 @@ def machine() -> str:
         f"CPU {_cpuModel()}, {os.cpu_count()} cores ({usable} usable); "
         f"{platform.system()} {platform.release()}; "
         f"Python {platform.python_version()}; Twisted {_package('twisted')}, openai {_package('openai')}; "
-        f"hermes-acp {_package('hermes-acp')} ({_revision()})"
+        f"hermes-acp {_package('hermes-acp-twisted')} ({_revision()})"
     )
 
 

@@ -90,7 +90,7 @@ class ACPAgent:
         self._warm = False
         self.connection: JSONRPCConnection | None = None
         self.permissions: PermissionBroker | None = None
-        self.catalog = ModelCatalog(endpointSource, workers.run, fetchModels, self._modelsChanged)
+        self.catalog = ModelCatalog(endpointSource, workers.run, fetchModels, self._modelsChanged, reactor)
         self.lifecycle = Lifecycle(self)
         self.turns = Turns(self)
         sessions.onForget = self._forgotten

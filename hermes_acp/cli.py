@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from twisted.python import usage
@@ -14,8 +15,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         options.parseOptions(sys.argv[1:] if argv is None else argv)
     except usage.UsageError as e:
-        sys.stderr.write(f"hermes-acp: {e}\n{options}")
+        # A mistake after `prompt` is explained with the prompt command's own usage.
+        shown = options.subOptions if options.subCommand else options
+        sys.stderr.write(f"hermes-acp: {e}\n{shown}")
         sys.exit(64)
+    except BrokenPipeError:  # `hermes-acp --help | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     if options.subCommand == "prompt":  # a client of the agent: its stdout is for people
         from .headless import runPrompt
 

@@ -41,6 +41,10 @@ CANCEL_POLL = 0.1
 FAILURES = (RemoteError, CancelledError, TimeoutError, ConnectionClosed)
 
 
+class EditorRefused(WorkspaceError):
+    """The editor answered a request with an error."""
+
+
 def _detail(data: Any) -> str:
     """What the editor put in an error's ``data`` (``details``, or all of it), shortly."""
     if data is None:
@@ -78,7 +82,7 @@ class ClientWorkspace:
         except RemoteError as e:
             if e.code == -32002:
                 raise FileNotFoundError(params.get("path", "")) from e
-            raise WorkspaceError(f"the editor refused {method}: {e.message}{_detail(e.data)}") from e
+            raise EditorRefused(f"the editor refused {method}: {e.message}{_detail(e.data)}") from e
         except FAILURES as e:
             raise WorkspaceError(f"{method} did not complete ({type(e).__name__})") from e
 
@@ -87,10 +91,11 @@ class ClientWorkspace:
             return self.local.readText(path)
         try:
             result = self._request("fs/read_text_file", {"path": path})
-        except WorkspaceError:
+        except EditorRefused:
             # Editors answer a missing file differently (the TypeScript SDK with
             # -32603 and "ENOENT" in data); the agent shares their disk, so a
             # path that is not there locally is a new file, whatever the error.
+            # (A read that timed out or was cancelled is no answer at all.)
             if not os.path.lexists(path):
                 raise FileNotFoundError(path) from None
             raise

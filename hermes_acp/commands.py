@@ -1,7 +1,8 @@
 """Slash commands: answered by the agent itself, without the model.
 
 They arrive as prompt text (``/model gpt-4o``); an unknown ``/word`` goes to
-the model like any other text.
+the model like any other text. Replies are Markdown (lists and tables), which
+editors render; single lines would run together into one paragraph.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from .store import timestamp
 if TYPE_CHECKING:
     from .acp import ACPAgent
 
+#: How long ``/model`` waits for the endpoint's model list when it is still on its way.
+CATALOG_WAIT = 3.0
 COMMANDS: dict[str, tuple[str, str | None]] = {
     "help": ("List the slash commands", None),
     "model": ("Show or switch the model", "model name to switch to"),
@@ -70,58 +73,69 @@ async def runCommand(hub: ACPAgent, state: SessionState, name: str, argument: st
 
 
 async def _help(hub: ACPAgent, state: SessionState, argument: str) -> str:
-    lines = ["Available commands:"]
-    lines += [f"  /{name:<8} {description}" for name, (description, _) in COMMANDS.items()]
-    lines.append("Other text starting with / goes to the model as a normal message.")
+    lines = ["**Slash commands**", ""]
+    for name, (description, hint) in COMMANDS.items():
+        usage = f"/{name} <{hint}>" if hint else f"/{name}"
+        lines.append(f"- `{usage}`: {description}")
+    lines += ["", "Other text starting with `/` goes to the model as a normal message."]
     return "\n".join(lines)
 
 
 async def _model(hub: ACPAgent, state: SessionState, argument: str) -> str:
+    await hub.catalog.settled(CATALOG_WAIT)  # a one-shot prompt runs before the list arrives
     models = hub.catalog.models()
     if argument:
         checkOption("model", argument, models)
         hub.lifecycle.switchModel(state, argument)
         hub.lifecycle.announceOptions(state)
-        return f"Model switched to: {argument}"
-    listed = "\n".join(f"  {'*' if m == state.model else ' '} {m}" for m in models)
-    return f"Current model: {state.model}\nAvailable:\n{listed}"
+        known = "" if argument in models else " (not in the endpoint's model list; it is used as given)"
+        return f"Model switched to `{argument}`{known}."
+    lines = [f"Current model: `{state.model}`", ""]
+    if state.model and state.model not in models:
+        lines.append(f"- `{state.model}` (current; not in the endpoint's model list)")
+    lines += [f"- `{m}`" + (" (current)" if m == state.model else "") for m in models]
+    lines += ["", "Switch with `/model NAME`, or in the editor's model picker."]
+    return "\n".join(lines)
 
 
 async def _mode(hub: ACPAgent, state: SessionState, argument: str) -> str:
     if argument:
         hub.lifecycle.applyMode(state, checkMode(argument))
-        return f"Mode switched to: {argument} ({MODE_INFO[argument][1]})"
-    return f"Current mode: {state.mode}\n" + "\n".join(f"  {m}: {MODE_INFO[m][1]}" for m in MODES)
+        return f"Mode switched to `{argument}`: {MODE_INFO[argument][1]}"
+    lines = [f"Current mode: `{state.mode}`", ""]
+    lines += [f"- `{m}`{' (current)' if m == state.mode else ''}: {MODE_INFO[m][1]}" for m in MODES]
+    return "\n".join(lines)
 
 
 async def _tools(hub: ACPAgent, state: SessionState, argument: str) -> str:
     tools = hub.agentFor(state).activeTools()
-    lines = [f"Available tools ({len(tools)}):"]
-    for tool in tools.values():
-        summary = tool.description.split(". ")[0]
-        lines.append(f"  {tool.name}: {summary[:100]}")
+    lines = [f"**Tools** ({len(tools)})", ""]
+    lines += [f"- `{tool.name}`: {tool.description.split('. ')[0][:100]}" for tool in tools.values()]
     return "\n".join(lines)
 
 
 async def _context(hub: ACPAgent, state: SessionState, argument: str) -> str:
     if not state.history:
-        return "Conversation is empty (no messages yet)."
+        return "The conversation is empty (no messages yet)."
     roles: dict[str, int] = {}
     for message in state.history:
         roles[message.get("role", "?")] = roles.get(message.get("role", "?"), 0) + 1
     size = hub.settings.contextWindow
     used = state.contextUsed
     counts = ", ".join(f"{n} {role}" for role, n in sorted(roles.items()))
-    return (
-        f"Conversation: {len(state.history)} messages ({counts})\n"
-        f"Model: {state.model}\n"
-        f"Context usage: ~{used} / {size} tokens ({100 * used // max(size, 1)}%)"
-    )
+    return "\n".join([
+        "| | |",
+        "|---|---|",
+        f"| Messages | {len(state.history)} ({counts}) |",
+        f"| Model | `{state.model}` |",
+        f"| Context used | {used:,} of {size:,} tokens ({100 * used // max(size, 1)}%) |",
+    ])
 
 
 async def _reset(hub: ACPAgent, state: SessionState, argument: str) -> str:
     await hub.sessions.replaceHistory(state, [])
     state.contextUsed = 0
+    hub.sendUpdate(state, {"sessionUpdate": "usage_update", "used": 0, "size": hub.settings.contextWindow})
     return "Conversation history cleared. The model starts fresh; the transcript above stays for you."
 
 
@@ -138,25 +152,26 @@ async def _usage(hub: ACPAgent, state: SessionState, argument: str) -> str:
     totals = state.usageTotals
     if not totals:
         return "No model requests in this session since the agent started."
-    return "Token usage since the agent started:\n" + "\n".join(f"  {k}: {v}" for k, v in totals.items())
+    lines = ["Token usage since the agent started:", "", "| tokens | count |", "|---|---|"]
+    return "\n".join(lines + [f"| {k} | {v:,} |" for k, v in totals.items()])
 
 
 async def _doctor(hub: ACPAgent, state: SessionState, argument: str) -> str:
     endpoint = hub.endpointSource()
     client = hub.client
-    return "\n".join(
-        [
-            f"hermes-acp {__version__} on Python {platform.python_version()} ({sys.platform})",
-            f"Twisted {_version('twisted')}, openai {_version('openai')}",
-            f"Endpoint: {endpoint.baseURL or '(none)'} (provider {endpoint.provider}, key {'present' if endpoint.keyPresent else 'not set'})",
-            f"Model: {state.model}",
-            f"Problems: {'; '.join(endpoint.problems()) or 'none'}",
-            f"Client: {client.info.get('name', 'unknown')} {client.info.get('version', '')}".rstrip(),
-            f"Client offers: {', '.join(clientOffers(client)) or 'nothing beyond the basics'}",
-            f"Session state: {stateDatabase()}",
-            "Logs: stderr of this process (your editor's agent log); `hermes-acp --check` from a terminal.",
-        ]
-    )
+    key = "present" if endpoint.keyPresent else "not set"
+    rows = [
+        ("Version", f"hermes-acp {__version__} on Python {platform.python_version()} ({sys.platform})"),
+        ("Libraries", f"Twisted {_version('twisted')}, openai {_version('openai')}"),
+        ("Endpoint", f"{endpoint.baseURL or '(none)'} (provider {endpoint.provider}, key {key})"),
+        ("Model", f"`{state.model}`"),
+        ("Problems", "; ".join(endpoint.problems()) or "none"),
+        ("Client", f"{client.info.get('name', 'unknown')} {client.info.get('version', '')}".rstrip()),
+        ("Client offers", ", ".join(clientOffers(client)) or "nothing beyond the basics"),
+        ("Session state", str(stateDatabase())),
+        ("Logs", "stderr of this process (your editor's agent log); `hermes-acp --check` from a terminal"),
+    ]
+    return "\n".join(f"- **{name}:** {value}" for name, value in rows)
 
 
 def clientOffers(client: Any) -> list[str]:

@@ -15,13 +15,14 @@ prints the agent's frames exactly as received instead.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from twisted.internet.defer import Deferred, TimeoutError, succeed
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError, succeed
 from twisted.internet.error import ConnectionDone, ConnectionLost, ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
 from twisted.python import usage
@@ -53,6 +54,8 @@ CANCEL_GRACE = 10.0
 EXIT_GRACE = 5.0
 #: The most lines of a diff or command shown in a permission question.
 PREVIEW_LINES = 40
+#: How many of its last lines a failed command shows.
+OUTPUT_TAIL = 10
 
 # The agent runs ``-m hermes_acp`` in a session of its own, so Ctrl-C at the
 # terminal reaches only this client, which then cancels the turn properly.
@@ -144,6 +147,18 @@ def _firstLine(blocks: Any) -> str:
     return ""
 
 
+def _outputTail(blocks: Any, count: int = OUTPUT_TAIL) -> list[str]:
+    """The last lines of the command output in a tool call's content (the fenced
+    part, without the status line the agent writes after it)."""
+    lines: list[str] = []
+    for block in blocks if isinstance(blocks, list) else []:
+        content = block.get("content") if isinstance(block, dict) and block.get("type") == "content" else None
+        text = str(content.get("text", "")) if isinstance(content, dict) else ""
+        fenced = re.search(r"^(`{3,})[^\n]*\n(.*?)^\1$", text, re.M | re.S)
+        lines += (fenced.group(2) if fenced else text).splitlines()
+    return lines[-count:]
+
+
 class Terminal:
     """The readable view: the answer on ``out``, everything else on ``err``,
     a line at a time so the two never share a line on a terminal."""
@@ -155,6 +170,7 @@ class Terminal:
         self.err = err
         self.raw = raw
         self.midLine = False
+        self.asking = False
         self.tools: dict[str, dict[str, Any]] = {}
 
     def answer(self, text: str) -> None:
@@ -170,8 +186,21 @@ class Terminal:
 
     def note(self, text: str) -> None:
         self.endLine()
+        if self.asking:  # a question still waits for its answer on this line
+            self.err.write("\n")
+            self.asking = False
         self.err.write(text.rstrip("\n") + "\n")
         self.err.flush()
+
+    def ask(self, question: str) -> None:
+        """A question on stderr, its answer typed on the same line."""
+        self.endLine()
+        self.err.write(question)
+        self.err.flush()
+        self.asking = True
+
+    def answered(self) -> None:
+        self.asking = False
 
     def stderrBytes(self, data: bytes) -> None:
         """The agent's own log output, passed through."""
@@ -209,6 +238,16 @@ class Terminal:
         if known is None:
             self.note(f"[tool] {title} ({call.get('kind', 'other')}): {status or 'pending'}")
         elif status and status != known.get("status"):
+            raw = update.get("rawOutput") if isinstance(update.get("rawOutput"), dict) else {}
+            exitCode = raw.get("exitCode")
+            if call.get("kind") == "execute" and status in ("completed", "failed"):
+                ended = f"exit code {exitCode}" if exitCode is not None else (
+                    f"signal {raw['signal']}" if raw.get("signal") else "")
+                self.note(f"[tool] {title}: {status}" + (f" ({ended})" if ended else ""))
+                if status == "failed" or exitCode not in (None, 0):
+                    for line in _outputTail(update.get("content")):
+                        self.note(f"  | {line}")
+                return
             reason = _firstLine(update.get("content")) if status == "failed" else ""
             self.note(f"[tool] {title}: {status}" + (f" - {reason}" if reason else ""))
 
@@ -427,7 +466,9 @@ class PromptClient:
         if update.get("sessionUpdate") == "agent_message_chunk" and isinstance(content, dict):
             text = str(content.get("text", "")).strip()
             if text.startswith(FAILURE_MARKS):
-                self.failure = text
+                # Markdown for an editor's chat; here it is the run's failure, said once, plainly.
+                self.failure = text.replace("**", "")
+                return
         if not self.ui.raw:
             self.ui.update(update)
 
@@ -458,12 +499,16 @@ class PromptClient:
         answers = {"y": ("allow_once", "allowed once"), "a": ("allow_always", "allowed for this session"),
                    "n": ("reject_once", "rejected")}
         while True:
-            self.ui.err.write("  Allow? [y] once, [a] always, [n] no: ")
-            self.ui.err.flush()
+            self.ui.ask("  Allow? [y] once, [a] always, [n] no: ")
             question: Deferred[str | None] = Deferred(lambda d: self._questions.remove(d))
             self._questions.append(question)
             self.readLine().addCallback(lambda line, q=question: q.called or q.callback(line))
-            answer = await question
+            try:
+                answer = await question
+            except CancelledError:  # the agent withdrew the question (no answer in time)
+                self.ui.note("[permission] withdrawn by the agent: no answer in time")
+                raise
+            self.ui.answered()
             if question in self._questions:
                 self._questions.remove(question)
             if answer and not self.ui.err.isatty():  # a log file: keep what was typed

@@ -121,14 +121,24 @@ def promptText(blocks: list[dict[str, Any]]) -> str:
     return "\n".join(b["text"] for b in blocks if b.get("type") == "text").strip()
 
 
+def _parsed(uri: str) -> Any:
+    """``urlparse(uri)``, or None for what it cannot parse (``file://[::1``)."""
+    try:
+        return urlparse(uri)
+    except ValueError:
+        return None
+
+
 def _localPath(uri: str) -> str | None:
-    parsed = urlparse(uri)
-    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+    """The local file a URI names; None for anything else (other schemes, other
+    hosts, malformed URIs, paths with a NUL)."""
+    parsed = _parsed(uri)
+    path: str | None = None
+    if parsed is not None and parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
         path = unquote(parsed.path)
-        return path if os.path.isabs(path) else None
-    if not parsed.scheme and os.path.isabs(uri):
-        return uri
-    return None
+    elif parsed is not None and not parsed.scheme:
+        path = uri
+    return path if path and os.path.isabs(path) and "\0" not in path else None
 
 
 def _decode(data: bytes, cut: bool) -> str | None:
@@ -170,7 +180,12 @@ def _kind(mode: int) -> str:
 
 
 def _readHead(path: str) -> tuple[int, bytes]:
-    """The size of a regular file and its first ``MAX_INLINE + 1`` bytes."""
+    """The size of a regular file and its first ``MAX_INLINE + 1`` bytes. The type is
+    checked before the open (opening a FIFO or a device can do things) and again on
+    the open file (the path may have changed in between)."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise _NotRegular(0, f"{_kind(info.st_mode)}, so not read")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         info = os.fstat(fd)
@@ -195,7 +210,10 @@ def _boundedRead(path: str, cancelEvent: threading.Event) -> tuple[int, bytes]:
             outcome.append(_readHead(path))
         except OSError as e:
             outcome.append(e)
-        done.set()
+        except Exception as e:  # noqa: BLE001 - whatever it is, the turn gets an answer
+            outcome.append(OSError(0, f"{type(e).__name__}: {e}"))
+        finally:
+            done.set()
 
     threading.Thread(target=read, name="hermes-attachment", daemon=True).start()
     deadline = time.monotonic() + READ_TIMEOUT
@@ -227,7 +245,8 @@ def _link(block: dict[str, Any], cancelEvent: threading.Event) -> list[dict[str,
 def _resource(block: dict[str, Any]) -> list[dict[str, Any]]:
     resource = block["resource"]
     uri = str(resource.get("uri", ""))
-    label = os.path.basename(urlparse(uri).path) or uri or "resource"
+    parsed = _parsed(uri)
+    label = (os.path.basename(parsed.path) if parsed is not None else "") or uri or "resource"
     if isinstance(resource.get("text"), str):
         text = resource["text"]
         size = len(text.encode("utf-8"))

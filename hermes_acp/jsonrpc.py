@@ -132,6 +132,9 @@ class JSONRPCConnection(LineProtocol):
             self.maxLength = maxLength
         self._incoming: dict[str, Deferred[Any]] = {}
         self._outgoing: dict[int, Deferred[Any]] = {}
+        # For the debug log: when each request arrived or left, and its method.
+        self._began: dict[str, tuple[str, float]] = {}
+        self._lineSize = 0
         self._nextId = 0
         self._draining = False
         self._closed = False
@@ -169,8 +172,9 @@ class JSONRPCConnection(LineProtocol):
         self.paused = False
         self._stopProbe()
         if not self._closed:
-            self.resumeInput()
-        self._releaseWriters()
+            self.resumeInput()  # the lines held back may fill the buffer, and pause us again
+        if not self.paused:
+            self._releaseWriters()
 
     def stopProducing(self) -> None:
         self.paused = False
@@ -215,6 +219,7 @@ class JSONRPCConnection(LineProtocol):
             self._sendError(None, InternalError("Internal error: the agent could not handle this message"))
 
     def _lineReceived(self, line: bytes) -> None:
+        self._lineSize = len(line)
         try:
             message, problem = safejson.parse(line)
         except safejson.Refused as e:
@@ -285,6 +290,8 @@ class JSONRPCConnection(LineProtocol):
         if self._draining:
             self._sendError(requestId, RequestCancelled("Request cancelled: input closed"))
             return
+        log.debug("request {method} id {id} ({size} bytes)", method=method, id=key, size=self._lineSize)
+        self._began[key] = (method, self._clock.seconds())
         handler = self._requests.get(method)
         if handler is None:
             self._sendError(requestId, MethodNotFound(f"Method not found: {method}", {"method": method}))
@@ -312,6 +319,7 @@ class JSONRPCConnection(LineProtocol):
             self.cancelIncoming(params.get("requestId"))
             return
         handler = self._notifications.get(method)
+        log.debug("notification {method} ({size} bytes)", method=method, size=self._lineSize)
         if handler is None:
             log.debug("ignoring unknown notification {method}", method=method)
             return
@@ -326,6 +334,7 @@ class JSONRPCConnection(LineProtocol):
             log.debug("dropping response to unknown or cancelled request {id!r}", id=requestId)
             return
         error = message.get("error")
+        self._logAnswer(f"our {requestId}", "error" if error is not None else "ok", self._lineSize)
         if error is None:
             d.callback(message.get("result"))
             return
@@ -365,10 +374,24 @@ class JSONRPCConnection(LineProtocol):
             return False
         if self._closed or self.transport is None:
             log.debug("connection closed; dropping {method}", method=message.get("method"))
+            return True
+        self._trace("out", line, message)
+        self.sendLine(line)
+        if "method" in message:
+            log.debug("sent {kind} {method} ({size} bytes)", kind="request" if "id" in message else "notification",
+                      method=message["method"], size=len(line))
         else:
-            self._trace("out", line, message)
-            self.sendLine(line)
+            outcome = f"error {message['error'].get('code')}" if "error" in message else "ok"
+            self._logAnswer(_idKey(message.get("id")), outcome, len(line))
         return True
+
+    def _logAnswer(self, key: str, outcome: str, size: int) -> None:
+        """At debug level: a request and its answer, with the time between them."""
+        method, began = self._began.pop(key, ("?", None))
+        took = "" if began is None else f", {1000 * (self._clock.seconds() - began):.1f} ms"
+        request = f"our {method} id {key[4:]}" if key.startswith("our ") else f"{method} id {key}"
+        log.debug("answer to {request}: {outcome} ({size} bytes{took})",
+                  request=request, outcome=outcome, size=size, took=took)
 
     def _sendResult(self, requestId: Any, result: Any) -> None:
         afterSent = None
@@ -409,11 +432,13 @@ class JSONRPCConnection(LineProtocol):
         self._nextId += 1
 
         def cancel(d: Deferred[Any]) -> None:
+            self._began.pop(f"our {requestId}", None)
             if self._outgoing.pop(requestId, None) is not None:
                 self.notify("$/cancel_request", {"requestId": requestId})
 
         d: Deferred[Any] = Deferred(cancel)
         self._outgoing[requestId] = d
+        self._began[f"our {requestId}"] = (method, self._clock.seconds())
         if not self._write({"jsonrpc": "2.0", "id": requestId, "method": method, "params": params}):
             self._outgoing.pop(requestId, None)
             return fail(ValueError(f"{method}: the request is not JSON"))

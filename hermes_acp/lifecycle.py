@@ -92,6 +92,7 @@ class Lifecycle:
         mcpServers(params)
         endpoint = self.hub.requireAuthenticated()
         state = await self.sessions.create(cwd, extra, model=endpoint.model)
+        log.debug("session {id} created in {cwd} (model {model})", id=state.sessionId, cwd=cwd, model=state.model)
         self.hub.catalog.refresh()
         self.hub.warmUp()
         return self.setupResult(state, sessionId=True)
@@ -124,10 +125,14 @@ class Lifecycle:
             )
         for update in replay.updates:
             self.hub.sendUpdate(state, update, journal=False)
+        log.debug("session {id} loaded: {n} updates replayed, {m} left out", id=state.sessionId,
+                  n=len(replay.updates), m=replay.omittedCount)
         return self.setupResult(state)
 
     async def resume(self, params: dict[str, Any]) -> Reply:
-        return self.setupResult(await self.restored(params))
+        state = await self.restored(params)
+        log.debug("session {id} resumed", id=state.sessionId)
+        return self.setupResult(state)
 
     async def fork(self, params: dict[str, Any]) -> Reply:
         sessionId = field(params, "sessionId", str)
@@ -135,6 +140,7 @@ class Lifecycle:
         extra = directories(params)
         mcpServers(params)
         state = await self.sessions.fork(sessionId, cwd, extra)
+        log.debug("session {id} forked from {source} into {cwd}", id=state.sessionId, source=sessionId, cwd=cwd)
         return self.setupResult(state, sessionId=True)
 
     async def list(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -161,12 +167,14 @@ class Lifecycle:
         state = await self.sessions.get(field(params, "sessionId", str))
         await self.hub.turns.cancelAll(state)
         self.sessions.forget(state)
+        log.debug("session {id} closed", id=state.sessionId)
         return {}
 
     async def delete(self, params: dict[str, Any]) -> dict[str, Any]:
         state = await self.sessions.get(field(params, "sessionId", str))
         await self.hub.turns.cancelAll(state)
         await self.sessions.remove(state.sessionId)
+        log.debug("session {id} deleted", id=state.sessionId)
         return {}
 
     async def setMode(self, params: dict[str, Any]) -> Reply:

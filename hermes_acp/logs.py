@@ -125,10 +125,14 @@ class _ToTwisted(logging.Handler):
 
 
 def bridgeStdlibLogging() -> None:
+    """Forward stdlib ``logging`` (the engine's model and tool lines) into
+    twisted.logger, whose observers filter by the chosen ``--log-level``. The HTTP
+    libraries stay at warnings: their debug output holds request bodies, which hold
+    the user's files."""
     root = logging.getLogger()
     if not any(isinstance(h, _ToTwisted) for h in root.handlers):
         root.addHandler(_ToTwisted())
-    root.setLevel(logging.INFO)
-    for noisy in ("httpx", "httpcore", "openai", "httpx2"):
+    root.setLevel(logging.DEBUG)
+    for noisy in ("httpx", "httpcore", "openai", "httpx2", "urllib3", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from .config import Endpoint
@@ -39,10 +39,13 @@ class ModelCatalog:
     runInThread: Callable[..., Deferred[Any]]
     fetchModels: Callable[[Endpoint], list[str]]
     onChange: Callable[[], None] = lambda: None
+    clock: Any = None
     fetched: tuple[str, ...] = ()
     #: The URL ``fetched`` came from, and the URL asked (or being asked) last.
     fetchedFrom: str | None = None
     _asked: str | None = None
+    _waiting: list[Deferred[None]] = attrs.field(factory=list)
+    _inFlight: bool = False
 
     def _known(self, endpoint: Endpoint) -> tuple[str, ...]:
         return self.fetched if self.fetchedFrom == endpoint.baseURL else ()
@@ -60,6 +63,7 @@ class ModelCatalog:
         if endpoint.models or not url or self._asked == url:
             return
         self._asked = url
+        self._inFlight = True
         d = self.runInThread(self.fetchModels, endpoint)
 
         def fetched(models: list[str]) -> None:
@@ -74,7 +78,24 @@ class ModelCatalog:
                 self._asked = None  # try again with the next session
             log.warn("could not list models at {url}: {error}", url=url, error=failure.getErrorMessage())
 
+        def settled(_: Any) -> None:
+            self._inFlight = False
+            waiting, self._waiting = self._waiting, []
+            for waiter in waiting:
+                waiter.called or waiter.callback(None)
+
         d.addCallbacks(fetched, failed)
+        d.addBoth(settled)
+
+    def settled(self, timeout: float) -> Deferred[None]:
+        """Fires once no model list is on its way, or after ``timeout`` seconds."""
+        if not self._inFlight:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._waiting.append(waiter)
+        if self.clock is not None:
+            waiter.addTimeout(timeout, self.clock, onTimeoutCancel=lambda result, timeout: None)
+        return waiter
 
 
 def modeState(state: SessionState) -> dict[str, Any]:

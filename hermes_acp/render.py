@@ -175,6 +175,8 @@ class Renderer:
             "content": self.finishedContent(name, text, failed, extras),
             "rawOutput": {"output": truncateMiddle(text, RAW_OUTPUT_LIMIT)},
         }
+        if name == "terminal":  # how the command ended, for clients that show it
+            update["rawOutput"].update({k: extras[k] for k in ("exitCode", "signal") if extras.get(k) is not None})
         locations = self.locations(name, args, extras)
         if locations:
             update["locations"] = locations

@@ -116,7 +116,9 @@ def _walk(value: Any, refuse: bool, prefix: str, maxDepth: int) -> Any:
                     where = (trail, key) if container is not root else None
                     raise Refused(_path(prefix, where), "is not a finite number (JSON has no NaN or Infinity)")
                 container[key] = None
-            elif isinstance(item, (dict, list)):
+            elif isinstance(item, (dict, list, tuple)):
+                if isinstance(item, tuple):  # JSON has only arrays: make it one that can be repaired
+                    item = container[key] = list(item)
                 stack.append((item, depth + 1, (trail, key) if container is not root else None))
     return root[0]
 

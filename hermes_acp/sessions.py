@@ -191,6 +191,9 @@ class SessionManager:
                 log.info("session {id} was interrupted mid-turn; closed it ({n} updates)", id=sessionId, n=len(recovered))
         history = await self.call("loadMessages", sessionId)
         state = SessionState.fromRecord(record, history)
+        # What the editor last heard of the context (the journal's usage_update), so
+        # /context agrees with it in a new process too.
+        state.contextUsed = await self.call("lastContextUsed", sessionId)
         self.sessions[sessionId] = state
         return state
 
@@ -295,9 +298,14 @@ class SessionManager:
         await self.flush(state)
         try:
             state.turn = await self.call("beginTurn", state.sessionId, ownerToken())
-            return
         except ValueError:
             recovered = await self.call("recoverInterrupted", state.sessionId, ownerAlive)
+        else:
+            record = await self.call("getSession", state.sessionId)
+            if record is not None and record.messageCount != len(state.history):
+                # Another process (another editor window) ran turns since this one loaded it.
+                state.history = await self.call("loadMessages", state.sessionId)
+            return
         if recovered is None:
             record = await self.call("getSession", state.sessionId)
             raise InternalError(

@@ -47,11 +47,17 @@ def claimStdio() -> StdioFDs:
 _claimed: StdioFDs | None = None
 
 
+#: A pipe's writer closed (POLLHUP), or a socket's peer shut down its writing half
+#: (POLLRDHUP, Linux): libuv-based clients (Node, the TypeScript SDK) give children
+#: socketpairs, and their ``stdin.end()`` is a half-close.
+_HANGUP = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
+
+
 def hungUp(fd: int) -> bool:
-    """Whether the writer of ``fd`` (a pipe) has closed it, without reading."""
+    """Whether the writer of ``fd`` has closed it, without reading."""
     poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
+    poller.register(fd, select.POLLIN | getattr(select, "POLLRDHUP", 0))
+    return any(events & _HANGUP for _, events in poller.poll(0))
 
 
 class StdioService(Service):

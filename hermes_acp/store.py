@@ -710,6 +710,17 @@ class SessionDB:
             omittedBytes=totalBytes - sum(size for _, size in rows),
         )
 
+    def lastContextUsed(self, sessionId: str) -> int:
+        """``used`` of the newest ``usage_update`` journaled (0 when there is none)."""
+        with self._read() as cursor:
+            row = cursor.execute(
+                "SELECT payload FROM acp_journal WHERE session_id = ? "
+                "AND instr(payload, '\"sessionUpdate\":\"usage_update\"') > 0 ORDER BY seq DESC LIMIT 1",
+                (sessionId,),
+            ).fetchone()
+        used = safejson.loads(row[0]).get("used") if row else None
+        return used if isinstance(used, int) and not isinstance(used, bool) else 0
+
     # -- turns ------------------------------------------------------------------------------
 
     def beginTurn(self, sessionId: str, owner: str | None = None) -> int:

@@ -22,12 +22,17 @@ from .headless import PromptOptions
 
 #: Exit statuses (sysexits.h): a setting hermes-acp cannot use; a shutdown that hung.
 EX_CONFIG, EX_SOFTWARE = 78, 70
-#: Once shutdown begins, the most it may take before the process exits anyway.
-SHUTDOWN_DEADLINE = 5.0
+#: Once shutdown begins, the most it may take before the process exits anyway:
+#: longer than state.db's busy timeout (10 s), so a last journal write that waits
+#: for another process's lock is not cut off.
+SHUTDOWN_DEADLINE = 15.0
 
 
 class Options(usage.Options):
-    synopsis = "[--check | --setup [--provider P --api-key K --model M --base-url URL]] [--trace FILE] [prompt ...]"
+    synopsis = (
+        "[--check | --setup [--provider P] [--api-key KEY] [--model M] [--base-url URL]] "
+        "[--trace FILE] [--log-level LEVEL] [--version] [--help] [prompt ...]"
+    )
     longdesc = (
         "Serve the Agent Client Protocol on stdin/stdout for a code editor. "
         "Configuration comes from $HERMES_HOME/.env (default ~/.hermes/.env) and the environment. "
@@ -43,7 +48,7 @@ class Options(usage.Options):
         ["base-url", None, None, "With --setup: the OpenAI-compatible base URL (custom providers)."],
         ["api-key", None, None, "With --setup: the API key."],
         ["model", None, None, "With --setup: the default model."],
-        ["log-level", None, None, "Log level on stderr: debug, info (the default), warn, error."],
+        ["log-level", None, None, "Log level on stderr: debug, info (the default), warn, error or critical."],
         ["trace", None, None, "Append every JSON-RPC frame in and out to FILE as JSON lines (secrets redacted)."],
     ]
 
@@ -51,6 +56,9 @@ class Options(usage.Options):
         """Print the version and exit."""
         print(f"hermes-acp {__version__}")
         sys.exit(0)
+
+    def getSynopsis(self) -> str:
+        return f"Usage: hermes-acp {self.synopsis}"
 
     def postOptions(self) -> None:
         from .logs import parseLevel
@@ -75,7 +83,9 @@ def runTerminalCommand(options: Options) -> int | None:
     if options["setup"]:
         from .setup_wizard import runSetup
 
-        return runSetup(options, sys.stdout, interactive=sys.stdin.isatty())
+        code = runSetup(options, sys.stdout, sys.stderr, interactive=sys.stdin.isatty())
+        if code != 0 or not options["check"]:
+            return code
     if options["check"]:
         from .check import runCheck
 

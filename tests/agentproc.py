@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -113,10 +114,18 @@ class LiveAgent:
         self.process.stdin.write(data)
         self.process.stdin.flush()
 
-    def readFrame(self) -> dict[str, Any]:
+    def readFrame(self, timeout: float = 30) -> dict[str, Any]:
+        """The next frame the agent writes; fails after ``timeout`` seconds without one."""
         assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert line, "agent closed stdout"
+        fd = self.process.stdout.fileno()
+        line = b""
+        deadline = time.monotonic() + timeout
+        while not line.endswith(b"\n"):
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise AssertionError(f"no frame from the agent within {timeout} s")
+            chunk = os.read(fd, 1)  # byte by byte: nothing read past the line stays unseen
+            assert chunk, "agent closed stdout"
+            line += chunk
         return json.loads(line)
 
     def closeStdinAndWait(self, timeout: float = 10) -> tuple[int, float]:

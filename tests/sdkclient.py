@@ -213,14 +213,16 @@ async def connect(
     env: Mapping[str, str] | None = None,
     argv: list[str] | None = None,
     cwd: str | None = None,
+    stderr: Any = None,
 ) -> AsyncIterator[tuple[acp.ClientSideConnection, RecordingClient, Wire, asyncio.subprocess.Process]]:
-    """Spawn the agent (``python -m hermes_acp`` by default) and connect the SDK client."""
+    """Spawn the agent (``python -m hermes_acp`` by default) and connect the SDK client;
+    its stderr goes to ``stderr`` (a file), else to the test's."""
     client = client or RecordingClient()
     wire = Wire()
     command = argv or [sys.executable, "-m", "hermes_acp"]
     async with acp.transports.spawn_stdio_transport(
         command[0], *command[1:], env=dict(env) if env is not None else agentEnv(), cwd=cwd,
-        stderr=None, limit=LIMIT,
+        stderr=stderr, limit=LIMIT,
     ) as (reader, writer, process):
         tapped, pump = _tapReader(reader, wire)
         connection = acp.connect_to_agent(client, _tapWriter(writer, wire), tapped, use_unstable_protocol=True)

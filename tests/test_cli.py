@@ -84,15 +84,30 @@ class SetupTests(SynchronousTestCase):
         self.assertIn('HERMES_BASE_URL="http://localhost:11434/v1"', env.read_text())
         self.assertEqual(cli("--check", home=home).returncode, 0)
 
+    def test_setupThenCheck(self) -> None:
+        """--setup --check writes .env and then checks it: one command, one exit code."""
+        home = tempfile.mkdtemp()
+        out = cli("--setup", "--check", "--provider", "custom", "--base-url", "http://localhost:11434/v1",
+                  "--model", "llama3", home=home)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("Wrote ", out.stdout)
+        self.assertIn("Ready.", out.stdout)
+        failing = cli("--setup", "--check", "--provider", "custom", "--model", "llama3", home=tempfile.mkdtemp())
+        self.assertEqual(failing.returncode, 2)
+        self.assertNotIn("Ready.", failing.stdout)
+
     def test_nonInteractiveNeedsEnoughFlags(self) -> None:
         """Without a terminal and without the flags, --setup explains and exits 2."""
         home = tempfile.mkdtemp()
         out = cli("--setup", home=home)
         self.assertEqual(out.returncode, 2)
-        self.assertIn("--provider", out.stdout)
+        self.assertIn("--provider", out.stderr)
         out = cli("--setup", "--provider", "openrouter", "--model", "m", home=home)
         self.assertEqual(out.returncode, 2)
-        self.assertIn("API key", out.stdout)
+        self.assertIn("needs an API key (--api-key)", out.stderr)
+        out = cli("--setup", "--provider", "custom", "--base-url", "localhost:11434", "--model", "m", home=home)
+        self.assertIn("must start with http:// or https:// and a host, got 'localhost:11434' (--base-url)", out.stderr)
+        self.assertEqual(out.stdout, "")
         self.assertFalse(Path(home, ".env").exists())
 
     def test_setupFlagsNeedSetup(self) -> None:
@@ -104,25 +119,52 @@ class SetupTests(SynchronousTestCase):
         """The terminal dialogue asks provider, key and model, and keeps other .env lines."""
         home = tempfile.mkdtemp()
         Path(home, ".env").write_text("OTHER_SETTING=keep\nHERMES_MODEL=old\n")
-        answers = iter(["9", "2", "gpt-test"])
-        out = io.StringIO()
-        old = os.environ.get("HERMES_HOME")
-        os.environ["HERMES_HOME"] = home
-        try:
-            code = runSetup({}, out, ask=lambda prompt: next(answers), askSecret=lambda prompt: SECRET)
-        finally:
-            if old is None:
-                del os.environ["HERMES_HOME"]
-            else:
-                os.environ["HERMES_HOME"] = old
-        self.assertEqual(code, 0)
-        self.assertIn("Please answer with a number", out.getvalue())
+        answers = iter(["9", "2", "", "  ", "gpt-test"])
+        keys = iter(["", SECRET])
+        out, err = io.StringIO(), io.StringIO()
+        code = self.inHome(home, lambda: runSetup({}, out, err, ask=lambda prompt: next(answers),
+                                                  askSecret=lambda prompt: next(keys)))
+        self.assertEqual(code, 0, err.getvalue())
+        self.assertIn("Please answer with a number", err.getvalue())
+        self.assertIn("OpenAI needs an API key; try again.", err.getvalue())
+        self.assertEqual(err.getvalue().count("A default model is required; try again."), 2)
         text = Path(home, ".env").read_text()
         self.assertIn("OTHER_SETTING=keep", text)
         self.assertIn('HERMES_MODEL="gpt-test"', text)
         self.assertNotIn("HERMES_MODEL=old", text)
         self.assertIn('HERMES_BASE_URL="https://api.openai.com/v1"', text)
         self.assertNotIn(SECRET, out.getvalue())
+
+    def test_interactiveReasksABadURLAndStopsCleanlyAtEOF(self) -> None:
+        """A base URL without a scheme is asked again with the reason; the end of input
+        stops the dialogue with a message, writing nothing."""
+        home = tempfile.mkdtemp()
+        answers = iter(["4", "localhost:11434/v1", "http://localhost:11434/v1", "qwen"])
+        out, err = io.StringIO(), io.StringIO()
+        code = self.inHome(home, lambda: runSetup({}, out, err, ask=lambda prompt: next(answers), askSecret=lambda prompt: ""))
+        self.assertEqual(code, 0, err.getvalue())
+        self.assertIn("must start with http:// or https://", err.getvalue())
+        self.assertIn('HERMES_BASE_URL="http://localhost:11434/v1"', Path(home, ".env").read_text())
+
+        def ended(prompt: str) -> str:
+            raise EOFError
+
+        other = tempfile.mkdtemp()
+        code = self.inHome(other, lambda: runSetup({}, out, err, ask=ended))
+        self.assertEqual(code, 2)
+        self.assertIn("nothing was written", err.getvalue())
+        self.assertFalse(Path(other, ".env").exists())
+
+    def inHome(self, home: str, run):
+        old = os.environ.get("HERMES_HOME")
+        os.environ["HERMES_HOME"] = home
+        try:
+            return run()
+        finally:
+            if old is None:
+                del os.environ["HERMES_HOME"]
+            else:
+                os.environ["HERMES_HOME"] = old
 
     def test_writeEnvQuotesValues(self) -> None:
         """Values with quotes and backslashes survive a round trip through python-dotenv."""

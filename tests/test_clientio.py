@@ -337,14 +337,15 @@ class WorkerSideTests(SynchronousTestCase):
         """-32002 is FileNotFoundError. Any other failure for a file that exists
         locally is a WorkspaceError that keeps the editor's details; for a path
         that is not on the shared disk it is FileNotFoundError too (the TypeScript
-        SDK answers a missing file with -32603 and "ENOENT" in data)."""
+        SDK answers a missing file with -32603 and "ENOENT" in data). A read that got
+        no answer (cancelled, timed out) is never taken for a missing file."""
         present = str(Path(tempfile.mkdtemp()) / "present.txt")
         Path(present).write_text("x")
         enoent = RemoteError(-32603, "Internal error", {"details": "ENOENT: no such file or directory"})
         cases = [
             (RemoteError(-32002, "Resource not found"), present, FileNotFoundError),
             (enoent, "/w/gone.py", FileNotFoundError),
-            (CancelledError(), "/w/gone.py", FileNotFoundError),
+            (CancelledError(), "/w/gone.py", WorkspaceError),  # no answer at all: not "missing"
             (RemoteError(-32603, "Internal error", {"details": "EACCES: permission denied"}), present, WorkspaceError),
             (CancelledError(), present, WorkspaceError),
             (ConnectionDone("input closed"), present, WorkspaceError),

@@ -453,6 +453,10 @@ async def test_slashCommands(scriptedServer, tmp_path) -> None:
     assert "scripted-model" in replies[3]
     assert "hermes-acp" in replies[4] and "Endpoint:" in replies[4]
     assert "read_file" in replies[6]
+    # Markdown lists, one item a line, so that editors do not run them together.
+    assert sum(line.startswith("- `/") for line in replies[0].splitlines()) == 9
+    assert sum(line.startswith("- **") for line in replies[4].splitlines()) == 9
+    assert sum(line.startswith("- `") for line in replies[6].splitlines()) >= 6
 
 
 @pytest_twisted.ensureDeferred

@@ -186,7 +186,8 @@ def fuzz(tmp_path: Path, url: str) -> None:
         for _ in range(2):
             sessions.append(agent.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})["result"]["sessionId"])
         folders = [str(tmp_path), "/", "/tmp/x\ud800", "relative", "/nonexistent/x", str(fifo)]
-        uris = [f"file://{fifo}", "file:///dev/zero", f"file://{tmp_path}", "https://example.com/x", "file:///etc/hostname"]
+        uris = [f"file://{fifo}", "file:///dev/zero", f"file://{tmp_path}", "https://example.com/x", "file:///etc/hostname",
+                "file://[::1", "http://[x", "file:///tmp/a%00b", "file://other-host/etc/hostname", "relative/path", ""]
         blocks = st.one_of(
             st.fixed_dictionaries({"type": st.just("text"), "text": texts}, optional={"annotations": anyValue}),
             st.fixed_dictionaries({"type": st.just("resource_link"), "uri": st.sampled_from(uris), "name": texts},

@@ -189,7 +189,7 @@ async def test_yesDrivesAToolTurn(scriptedServer, tmp_path) -> None:
         "[permission] Write notes/a.txt (edit)", "  +alpha",
         "[tool] Write notes/a.txt: completed",
         "[permission] Run rm -r build (execute)", "  recursive delete",
-        "[tool] Run rm -r build: completed",
+        "[tool] Run rm -r build: completed (exit code 0)",
     ):
         assert expected in lines, (expected, run.stderr)
     assert lines.count("[permission] allowed once (--yes)") == 2
@@ -239,8 +239,9 @@ async def test_modelFailureIsAnError(scriptedServer, tmp_path) -> None:
     server.default.responses.append([{"status": 401, "error": "Incorrect API key provided"}])
     run = await prompt(["hi"], modelEnv(url), tmp_path)
     assert run.exitCode == EXIT_ERROR, run.stderr
-    assert "hermes-acp prompt: the turn failed: **Model error:**" in run.stderr
-    assert "Incorrect API key provided" in run.stdout
+    assert "hermes-acp prompt: the turn failed: Model error: " in run.stderr
+    assert "Incorrect API key provided" in run.stderr
+    assert "**" not in run.stderr and run.stdout == ""  # the chat's Markdown is not shown as the answer
 
 
 @pytest_twisted.ensureDeferred
@@ -372,6 +373,80 @@ def test_usageErrors(tmp_path, args) -> None:
     out = cli(args, agentEnv(), tmp_path)
     assert out.returncode == EXIT_USAGE, (args, out.stderr)
     assert out.stdout == ""
+
+
+@pytest_twisted.ensureDeferred
+async def test_modelAndContextInOneShotPrompts(scriptedServer, tmp_path) -> None:
+    """`/model` in a one-shot prompt waits for the endpoint's list; a model that is not
+    in it can still be chosen and is shown as current and marked; `/context` in a
+    later process agrees with the last usage_update the editor got."""
+    server, url = scriptedServer
+    server.models = ["scripted-model", "other-model"]
+    server.default.responses.append([{"text": "hello"}, {"usage": {"prompt_tokens": 1234, "completion_tokens": 2}}])
+    env = modelEnv(url)
+    listed = await prompt(["/model"], env, tmp_path)
+    assert listed.exitCode == EXIT_OK, listed.stderr
+    assert "- `scripted-model` (current)" in listed.stdout and "- `other-model`" in listed.stdout
+    sid = sessionOf(listed)
+    switched = await prompt(["--session", sid, "/model", "my-own-model"], env, tmp_path)
+    assert "Model switched to `my-own-model` (not in the endpoint's model list" in switched.stdout, switched.stderr
+    shown = await prompt(["--session", sid, "/model"], env, tmp_path)
+    assert "- `my-own-model` (current; not in the endpoint's model list)" in shown.stdout
+    await prompt(["--session", sid, "hi"], env, tmp_path)
+    context = await prompt(["--session", sid, "/context"], env, tmp_path)
+    assert "| Context used | 1,234 of 128,000 tokens (0%) |" in context.stdout, context.stdout
+
+
+def test_helpAndUsageSynopses(tmp_path) -> None:
+    """--help starts with a Usage line naming every global option; a mistake after
+    `prompt` shows the prompt command's synopsis."""
+    from hermes_acp.tap import Options
+
+    out = cli(["--help"], agentEnv(), tmp_path)
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("Usage: hermes-acp ")
+    for name, *_ in Options.optFlags + Options.optParameters + [["version"], ["help"]]:
+        assert f"--{name}" in first, name
+    wrong = cli(["prompt", "--bogus", "hi"], agentEnv(), tmp_path)
+    assert "Usage: hermes-acp [--trace FILE] [--log-level LEVEL] prompt [--session ID]" in wrong.stderr
+
+
+@pytest_twisted.ensureDeferred
+async def test_failedCommandsShowExitCodeAndOutputTail(scriptedServer, tmp_path) -> None:
+    """A command that exits non-zero shows its exit code and the end of its output;
+    one that succeeds shows its exit code alone."""
+    server, url = scriptedServer
+    server.default.responses += [
+        [{"tool_calls": [{"id": "a", "name": "terminal", "arguments": {"command": "echo fine"}}]}],
+        [{"tool_calls": [{"id": "b", "name": "terminal", "arguments": {"command": "seq 1 30; echo broken >&2; exit 3"}}]}],
+        [{"text": "checked"}],
+    ]  # fmt: skip
+    run = await prompt(["--yes", "run them"], modelEnv(url), tmp_path)
+    assert run.exitCode == EXIT_OK, run.stderr
+    lines = run.stderr.splitlines()
+    assert "[tool] Run echo fine: completed (exit code 0)" in lines
+    assert "[tool] Run seq 1 30; echo broken >&2; exit 3: completed (exit code 3)" in lines
+    tail = lines[lines.index("[tool] Run seq 1 30; echo broken >&2; exit 3: completed (exit code 3)") + 1 :][:10]
+    assert tail[-1] == "  | broken" and "  | 22" in tail and "  | 20" not in tail
+
+
+@pytest_twisted.ensureDeferred
+async def test_permissionTimeoutEndsTheQuestionLine(scriptedServer, tmp_path) -> None:
+    """A question nobody answers in time is withdrawn by the agent: its line ends,
+    and what follows starts on a line of its own."""
+    server, url = scriptedServer
+    server.default.responses += [TOOL_TURN[1], [{"text": "Never mind."}]]
+    primary, secondary = os.openpty()
+    try:
+        run = start(["prompt", "write it"], modelEnv(url, HERMES_ACP_PERMISSION_TIMEOUT="1"), tmp_path, stdin=secondary)
+        assert await finished(run) == EXIT_OK, run.stderr
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    lines = run.stderr.splitlines()
+    asked = lines.index("  Allow? [y] once, [a] always, [n] no: ")
+    assert lines[asked + 1] == "[permission] withdrawn by the agent: no answer in time"
+    assert not (tmp_path / "notes" / "a.txt").exists()
 
 
 def test_notAServiceUnderTwist(tmp_path) -> None:

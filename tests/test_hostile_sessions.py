@@ -207,7 +207,8 @@ async def test_attachmentsThatWouldBlock(scriptedServer, tmp_path) -> None:
     links = [("pipe", fifo), ("zero", Path("/dev/zero")), ("sock", tmp_path / "sock"), ("folder", tmp_path)]
     blocks = [text("what are these?")] + [
         ResourceContentBlock(type="resource_link", uri=f"file://{path}", name=name) for name, path in links
-    ]
+    ] + [ResourceContentBlock(type="resource_link", uri=uri, name=name)
+         for name, uri in (("v6", "file://[::1"), ("nul", "file:///tmp/a%00b"), ("web", "http://[x"))]
 
     async def scenario():
         async with connect(env=modelEnv(url)) as (conn, client, wire, process):
@@ -223,9 +224,11 @@ async def test_attachmentsThatWouldBlock(scriptedServer, tmp_path) -> None:
     assert problems == []
     assert response.stop_reason == "end_turn"
     sent = server.chatRequests[-1]["messages"][-1]["content"]
-    for phrase in ("a named pipe, so not read", "a device, so not read", "a folder, so not read"):
+    for phrase in ("a named pipe, so not read", "a device, so not read", "a folder, so not read", "a socket, so not read"):
         assert phrase in sent
-    assert "[Attached file: sock]" in sent and "could not be read" in sent.split("[Attached file: sock]")[1]
+    for name in ("v6", "nul", "web"):  # malformed or impossible URIs: named, never a crash
+        assert f"[Linked resource: {name}]" in sent
+    assert "Internal error" not in json.dumps(server.chatRequests)
 
 
 class TypeScriptStyleEditor(RecordingClient):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import struct
 import subprocess
 import tempfile
 import threading
@@ -27,6 +28,14 @@ def raw(line: str) -> bytes:
 
 def codes(frames: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
     return [(f.get("id"), f["error"]["code"] if "error" in f else "ok") for f in frames if "method" not in f]
+
+
+def unread(fd: int) -> int:
+    """Bytes written to a pipe that its reader has not taken (FIONREAD)."""
+    import fcntl
+    import termios
+
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
 
 
 def readRSS(pid: int) -> int:
@@ -162,6 +171,8 @@ class FloodTests(SynchronousTestCase):
                 continue
         rss = readRSS(process.pid)
         self.assertTrue(stalled, "the agent read everything without ever pushing back")
+        # Back-pressure, not a slow reader: our end of its stdin pipe is full.
+        self.assertGreater(unread(stdin), 32 * 1024)
         self.assertLess(written, len(payload) // 4)
         self.assertLess(rss, 150 * 1024 * 1024)
 
@@ -171,11 +182,16 @@ class FloodTests(SynchronousTestCase):
             for line in process.stdout:  # type: ignore[union-attr]
                 answers.append(json.loads(line)["id"])
 
-        thread = threading.Thread(target=reader, daemon=True)
-        thread.start()
-        os.set_blocking(stdin, True)
-        process.stdin.write(payload[written:])
-        process.stdin.close()
+        def writer() -> None:
+            os.set_blocking(stdin, True)
+            process.stdin.write(payload[written:])  # type: ignore[union-attr]
+            process.stdin.close()  # type: ignore[union-attr]
+
+        threading.Thread(target=reader, daemon=True).start()
+        sending = threading.Thread(target=writer, daemon=True)
+        sending.start()
+        sending.join(120)
+        self.assertFalse(sending.is_alive(), "the agent stopped reading for good")
         self.assertEqual(process.wait(120), 0)
-        thread.join(30)
+        self.assertEqual(len(answers), count)
         self.assertEqual(answers, list(range(count)))

@@ -213,6 +213,15 @@ class ShutdownTests(SynchronousTestCase):
             kinds = [f["params"]["update"]["sessionUpdate"] for f in replayed if f.get("method") == "session/update"]
             self.assertIn("session_info_update", kinds)  # the journal was written before exit
 
+    def test_idleExitIsQuiet(self) -> None:
+        """An agent that only opened a session (which starts preloading the engine on a
+        worker) and then sees EOF says nothing about busy threads at exit."""
+        env = agentEnv(HERMES_BASE_URL="http://127.0.0.1:9/v1", HERMES_MODEL="m", HERMES_MODELS="m")
+        run = runAgent([initialize(0), frame("session/new", {"cwd": "/", "mcpServers": []}, 1)], env=env)
+        self.assertEqual(run.returncode, 0)
+        self.assertNotIn(b"still busy", run.stderr)
+        self.assertNotIn(b"Traceback", run.stderr)
+
     def test_sigtermAndSigintExit(self) -> None:
         """SIGTERM and SIGINT stop the console entry point with status 0 at once.
 
@@ -285,6 +294,37 @@ class ShutdownTests(SynchronousTestCase):
         finally:
             agent.kill()
         self.assertLess(written, len(requests))  # it did stop reading
+        self.assertEqual(code, 0)
+
+    def test_halfClosedSocketStdinEndsIt(self) -> None:
+        """Node-based clients give the agent socketpairs, and their stdin.end() is a
+        half-close: with the client not reading (so the agent stopped reading too),
+        that half-close still ends the agent."""
+        import socket
+
+        ours, theirs = socket.socketpair()
+        outOurs, outTheirs = socket.socketpair()
+        process = subprocess.Popen(ENTRY_POINTS["hermes-acp"], stdin=theirs.fileno(), stdout=outTheirs.fileno(),
+                                   stderr=subprocess.DEVNULL, env=agentEnv())
+        theirs.close()
+        outTheirs.close()
+        try:
+            ours.setblocking(False)
+            requests = b"".join(initialize(n) for n in range(4000))
+            sent = 0
+            while sent < len(requests) and select.select([], [ours], [], 3.0)[1]:
+                try:
+                    sent += ours.send(requests[sent : sent + 4096])
+                except BlockingIOError:
+                    pass
+            ours.shutdown(socket.SHUT_WR)
+            code = process.wait(15)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            ours.close()
+            outOurs.close()
+        self.assertLess(sent, len(requests))  # it did stop reading
         self.assertEqual(code, 0)
 
     def test_aShutdownThatHangsStillEnds(self) -> None:

@@ -45,12 +45,16 @@ class ManifestTests(SynchronousTestCase):
         self.assertEqual(len(list(validator.iter_errors(broken))), 2)
 
     def test_matchesThePackage(self) -> None:
-        """The id is the distribution name, and the uvx package pins this version."""
+        """The id is the distribution name, which is not the unrelated `hermes-acp` on PyPI;
+        the uvx package pins this version of it (`uvx NAME@VERSION` runs the console script of
+        that name, which the distribution has), and nothing else is named."""
         project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
         entry = manifest()
+        self.assertEqual(project["name"], "hermes-acp-twisted")
         self.assertEqual(entry["id"], project["name"])
         self.assertEqual(entry["version"], __version__)
-        self.assertEqual(entry["distribution"]["uvx"]["package"], f"{project['name']}=={__version__}")
+        self.assertEqual(entry["distribution"], {"uvx": {"package": f"{project['name']}@{__version__}"}})
+        self.assertEqual(project["scripts"][project["name"]], project["scripts"]["hermes-acp"])
         self.assertEqual(entry["license"], project["license"])
 
     def test_iconIsSixteenSquareAndMonochrome(self) -> None:

@@ -136,3 +136,30 @@ async def test_killedMidTurnReplaysAsInterrupted(scriptedServer, tmp_path) -> No
     assert said[0] == ("user", "run the long job")
     assert said[1][0] == "assistant" and "Starting the long job." in said[1][1] and "interrupted" in said[1][1]
     assert said[2] == ("user", "what happened?")
+
+
+@pytest_twisted.ensureDeferred
+async def test_secondWindowSeesTheOtherWindowsTurns(scriptedServer, tmp_path) -> None:
+    """Window B loaded the session, then window A ran another turn in it: B's next
+    prompt sends the model the whole history, A's newest turn included."""
+    server, url = scriptedServer
+    server.default.repeat = True
+    server.default.responses.append([{"text": "ok"}])
+    env = modelEnv(url, tempfile.mkdtemp())
+
+    async def scenario():
+        async with connect(env=env) as (connA, _, wireA, processA):
+            await initialized(connA)
+            sid = (await connA.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await asyncio.wait_for(connA.prompt(session_id=sid, prompt=[text("first from A")]), 30)
+            async with connect(env=env) as (connB, _, wireB, processB):
+                await initialized(connB)
+                await asyncio.wait_for(connB.load_session(session_id=sid, cwd=str(tmp_path), mcp_servers=[]), 30)
+                await asyncio.wait_for(connA.prompt(session_id=sid, prompt=[text("second from A")]), 30)
+                await asyncio.wait_for(connB.prompt(session_id=sid, prompt=[text("third from B")]), 30)
+                return wireA.problems() + wireB.problems()
+
+    problems = await onLoop(scenario())
+    assert problems == []
+    said = [m["content"] for m in server.chatRequests[-1]["messages"] if m["role"] == "user"]
+    assert said == ["first from A", "second from A", "third from B"]

@@ -63,7 +63,26 @@ def test_fileGlobAndPath(bench, tree: Path, backend: str) -> None:
 def test_contextLines(bench, tree: Path, backend: str) -> None:
     [match] = run(bench, pattern="return os", context=2)["matches"]
     assert match["before"] == ["", "def load():"]
-    assert match["after"] == [""]
+    assert match["after"] == []  # the file ends there: no phantom line after its last newline
+
+
+def test_contextReadsEachFileOnceAndOnlyAsFarAsNeeded(bench, tmp_path: Path, backend: str) -> None:
+    """Context for many hits in a big file: one pass, stopping after the last line it
+    needs (a 64 MB file used to be read and split whole for every hit)."""
+    big = tmp_path / "big.txt"
+    with open(big, "w") as f:
+        f.write("needle one\nneedle two\nthree\n")
+        f.writelines("filler line\n" for _ in range(200_000))
+    result = run(bench, pattern="needle", context=1)
+    assert [(m["line"], m["before"], m["after"]) for m in result["matches"]] == [
+        (1, [], ["needle two"]), (2, ["needle one"], ["three"])]
+
+
+def test_limitsOnPagingAndContext(bench, tree: Path) -> None:
+    """limit and context have maxima the model is told about."""
+    assert "at most 500" in bench.call("search_files", pattern="x", limit=501).text
+    assert "at most 20" in bench.call("search_files", pattern="x", context=21).text
+    assert "NUL" in bench.call("search_files", pattern="a\0b").text
 
 
 def test_pagingHint(bench, tree: Path, backend: str) -> None:
@@ -128,3 +147,13 @@ def test_cancelKillsTheSearch(bench, tmp_path: Path, monkeypatch: pytest.MonkeyP
     outcome = bench.call("search_files", pattern="(a+)+$")
     assert outcome.failed and "cancelled" in outcome.text
 
+
+
+@pytest.mark.skipif(not shutil.which("rg"), reason="rg not installed")
+def test_ripgrepIsBoundedWithinOneBigFile(bench, tmp_path: Path) -> None:
+    """rg buffers a file's whole output before printing any of it: a file with
+    millions of matches is cut at the collect limit per file, not after minutes."""
+    (tmp_path / "huge.txt").write_bytes(b"x\n" * 3_000_000)
+    result = run(bench, pattern="x")
+    assert result["note"].startswith("stopped counting at 5000")
+    assert len(result["matches"]) == 50

@@ -253,7 +253,11 @@ def _runCall(inbox: queue.Queue[Any], index: int, tool: Tool, context: ToolConte
     if context.cancelEvent.is_set():
         outcome = ToolOutcome("Error: interrupted by the user before it ran.", failed=True)
     else:
+        began = time.monotonic()
         outcome = runTool(tool, context, arguments)
+        code = outcome.extras.get("exitCode")
+        log.debug("tool %s %s in %.2f s%s", tool.name, "failed" if outcome.failed else "finished",
+                  time.monotonic() - began, "" if code is None else f", exit code {code}")
     inbox.put((index, outcome))
 
 

@@ -38,21 +38,19 @@ _DISK = re.compile(r"^/dev/(sd|nvme|hd|mmcblk|vd|xvd|disk)")
 # Every pattern here runs on model-chosen text while holding the GIL, so each one
 # is linear in the command's length: no unbounded repeat before a backreference,
 # no lookahead that rescans the rest of the command at every match.
-_FUNCTION_BODY = re.compile(r"\(\)\s*\{")
-_FUNCTION_NAME = re.compile(r"([^\s(){}|&;]{1,64})\s*$")
+_NAME = r"[^\s(){}|&;]{1,64}"
+_FUNCTION_NAME = re.compile(rf"({_NAME})\s*$")
+_FORK_BODY = re.compile(rf"\(\)\s*\{{\s*({_NAME})\s*\|\s*({_NAME})\s*&\s*\}}\s*;\s*({_NAME})")
 _SQL = re.compile(r"\b(drop\s+(table|database|schema)|truncate\s+table)\b", re.I)
 _SQL_DELETE = re.compile(r"\bdelete\s+from\s+\w+", re.I)
 _SQL_WHERE = re.compile(r"\bwhere\b", re.I)
 
 
 def _forkBomb(command: str) -> bool:
-    """``f(){ f|f& };f`` for any name f."""
-    for body in _FUNCTION_BODY.finditer(command):
+    """``f(){ f|f& };f`` for any name f (the names compared here, not by a backreference)."""
+    for body in _FORK_BODY.finditer(command):
         name = _FUNCTION_NAME.search(command, max(0, body.start() - 80), body.start())
-        if name is None:
-            continue
-        f = re.escape(name.group(1))
-        if re.compile(rf"\s*{f}\s*\|\s*{f}\s*&\s*\}}\s*;\s*{f}").match(command, body.end()):
+        if name is not None and name.group(1) == body.group(1) == body.group(2) == body.group(3):
             return True
     return False
 

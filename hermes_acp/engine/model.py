@@ -14,6 +14,7 @@ import logging
 import queue
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -272,13 +273,22 @@ class ModelClient:
                                      "stream_options": {"include_usage": True},
                                      **({"tools": tools} if tools else {}), **options})
         attempt = 0
+        began = time.monotonic()
+        log.debug("model request: %s, %d messages, %d tools", model, len(messages), len(tools))
         while True:
             accumulator = _Accumulator(onText, onReasoning)
             try:
-                return self._stream(request, accumulator, cancellation)
+                reply = self._stream(request, accumulator, cancellation)
             except Exception as e:
                 error = classify(e, self.endpoint, model)
+            else:
+                usage = reply.usage or {}
+                log.debug("model reply: %s, finish %s, %s prompt + %s completion tokens, %.2f s, %d retries",
+                          model, reply.finishReason, usage.get("prompt_tokens", "?"),
+                          usage.get("completion_tokens", "?"), time.monotonic() - began, attempt)
+                return reply
             if not error.retryable or accumulator.delivered or attempt >= self.maxRetries:
+                log.debug("model request failed after %.2f s and %d retries", time.monotonic() - began, attempt)
                 raise error
             delay = error.retryAfter or min(20.0, self.backoff * 2**attempt)
             attempt += 1

@@ -128,6 +128,10 @@ def _coerce(name: str, value: Any, spec: dict[str, Any]) -> Any:
         raise ToolError(f"argument {name!r} must be one of {', '.join(map(str, spec['enum']))}")
     if "minimum" in spec and value < spec["minimum"]:
         raise ToolError(f"argument {name!r} must be at least {spec['minimum']}")
+    if "maximum" in spec and value > spec["maximum"]:
+        raise ToolError(f"argument {name!r} must be at most {spec['maximum']}")
+    if isinstance(value, str) and "\0" in value:
+        raise ToolError(f"argument {name!r} contains a NUL character, which no path, pattern or command can hold")
     return value
 
 

@@ -32,7 +32,8 @@ from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolO
 COLLECT_LIMIT = 5000
 MAX_TEXT = 500
 SEARCH_TIMEOUT = 30.0
-MAX_CONTEXT_FILE = 64 * 1024 * 1024
+#: Files larger than this are not searched by ripgrep (read_file's limit too).
+MAX_FILE_BYTES = 64 * 1024 * 1024
 _POLL = 0.05
 _STDERR_KEEP = 4096
 
@@ -153,18 +154,32 @@ def _collect(found: Iterator[Any]) -> tuple[list[Any], bool]:
     return items, False
 
 
-def _context(path: str, line: int, count: int) -> dict[str, list[str]]:
-    try:
-        if os.path.getsize(path) > MAX_CONTEXT_FILE:
-            return {"before": [], "after": []}
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().split("\n")
-    except OSError:
-        return {"before": [], "after": []}
-    return {
-        "before": [_cut(text) for text in lines[max(0, line - 1 - count) : line - 1]],
-        "after": [_cut(text) for text in lines[line : line + count]],
-    }
+def _contexts(ctx: ToolContext, hits: list[tuple[str, int, str]], count: int) -> dict[tuple[str, int], dict[str, list[str]]]:
+    """The lines around each hit, reading each file once, line by line, only as far
+    as the last line needed (so the GIL is never held for a whole big file), and
+    stopping on cancel."""
+    wanted: dict[str, list[int]] = {}
+    for path, line, _ in hits:
+        wanted.setdefault(path, []).append(line)
+    found: dict[tuple[str, int], dict[str, list[str]]] = {}
+    for path, lines in wanted.items():
+        needed = {n for line in lines for n in range(max(1, line - count), line + count + 1)}
+        text: dict[int, str] = {}
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for number, raw in enumerate(f, 1):
+                    if number in needed:
+                        text[number] = _cut(raw)
+                    if number >= max(needed) or ctx.cancelEvent.is_set():
+                        break
+        except OSError:
+            pass
+        for line in lines:
+            found[(path, line)] = {
+                "before": [text[n] for n in range(max(1, line - count), line) if n in text],
+                "after": [text[n] for n in range(line + 1, line + count + 1) if n in text],
+            }
+    return found
 
 
 def searchFiles(
@@ -182,7 +197,9 @@ def searchFiles(
         parse: Any = partial(_files, root=root, glob=glob if useRg else None)
     else:
         if useRg:
-            argv = _rg(["--json", "-e", pattern, *(["--glob", file_glob] if file_glob else []), "--", root])
+            # rg holds a file's whole output until the file is done: bound it per file.
+            bounds = [f"--max-count={COLLECT_LIMIT + 1}", f"--max-filesize={MAX_FILE_BYTES}"]
+            argv = _rg(["--json", *bounds, "-e", pattern, *(["--glob", file_glob] if file_glob else []), "--", root])
         else:
             argv = _python(["content", root, pattern, *([file_glob] if file_glob else [])])
         parse = _rgContent if useRg else _pythonContent
@@ -194,11 +211,12 @@ def searchFiles(
         result: dict[str, Any] = {"files": [ctx.display(p) for p in found[offset : offset + limit]]}
     else:
         found.sort(key=lambda hit: (hit[0], hit[1]))
+        shown = found[offset : offset + limit]
+        around = _contexts(ctx, shown, context) if context else {}
         page = []
-        for hitPath, line, text in found[offset : offset + limit]:
+        for hitPath, line, text in shown:
             entry: dict[str, Any] = {"path": ctx.display(hitPath), "line": line, "text": _cut(text)}
-            if context:
-                entry.update(_context(hitPath, line, context))
+            entry.update(around.get((hitPath, line), {}))
             page.append(entry)
         result = {"matches": page}
     if ctx.cancelEvent.is_set():
@@ -230,9 +248,9 @@ SEARCH_FILES = Tool(
         target={"type": "string", "enum": ["content", "files"], "default": "content"},
         path={"type": "string", "default": ".", "description": "Folder or file to search"},
         file_glob={"type": "string", "description": "Only search files matching this glob (content)"},
-        limit={"type": "integer", "minimum": 1, "default": 50},
+        limit={"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
         offset={"type": "integer", "minimum": 0, "default": 0},
-        context={"type": "integer", "minimum": 0, "default": 0, "description": "Lines around each match"},
+        context={"type": "integer", "minimum": 0, "maximum": 20, "default": 0, "description": "Lines around each match"},
     ),
     searchFiles,
     pathArgument="path",
