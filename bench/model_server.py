@@ -23,7 +23,7 @@ from tests.scripted_model import ScriptedModel, latestUserText, listen
 
 
 class AnnouncingModel(ScriptedModel):
-    """A L{ScriptedModel} that reports every chat request on stdout."""
+    """A ``ScriptedModel`` that reports every chat request on stdout."""
 
     def render_POST(self, request: Any) -> Any:
         answer = super().render_POST(request)

@@ -1,8 +1,13 @@
-"""The agent side of one ACP connection: initialize, auth, and the hub the
-session and turn methods share (sending updates, building agents).
+"""The agent side of one ACP connection: ``initialize``, ``authenticate``,
+``logout``, and the wiring of everything else.
+
+``ACPServer.buildProtocol`` is the one place where the connection's parts are
+built and handed to each other: the update channel, each session's options, the
+permission broker, the slash commands, the prompt turns and the session
+lifecycle. Each part gets only the collaborators it uses.
 
 Each handler takes the request's params and returns the result (or a Deferred
-or coroutine of it); errors are :mod:`hermes_acp.jsonrpc` exceptions.
+or coroutine of it); errors are ``hermes_acp.jsonrpc`` exceptions.
 """
 
 from __future__ import annotations
@@ -10,24 +15,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import attrs
-from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from . import __version__
-from .agents import EngineAgentFactory
+from .catalog import ModelCatalog
+from .client import ClientInfo
 from .clientio import ClientWorkspace
-from .commands import availableCommands
+from .commands import Commands
 from .config import Endpoint, Settings, loadDotenv, resolveEndpoint
-from .interfaces import IAgentFactory
+from .engine_factory import EngineAgentFactory
+from .interfaces import IAgentFactory, ISessionStore
 from .jsonrpc import AuthRequired, InvalidParams, JSONRPCConnection
 from .lifecycle import Lifecycle
-from .options import ModelCatalog
+from .options import SessionOptions
 from .params import field, lenientObject
 from .permissions import PermissionBroker
-from .sessions import SessionManager, SessionState
+from .render import Renderer
+from .session_state import SessionState
 from .threads import WorkerPool
-from .turns import Turns
+from .turns import Prompts, TurnServices
+from .updates import UpdateChannel
 
 log = Logger()
 
@@ -38,71 +46,65 @@ AGENT_INFO = {"name": "hermes-acp", "title": "Hermes ACP", "version": __version_
 SHUTDOWN_GRACE = 1.0
 
 
-@attrs.define
-class ClientInfo:
-    """What the editor told us in ``initialize``."""
-
-    capabilities: dict[str, Any] = attrs.field(factory=dict)
-    info: dict[str, Any] = attrs.field(factory=dict)
-
-    def supportsTerminalAuth(self) -> bool:
-        auth = self.capabilities.get("auth")
-        meta = self.capabilities.get("_meta")
-        return bool(
-            (isinstance(auth, dict) and auth.get("terminal") is True)
-            or (isinstance(meta, dict) and meta.get("terminal-auth") is True)
-        )
-
-    def fs(self, name: str) -> bool:
-        fs = self.capabilities.get("fs")
-        return isinstance(fs, dict) and fs.get(name) is True
-
-    @property
-    def terminal(self) -> bool:
-        return self.capabilities.get("terminal") is True
-
-    @property
-    def notices(self) -> bool:
-        session = self.capabilities.get("session")
-        return isinstance(session, dict) and isinstance(session.get("notices"), dict)
-
-
-class ACPAgent:
-    """Everything one editor connection talks to."""
+class ACPServer:
+    """What one editor connection talks to."""
 
     def __init__(
         self,
         reactor: Any,
         settings: Settings,
-        sessions: SessionManager,
+        store: ISessionStore,
         workers: WorkerPool,
         endpointSource: Callable[[], Endpoint] = resolveEndpoint,
         agentFactory: IAgentFactory | None = None,
     ) -> None:
         self.reactor = reactor
         self.settings = settings
-        self.sessions = sessions
+        self.store = store
         self.workers = workers
         self.endpointSource = endpointSource
-        self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, self._searchSessions)
+        self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, store.searchNow)
         self.client = ClientInfo()
         self.loggedOut = False
         self._warm = False
-        self.connection: JSONRPCConnection | None = None
-        self.permissions: PermissionBroker | None = None
-        self.catalog = ModelCatalog(endpointSource, workers.run, fetchModels, self._modelsChanged, reactor)
-        self.lifecycle = Lifecycle(self)
-        self.turns = Turns(self)
-        sessions.onForget = self._forgotten
+        self._prompts: Prompts | None = None
 
     def buildProtocol(self) -> JSONRPCConnection:
-        requests = {"initialize": self.initialize, "authenticate": self.authenticate, "logout": self.logout}
-        requests.update(self.lifecycle.handlers())
-        requests.update(self.turns.handlers())
-        self.connection = JSONRPCConnection(requests, self.turns.notifications(), self.reactor, self.settings.maxLine)
-        self.connection.onInputEnded = self.cancelAllTurns
-        self.permissions = PermissionBroker(self.connection.callRemote, self.reactor, self.settings.permissionTimeout)
-        return self.connection
+        """The connection, with every part wired to the parts it uses."""
+        requests: dict[str, Any] = {"initialize": self.initialize, "authenticate": self.authenticate, "logout": self.logout}
+        notifications: dict[str, Any] = {}
+        connection = JSONRPCConnection(requests, notifications, self.reactor, self.settings.maxLine)
+        store, reactor, client = self.store, self.reactor, self.client
+        updates = UpdateChannel(connection, store, client)
+        catalog = ModelCatalog(self.endpointSource, self.workers.run, fetchModels, clock=reactor)
+        options = SessionOptions(store, updates, catalog, self.agentFactory)
+        catalog.onChange = options.modelsChanged
+        permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
+        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings.contextWindow)
+
+        def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
+            return ClientWorkspace(reactor, state.sessionId, request, readFiles=client.fs("readTextFile"),
+                                   writeFiles=client.fs("writeTextFile"), terminals=client.terminal)
+
+        prompts = Prompts(TurnServices(
+            reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
+            lambda state: Renderer(state.cwd), self.requireAuthenticated, self.settings.contextWindow,
+            connection.callRemote,
+        ))  # fmt: skip
+        lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, self.warmUp)
+
+        def forgotten(state: SessionState) -> None:
+            options.forget(state)
+            permissions.forget(state.sessionId)
+            prompts.forget(state)
+
+        store.onForget = forgotten
+        requests.update(lifecycle.handlers())
+        requests.update(prompts.handlers())
+        notifications.update(prompts.notifications())
+        connection.onInputEnded = prompts.cancelEverything
+        self._prompts = prompts
+        return connection
 
     # -- initialize and auth ---------------------------------------------
 
@@ -110,10 +112,7 @@ class ACPAgent:
         requested = field(params, "protocolVersion", int)
         if requested != PROTOCOL_VERSION:
             log.info("client asked for protocol {v}; answering {ours}", v=requested, ours=PROTOCOL_VERSION)
-        self.client = ClientInfo(
-            capabilities=lenientObject(params, "clientCapabilities"),
-            info=lenientObject(params, "clientInfo"),
-        )
+        self.client.update(lenientObject(params, "clientCapabilities"), lenientObject(params, "clientInfo"))
         return {
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": self.agentCapabilities(),
@@ -195,28 +194,6 @@ class ACPAgent:
             raise AuthRequired("Authentication required: " + "; ".join(problems))
         return endpoint
 
-    # -- the hub -----------------------------------------------------------
-
-    def sendUpdate(self, state: SessionState, update: dict[str, Any], journal: bool = True) -> None:
-        """Tell the editor; remember it for ``session/load`` unless replaying."""
-        if self.connection is not None:
-            self.connection.notify("session/update", {"sessionId": state.sessionId, "update": update})
-        if journal:
-            self.sessions.journalUpdate(state, update)
-
-    def sendNotice(self, state: SessionState, severity: str, title: str, description: str, journal: bool = True) -> None:
-        """A ``notice`` where the client takes them, else a line of agent text."""
-        if self.client.notices:
-            update = {"sessionUpdate": "notice", "severity": severity, "title": title, "description": description}
-        else:
-            update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": f"_{title}: {description}_\n\n"}}
-        self.sendUpdate(state, update, journal=journal)
-
-    def sessionAnnounced(self, state: SessionState) -> None:
-        """The editor knows the session now (its response is written)."""
-        state.announced = True
-        self.sendUpdate(state, {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}, journal=False)
-
     def warmUp(self) -> None:
         """Import the engine and the model SDK on a worker while the user types."""
         if not self._warm:
@@ -224,64 +201,14 @@ class ACPAgent:
             d = self.workers.run(_importEngine)
             d.addErrback(lambda f: log.failure("preloading the engine failed", f))
 
-    def agentFor(self, state: SessionState) -> Any:
-        if state.rebuildAgent:
-            state.agent, state.rebuildAgent = None, False
-        if state.agent is None:
-            state.agent = self.agentFactory.buildAgent(state)
-        return state.agent
-
-    def agentSettingsChanged(self, state: SessionState, rebuild: bool = False) -> None:
-        """Apply new settings; a new folder needs a new agent, built once no turn runs."""
-        if state.agent is None:
-            return
-        if rebuild and state.running is None:
-            state.agent = None
-        else:
-            state.rebuildAgent = state.rebuildAgent or rebuild
-            self.agentFactory.configure(state.agent, state)
-
-    def workspaceFor(
-        self, state: SessionState, request: Callable[..., Deferred[Any]], onTerminal: Callable[[str, str], Any]
-    ) -> ClientWorkspace:
-        return ClientWorkspace(
-            self.reactor,
-            state.sessionId,
-            request,
-            readFiles=self.client.fs("readTextFile"),
-            writeFiles=self.client.fs("writeTextFile"),
-            terminals=self.client.terminal,
-            onTerminal=onTerminal,
-        )
-
-    def _forgotten(self, state: SessionState) -> None:
-        state.agent = None
-        if self.permissions is not None:
-            self.permissions.forget(state.sessionId)
-
-    def _searchSessions(self, query: str, limit: int) -> list[dict[str, Any]]:
-        return self.sessions.searchNow(query, limit)
-
-    def _modelsChanged(self) -> None:
-        for state in list(self.sessions.sessions.values()):
-            if state.running is None and state.announced:
-                self.lifecycle.announceOptions(state)
-
     # -- shutdown ----------------------------------------------------------
-
-    def cancelAllTurns(self) -> list[Deferred[Any]]:
-        """Cancel every turn of every session; Deferreds for their answers."""
-        waits = []
-        for state in list(self.sessions.sessions.values()):
-            waits += [turn.whenDone() for turn in self.turns.cancelTurns(state)]
-        return waits
 
     def shutdown(self) -> Deferred[Any]:
         """Cancel every turn, give them a moment to answer, then flush state."""
-        d = gatherResults(self.cancelAllTurns(), consumeErrors=True)
+        d = self._prompts.cancelEverything() if self._prompts is not None else succeed(None)
         d.addTimeout(SHUTDOWN_GRACE, self.reactor)
         d.addErrback(lambda f: log.warn("turns still running at shutdown"))
-        d.addCallback(lambda _: self.sessions.close())
+        d.addCallback(lambda _: self.store.close())
         return d
 
 

@@ -1,4 +1,4 @@
-"""The worker-thread side of a turn: engine callbacks → the reactor, in order.
+"""The worker-thread side of a turn: an engine run's events → the reactor, in order.
 
 Text and thought deltas are coalesced: the first delta of a batch arms a
 short timer on the reactor, later deltas join the batch, and anything else
@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 from twisted.internet.defer import maybeDeferred
 from twisted.logger import Logger
+from zope.interface import implementer
 
+from .interfaces import ITurnObserver
 from .threads import callInReactor
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
+    from .engine.edits import EditProposal
 
 log = Logger()
 
@@ -34,7 +42,7 @@ class EventBridge:
     ``deliver(events)`` runs in the reactor thread with a list of
     ``(kind, payload)`` pairs and may return a Deferred that fires when the
     editor can take more. Kinds: "agent_message_chunk", "agent_thought_chunk"
-    (payload: text) and "event" (payload: anything the turn understands).
+    (payload: text) and "event" (payload: a ``(handler, args)`` pair to call).
     """
 
     def __init__(self, reactor: Any, deliver: Deliver, paused: Callable[[], bool] = lambda: False) -> None:
@@ -104,11 +112,11 @@ class EventBridge:
         if batch:
             self._send(batch)
 
-    def event(self, payload: Any) -> Any:
-        """Send the batch, then this event; returns what ``deliver`` returned."""
+    def event(self, handler: Callable[..., Any], *args: Any) -> Any:
+        """Send the batch, then ``handler(*args)``; returns what ``deliver`` returned."""
         with self._lock:
             batch = self._take()
-        return self._send(batch + [("event", payload)])
+        return self._send(batch + [("event", (handler, args))])
 
     def call(self, f: Callable[..., Any], *args: Any) -> Any:
         """Run ``f`` in the reactor thread after the batch (e.g. to ask permission)."""
@@ -117,3 +125,50 @@ class EventBridge:
 
     def _send(self, events: list[tuple[str, Any]]) -> Any:
         return callInReactor(self.reactor, self.deliver, events)
+
+
+class TurnEvents(Protocol):
+    """The reactor side of one turn, as an engine run's observer reaches it."""
+
+    def toolStarted(self, callId: str, name: str, arguments: dict[str, Any], extras: dict[str, Any]) -> None: ...
+
+    def toolEnded(self, callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None: ...
+
+    def terminalStarted(self, callId: str, terminalId: str) -> None: ...
+
+    def askCommand(self, callId: str, command: str, reason: str) -> Deferred[str]: ...
+
+    def askEdit(self, callId: str, proposal: EditProposal) -> Deferred[str]: ...
+
+
+@implementer(ITurnObserver)
+@attrs.frozen
+class BridgedObserver:
+    """An engine run's observer: each event crosses to the turn on the reactor, in
+    the order the engine reported it; a question waits there for its answer."""
+
+    bridge: EventBridge
+    turn: TurnEvents
+
+    def text(self, delta: str) -> None:
+        self.bridge.message(delta)
+
+    def thought(self, delta: str) -> None:
+        self.bridge.thought(delta)
+
+    def toolStarted(self, callId: str, name: str, arguments: dict[str, Any], extras: dict[str, Any]) -> None:
+        self.bridge.event(self.turn.toolStarted, callId, name, arguments, extras)
+
+    def toolEnded(self, callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None:
+        self.bridge.event(self.turn.toolEnded, callId, name, result, failed, extras)
+
+    def terminalStarted(self, callId: str, terminalId: str) -> None:
+        self.bridge.event(self.turn.terminalStarted, callId, terminalId)
+
+    def approveCommand(self, callId: str, command: str, reason: str) -> str:
+        answer: str = self.bridge.call(self.turn.askCommand, callId, command, reason)
+        return answer
+
+    def approveEdit(self, callId: str, proposal: EditProposal) -> str:
+        answer: str = self.bridge.call(self.turn.askEdit, callId, proposal)
+        return answer

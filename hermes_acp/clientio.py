@@ -61,7 +61,7 @@ class ClientWorkspace:
     ``call(method, params, timeout, track=True)`` sends a request on the
     reactor thread and returns a Deferred; the turn tracks it (a cancelled turn
     cancels it) unless ``track`` is false, as for ``terminal/create`` and the
-    clean-up requests, which must run to their end.
+    clean-up requests, which must run to their end. One per turn.
     """
 
     reactor: Any
@@ -71,10 +71,6 @@ class ClientWorkspace:
     writeFiles: bool = False
     terminals: bool = False
     local: Workspace = attrs.field(factory=LocalWorkspace)
-    #: ``onTerminal(command, terminalId)``, on the reactor thread as soon as the
-    #: editor made a terminal: the moment to embed it in the tool call (ACP
-    #: wants it shown before ``terminal/release``).
-    onTerminal: Callable[[str, str], Any] | None = None
 
     def _request(self, method: str, params: dict[str, Any], timeout: float | None = FILE_TIMEOUT) -> Any:
         try:
@@ -110,31 +106,33 @@ class ClientWorkspace:
         self._request("fs/write_text_file", {"path": path, "content": content})
 
     def runCommand(
-        self, command: str, cwd: str, timeout: float, cancelEvent: threading.Event, outputLimit: int = DEFAULT_OUTPUT_LIMIT
+        self, command: str, cwd: str, timeout: float, cancelEvent: threading.Event,
+        outputLimit: int = DEFAULT_OUTPUT_LIMIT, onStarted: Callable[[str], object] | None = None,
     ) -> CommandResult:
         if not self.terminals:
             return self.local.runCommand(command, cwd, timeout, cancelEvent, outputLimit)
-        return callInReactor(
-            self.reactor, lambda: Deferred.fromCoroutine(self._terminal(command, cwd, timeout, outputLimit, cancelEvent))
-        )
-
-    async def _terminal(
-        self, command: str, cwd: str, timeout: float, outputLimit: int, cancelEvent: threading.Event | None = None
-    ) -> CommandResult:
-        """create → wait_for_exit (raced with the timeout and the cancel) → [kill] → output → release.
-
-        ``terminal/create`` is not cancelled with the turn: a terminal the
-        editor made must be released, so the agent waits for its id; a cancel
-        that came meanwhile is noticed right after."""
-        cancelEvent = cancelEvent or threading.Event()
         if cancelEvent.is_set():
             return CommandResult(output="", exitCode=None, cancelled=True)
-        base = {"sessionId": self.sessionId}
+        terminalId = callInReactor(self.reactor, lambda: Deferred.fromCoroutine(self._create(command, cwd, outputLimit)))
+        if onStarted is not None:  # ACP wants the terminal shown before terminal/release
+            try:
+                onStarted(terminalId)
+            except Exception:  # noqa: BLE001 - the terminal must still be waited for and released
+                log.failure("showing terminal {terminalId} failed", terminalId=terminalId)
+        return callInReactor(
+            self.reactor, lambda: Deferred.fromCoroutine(self._finish(terminalId, timeout, cancelEvent))
+        )
+
+    async def _create(self, command: str, cwd: str, outputLimit: int) -> str:
+        """``terminal/create``; not cancelled with the turn: a terminal the editor made
+        must be released, so the agent waits for its id (a cancel that came meanwhile
+        is noticed right after)."""
         env = [{"name": name, "value": value} for name, value in _CHILD_ENV.items()]
         try:
             created = await self.call(
                 "terminal/create",
-                {**base, "command": "/bin/sh", "args": ["-c", command], "env": env, "cwd": cwd, "outputByteLimit": outputLimit},
+                {"sessionId": self.sessionId, "command": "/bin/sh", "args": ["-c", command], "env": env, "cwd": cwd,
+                 "outputByteLimit": outputLimit},
                 FILE_TIMEOUT,
                 False,
             )
@@ -143,12 +141,11 @@ class ClientWorkspace:
         terminalId = created.get("terminalId") if isinstance(created, dict) else None
         if not isinstance(terminalId, str):
             raise WorkspaceError("the editor answered terminal/create without a terminalId")
-        ids = {**base, "terminalId": terminalId}
-        if self.onTerminal is not None:
-            try:
-                self.onTerminal(command, terminalId)
-            except Exception:  # noqa: BLE001 - a hook must not stop the command
-                log.failure("onTerminal failed for {terminalId}", terminalId=terminalId)
+        return terminalId
+
+    async def _finish(self, terminalId: str, timeout: float, cancelEvent: threading.Event) -> CommandResult:
+        """wait_for_exit (raced with the timeout and the cancel) → [kill] → output → release."""
+        ids = {"sessionId": self.sessionId, "terminalId": terminalId}
         exited: Any = None
         timedOut, cancelled = False, cancelEvent.is_set()
         lost: Exception | None = None

@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import platform
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
+
+import attrs
 
 from . import __version__
-from .config import stateDatabase
+from .catalog import ModelCatalog
+from .client import ClientInfo
+from .config import Endpoint, stateDatabase
+from .engine.edits import EDIT_MODES
+from .interfaces import ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import JSONRPCError
-from .options import MODE_INFO, checkMode, checkOption
-from .sessions import MODES, SessionState
+from .options import MODE_INFO
+from .session_state import SessionState
 from .store import timestamp
-
-if TYPE_CHECKING:
-    from .acp import ACPAgent
 
 #: How long ``/model`` waits for the endpoint's model list when it is still on its way.
 CATALOG_WAIT = 3.0
@@ -64,136 +68,110 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-async def runCommand(hub: ACPAgent, state: SessionState, name: str, argument: str) -> str:
-    """The command's reply text; a bad argument is explained, not raised."""
-    try:
-        return await _COMMANDS[name](hub, state, argument)
-    except JSONRPCError as e:
-        return f"/{name}: {e.message.removeprefix('Invalid params: ')}"
+@attrs.frozen
+class Commands:
+    """The slash commands of one connection, and what they work with."""
 
+    options: ISessionOptions
+    store: ISessionStore
+    updates: IUpdateChannel
+    catalog: ModelCatalog
+    client: ClientInfo
+    endpointSource: Callable[[], Endpoint]
+    contextWindow: int
 
-async def _help(hub: ACPAgent, state: SessionState, argument: str) -> str:
-    lines = ["**Slash commands**", ""]
-    for name, (description, hint) in COMMANDS.items():
-        usage = f"/{name} <{hint}>" if hint else f"/{name}"
-        lines.append(f"- `{usage}`: {description}")
-    lines += ["", "Other text starting with `/` goes to the model as a normal message."]
-    return "\n".join(lines)
+    async def run(self, state: SessionState, name: str, argument: str) -> str:
+        """The command's reply text; a bad argument is explained, not raised."""
+        try:
+            return await getattr(self, f"_{name}")(state, argument)
+        except JSONRPCError as e:
+            return f"/{name}: {e.message.removeprefix('Invalid params: ')}"
 
+    async def _help(self, state: SessionState, argument: str) -> str:
+        lines = ["**Slash commands**", ""]
+        for name, (description, hint) in COMMANDS.items():
+            usage = f"/{name} <{hint}>" if hint else f"/{name}"
+            lines.append(f"- `{usage}`: {description}")
+        lines += ["", "Other text starting with `/` goes to the model as a normal message."]
+        return "\n".join(lines)
 
-async def _model(hub: ACPAgent, state: SessionState, argument: str) -> str:
-    await hub.catalog.settled(CATALOG_WAIT)  # a one-shot prompt runs before the list arrives
-    models = hub.catalog.models()
-    if argument:
-        checkOption("model", argument, models)
-        hub.lifecycle.switchModel(state, argument)
-        hub.lifecycle.announceOptions(state)
-        known = "" if argument in models else " (not in the endpoint's model list; it is used as given)"
-        return f"Model switched to `{argument}`{known}."
-    lines = [f"Current model: `{state.model}`", ""]
-    if state.model and state.model not in models:
-        lines.append(f"- `{state.model}` (current; not in the endpoint's model list)")
-    lines += [f"- `{m}`" + (" (current)" if m == state.model else "") for m in models]
-    lines += ["", "Switch with `/model NAME`, or in the editor's model picker."]
-    return "\n".join(lines)
+    async def _model(self, state: SessionState, argument: str) -> str:
+        await self.catalog.settled(CATALOG_WAIT)  # a one-shot prompt runs before the list arrives
+        models = self.catalog.models()
+        if argument:
+            self.options.setModel(state, argument)
+            known = "" if argument in models else " (not in the endpoint's model list; it is used as given)"
+            return f"Model switched to `{argument}`{known}."
+        lines = [f"Current model: `{state.model}`", ""]
+        if state.model and state.model not in models:
+            lines.append(f"- `{state.model}` (current; not in the endpoint's model list)")
+        lines += [f"- `{m}`" + (" (current)" if m == state.model else "") for m in models]
+        lines += ["", "Switch with `/model NAME`, or in the editor's model picker."]
+        return "\n".join(lines)
 
+    async def _mode(self, state: SessionState, argument: str) -> str:
+        if argument:
+            self.options.setMode(state, argument)
+            return f"Mode switched to `{argument}`: {MODE_INFO[argument][1]}"
+        lines = [f"Current mode: `{state.mode}`", ""]
+        lines += [f"- `{m}`{' (current)' if m == state.mode else ''}: {MODE_INFO[m][1]}" for m in EDIT_MODES]
+        return "\n".join(lines)
 
-async def _mode(hub: ACPAgent, state: SessionState, argument: str) -> str:
-    if argument:
-        hub.lifecycle.applyMode(state, checkMode(argument))
-        return f"Mode switched to `{argument}`: {MODE_INFO[argument][1]}"
-    lines = [f"Current mode: `{state.mode}`", ""]
-    lines += [f"- `{m}`{' (current)' if m == state.mode else ''}: {MODE_INFO[m][1]}" for m in MODES]
-    return "\n".join(lines)
+    async def _tools(self, state: SessionState, argument: str) -> str:
+        tools = self.options.agentFor(state).activeTools()
+        lines = [f"**Tools** ({len(tools)})", ""]
+        lines += [f"- `{tool.name}`: {tool.description.split('. ')[0][:100]}" for tool in tools.values()]
+        return "\n".join(lines)
 
+    async def _context(self, state: SessionState, argument: str) -> str:
+        if not state.history:
+            return "The conversation is empty (no messages yet)."
+        roles: dict[str, int] = {}
+        for message in state.history:
+            roles[message.get("role", "?")] = roles.get(message.get("role", "?"), 0) + 1
+        size, used = self.contextWindow, state.contextUsed
+        counts = ", ".join(f"{n} {role}" for role, n in sorted(roles.items()))
+        return "\n".join([
+            "| | |",
+            "|---|---|",
+            f"| Messages | {len(state.history)} ({counts}) |",
+            f"| Model | `{state.model}` |",
+            f"| Context used | {used:,} of {size:,} tokens ({100 * used // max(size, 1)}%) |",
+        ])
 
-async def _tools(hub: ACPAgent, state: SessionState, argument: str) -> str:
-    tools = hub.agentFor(state).activeTools()
-    lines = [f"**Tools** ({len(tools)})", ""]
-    lines += [f"- `{tool.name}`: {tool.description.split('. ')[0][:100]}" for tool in tools.values()]
-    return "\n".join(lines)
+    async def _reset(self, state: SessionState, argument: str) -> str:
+        await self.store.replaceHistory(state, [])
+        state.contextUsed = 0
+        self.updates.send(state, {"sessionUpdate": "usage_update", "used": 0, "size": self.contextWindow})
+        return "Conversation history cleared. The model starts fresh; the transcript above stays for you."
 
+    async def _title(self, state: SessionState, argument: str) -> str:
+        if not argument:
+            return f"Title: {state.title or '(none yet)'}"
+        state.title = argument[:200]
+        self.updates.send(state, {"sessionUpdate": "session_info_update", "title": state.title, "updatedAt": timestamp()})
+        await self.store.save(state)
+        return f"Title set: {state.title}"
 
-async def _context(hub: ACPAgent, state: SessionState, argument: str) -> str:
-    if not state.history:
-        return "The conversation is empty (no messages yet)."
-    roles: dict[str, int] = {}
-    for message in state.history:
-        roles[message.get("role", "?")] = roles.get(message.get("role", "?"), 0) + 1
-    size = hub.settings.contextWindow
-    used = state.contextUsed
-    counts = ", ".join(f"{n} {role}" for role, n in sorted(roles.items()))
-    return "\n".join([
-        "| | |",
-        "|---|---|",
-        f"| Messages | {len(state.history)} ({counts}) |",
-        f"| Model | `{state.model}` |",
-        f"| Context used | {used:,} of {size:,} tokens ({100 * used // max(size, 1)}%) |",
-    ])
+    async def _usage(self, state: SessionState, argument: str) -> str:
+        totals = state.usageTotals
+        if not totals:
+            return "No model requests in this session since the agent started."
+        lines = ["Token usage since the agent started:", "", "| tokens | count |", "|---|---|"]
+        return "\n".join(lines + [f"| {k} | {v:,} |" for k, v in totals.items()])
 
-
-async def _reset(hub: ACPAgent, state: SessionState, argument: str) -> str:
-    await hub.sessions.replaceHistory(state, [])
-    state.contextUsed = 0
-    hub.sendUpdate(state, {"sessionUpdate": "usage_update", "used": 0, "size": hub.settings.contextWindow})
-    return "Conversation history cleared. The model starts fresh; the transcript above stays for you."
-
-
-async def _title(hub: ACPAgent, state: SessionState, argument: str) -> str:
-    if not argument:
-        return f"Title: {state.title or '(none yet)'}"
-    state.title = argument[:200]
-    hub.sendUpdate(state, {"sessionUpdate": "session_info_update", "title": state.title, "updatedAt": timestamp()})
-    await hub.sessions.save(state)
-    return f"Title set: {state.title}"
-
-
-async def _usage(hub: ACPAgent, state: SessionState, argument: str) -> str:
-    totals = state.usageTotals
-    if not totals:
-        return "No model requests in this session since the agent started."
-    lines = ["Token usage since the agent started:", "", "| tokens | count |", "|---|---|"]
-    return "\n".join(lines + [f"| {k} | {v:,} |" for k, v in totals.items()])
-
-
-async def _doctor(hub: ACPAgent, state: SessionState, argument: str) -> str:
-    endpoint = hub.endpointSource()
-    client = hub.client
-    key = "present" if endpoint.keyPresent else "not set"
-    rows = [
-        ("Version", f"hermes-acp {__version__} on Python {platform.python_version()} ({sys.platform})"),
-        ("Libraries", f"Twisted {_version('twisted')}, openai {_version('openai')}"),
-        ("Endpoint", f"{endpoint.baseURL or '(none)'} (provider {endpoint.provider}, key {key})"),
-        ("Model", f"`{state.model}`"),
-        ("Problems", "; ".join(endpoint.problems()) or "none"),
-        ("Client", f"{client.info.get('name', 'unknown')} {client.info.get('version', '')}".rstrip()),
-        ("Client offers", ", ".join(clientOffers(client)) or "nothing beyond the basics"),
-        ("Session state", str(stateDatabase())),
-        ("Logs", "stderr of this process (your editor's agent log); `hermes-acp --check` from a terminal"),
-    ]
-    return "\n".join(f"- **{name}:** {value}" for name, value in rows)
-
-
-def clientOffers(client: Any) -> list[str]:
-    """The client capabilities this agent uses, as the client advertised them."""
-    offers = [f"fs.{name}" for name in ("readTextFile", "writeTextFile") if client.fs(name)]
-    if client.terminal:
-        offers.append("terminal")
-    if client.notices:
-        offers.append("session.notices")
-    if client.supportsTerminalAuth():
-        offers.append("terminal auth")
-    return offers
-
-
-_COMMANDS = {
-    "help": _help,
-    "model": _model,
-    "mode": _mode,
-    "tools": _tools,
-    "context": _context,
-    "reset": _reset,
-    "title": _title,
-    "usage": _usage,
-    "doctor": _doctor,
-}
+    async def _doctor(self, state: SessionState, argument: str) -> str:
+        endpoint = self.endpointSource()
+        key = "present" if endpoint.keyPresent else "not set"
+        rows = [
+            ("Version", f"hermes-acp {__version__} on Python {platform.python_version()} ({sys.platform})"),
+            ("Libraries", f"Twisted {_version('twisted')}, openai {_version('openai')}"),
+            ("Endpoint", f"{endpoint.baseURL or '(none)'} (provider {endpoint.provider}, key {key})"),
+            ("Model", f"`{state.model}`"),
+            ("Problems", "; ".join(endpoint.problems()) or "none"),
+            ("Client", f"{self.client.info.get('name', 'unknown')} {self.client.info.get('version', '')}".rstrip()),
+            ("Client offers", ", ".join(self.client.offers()) or "nothing beyond the basics"),
+            ("Session state", str(stateDatabase())),
+            ("Logs", "stderr of this process (your editor's agent log); `hermes-acp --check` from a terminal"),
+        ]
+        return "\n".join(f"- **{name}:** {value}" for name, value in rows)

@@ -21,8 +21,8 @@ from .config import DEFAULT_MAX_LINE
 class LineProtocol(Protocol):
     """Frames ``\\n``-terminated lines; tolerates ``\\r\\n`` and blank lines.
 
-    Subclasses implement :meth:`lineReceived`, :meth:`lineLengthExceeded` and
-    :meth:`inputEnded`; :meth:`pauseInput` and :meth:`resumeInput` hold lines
+    Subclasses implement ``lineReceived``, ``lineLengthExceeded`` and
+    ``inputEnded``; ``pauseInput`` and ``resumeInput`` hold lines
     back (and stop reading) while the peer is not taking our answers.
     """
 
@@ -76,7 +76,7 @@ class LineProtocol(Protocol):
             self.lineReceived(line)
 
     def pauseInput(self) -> None:
-        """Deliver no more lines and stop reading until :meth:`resumeInput`."""
+        """Deliver no more lines and stop reading until ``resumeInput``."""
         self._inputPaused = True
         self.transport.pauseProducing()
 

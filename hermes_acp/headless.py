@@ -1,10 +1,10 @@
 """``hermes-acp prompt``: a headless ACP client for scripts, CI and smoke tests.
 
 It spawns the agent (this installation's own ``python -m hermes_acp``) over
-stdio and talks to it with the project's :class:`JSONRPCConnection`: it opens a
+stdio and talks to it with the project's ``JSONRPCConnection``: it opens a
 session in the current directory (or loads ``--session ID``), sends one prompt,
 shows what streams back, answers permission requests, and exits with a code
-that says how the turn ended (:data:`STOP_CODES`).
+that says how the turn ended (``STOP_CODES``).
 
 This process is not the agent, so its stdout is for people: the answer goes to
 stdout, tool calls, plans, permission questions and notes go to stderr (so
@@ -22,11 +22,14 @@ import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError, succeed
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.error import ConnectionDone, ConnectionLost, ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
 from twisted.python import usage
 from twisted.python.failure import Failure
+
+from .engine.approval import ALLOW_ALWAYS, ALLOW_ONCE, REJECT_ALWAYS, REJECT_ONCE
+from .oneshot import OneShot
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # the agent answered with an error, died, or the model endpoint failed
@@ -45,9 +48,6 @@ STOP_CODES = {
     "max_turn_requests": EXIT_MAX_TURN_REQUESTS,
     "cancelled": EXIT_CANCELLED,
 }
-#: How the agent reports a failed model request or a crashed turn (hermes_acp/turns.py):
-#: as answer text, with stopReason end_turn. A turn that says so exits EXIT_ERROR.
-FAILURE_MARKS = ("**Model error:**", "**Internal error:**")
 #: After session/cancel, how long the agent gets to answer "cancelled".
 CANCEL_GRACE = 10.0
 #: After its stdin closes, how long the agent gets to exit before it is killed.
@@ -113,9 +113,9 @@ def promptText(options: PromptOptions, stdin: Any) -> str:
 def pickOption(options: list[Any], wanted: str) -> dict[str, Any] | None:
     """The offered option of kind ``wanted`` (or its nearest kind), if any."""
     nearest = {
-        "allow_once": ("allow_once", "allow_always"),
-        "allow_always": ("allow_always", "allow_once"),
-        "reject_once": ("reject_once", "reject_always"),
+        ALLOW_ONCE: (ALLOW_ONCE, ALLOW_ALWAYS),
+        ALLOW_ALWAYS: (ALLOW_ALWAYS, ALLOW_ONCE),
+        REJECT_ONCE: (REJECT_ONCE, REJECT_ALWAYS),
     }[wanted]
     for kind in nearest:
         for option in options:
@@ -269,7 +269,7 @@ class AgentProcess(ProcessProtocol):
         self.connection = connection
         self.onStderr = onStderr
         self.status: Failure | None = None
-        self._waiters: list[Deferred[None]] = []
+        self._ended: OneShot[None] = OneShot()
 
     def connectionMade(self) -> None:
         self.connection.makeConnection(self.transport)
@@ -286,16 +286,10 @@ class AgentProcess(ProcessProtocol):
     def processEnded(self, reason: Failure) -> None:
         self.status = reason
         self.connection.connectionLost(reason)
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            waiter.callback(None)
+        self._ended.fire(None)
 
     def whenEnded(self) -> Deferred[None]:
-        if self.status is not None:
-            return succeed(None)
-        d: Deferred[None] = Deferred()
-        self._waiters.append(d)
-        return d
+        return self._ended.when()
 
     def describeEnd(self) -> str:
         value = self.status.value if self.status is not None else None
@@ -333,7 +327,6 @@ class PromptClient:
         self.prompting = False
         self.cancelling = False
         self.abortCode: int | None = None
-        self.failure: str | None = None
         self.connection = JSONRPCConnection(
             {"session/request_permission": self.requestPermission},
             {"session/update": self.sessionUpdate},
@@ -385,6 +378,9 @@ class PromptClient:
                 return self.abortCode
             if e.code == -32000:
                 return self.fail(f"{e.message}\nRun `hermes-acp --setup` (then `hermes-acp --check`).", EXIT_AUTH)
+            if self.prompting:  # the turn itself failed (a model error, a crash): the agent says why
+                self.ui.note(f"[failed] session {self.sessionId}")
+                return self.fail(f"the turn failed: {e.message}")
             return self.fail(f"the agent answered error {e.code}: {e.message}")
         except (ConnectionDone, ConnectionLost):
             if self.abortCode is not None:
@@ -399,8 +395,6 @@ class PromptClient:
         if stop not in STOP_CODES:
             return self.fail(f"unknown stop reason {stop!r}")
         self.ui.note(f"[{stop}] session {self.sessionId}")
-        if stop == "end_turn" and self.failure is not None:
-            return self.fail("the turn failed: " + self.failure.splitlines()[0])
         return STOP_CODES[stop]
 
     def fail(self, message: str, code: int = EXIT_ERROR) -> int:
@@ -462,13 +456,6 @@ class PromptClient:
         update = params.get("update")
         if not (self.prompting and params.get("sessionId") == self.sessionId and isinstance(update, dict)):
             return  # another session, or the history session/load replays
-        content = update.get("content")
-        if update.get("sessionUpdate") == "agent_message_chunk" and isinstance(content, dict):
-            text = str(content.get("text", "")).strip()
-            if text.startswith(FAILURE_MARKS):
-                # Markdown for an editor's chat; here it is the run's failure, said once, plainly.
-                self.failure = text.replace("**", "")
-                return
         if not self.ui.raw:
             self.ui.update(update)
 
@@ -480,13 +467,13 @@ class PromptClient:
         if self.cancelling:
             wanted, why = None, "cancelled"
         elif self.policy == "yes":
-            wanted, why = "allow_once", "allowed once (--yes)"
+            wanted, why = ALLOW_ONCE, "allowed once (--yes)"
         elif self.policy == "deny":
-            wanted, why = "reject_once", "rejected (--deny)"
+            wanted, why = REJECT_ONCE, "rejected (--deny)"
         elif self.interactive:
             wanted, why = await self.ask()
         else:
-            wanted, why = "reject_once", "rejected: no terminal to ask on (pass --yes or --deny)"
+            wanted, why = REJECT_ONCE, "rejected: no terminal to ask on (pass --yes or --deny)"
         option = pickOption(options, wanted) if wanted else None
         if option is None:
             self.ui.note("[permission] cancelled")
@@ -496,8 +483,8 @@ class PromptClient:
 
     async def ask(self) -> tuple[str | None, str]:
         """Ask on the terminal until the answer is y, a or n (or Ctrl-C)."""
-        answers = {"y": ("allow_once", "allowed once"), "a": ("allow_always", "allowed for this session"),
-                   "n": ("reject_once", "rejected")}
+        answers = {"y": (ALLOW_ONCE, "allowed once"), "a": (ALLOW_ALWAYS, "allowed for this session"),
+                   "n": (REJECT_ONCE, "rejected")}
         while True:
             self.ui.ask("  Allow? [y] once, [a] always, [n] no: ")
             question: Deferred[str | None] = Deferred(lambda d: self._questions.remove(d))
@@ -516,7 +503,7 @@ class PromptClient:
             if answer is None:
                 return None, "cancelled"
             if answer == "":
-                return "reject_once", "rejected (no answer: input closed)"
+                return REJECT_ONCE, "rejected (no answer: input closed)"
             choice = answers.get(answer.strip().lower()[:1])
             if choice is not None:
                 return choice

@@ -1,36 +1,116 @@
-"""The seams of hermes-acp (see docs/architecture.md). Few, and each real."""
+"""The seams of hermes-acp (see docs/architecture.md). Few, and each real: every
+method declared here is one that a caller on the other side calls.
+
+This module imports only zope.interface at run time, so the engine (which never
+imports Twisted) can declare what it implements too.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zope.interface import Attribute, Interface
+
+if TYPE_CHECKING:  # for annotations only; none of these imports this module
+    import threading
+    from collections.abc import Awaitable
+
+    from twisted.internet.defer import Deferred
+
+    from .engine.edits import EditProposal
+    from .engine.result import TurnResult
+    from .engine.tools.registry import Tool
+    from .engine.workspace import Workspace
+    from .session_state import SessionState
+    from .store import Replay, SessionRecord
+
+# -- between the engine and the ACP layer -----------------------------------------------
+
+
+class ITurnObserver(Interface):
+    """What one engine run tells the turn that started it. Called on engine threads
+    (the run's worker, or a tool's own thread; approvals may come from several tool
+    threads at once). ``callId`` names one tool call, uniquely within the run."""
+
+    def text(delta: str) -> None:
+        """A piece of the answer."""
+
+    def thought(delta: str) -> None:
+        """A piece of the model's reasoning."""
+
+    def toolStarted(callId: str, name: str, arguments: dict[str, Any], extras: dict[str, Any]) -> None:
+        """A tool call is about to run; ``extras`` hold what the engine resolved (its ``path``)."""
+
+    def toolEnded(callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None:
+        """The call is over: ``result`` is what the model reads; every started call ends once."""
+
+    def approveCommand(callId: str, command: str, reason: str) -> str:
+        """Ask the user about a command; an answer of ``engine.approval.ANSWERS``."""
+
+    def approveEdit(callId: str, proposal: EditProposal) -> str:
+        """Ask the user about an edit; an answer of ``ANSWERS``."""
+
+    def terminalStarted(callId: str, terminalId: str) -> None:
+        """The editor made a terminal for the call's command."""
+
+
+class IEngineAgent(Interface):
+    """One session's synchronous agent. ``run_conversation`` runs on a worker thread;
+    ``interrupt`` may be called from any thread."""
+
+    def run_conversation(
+        user_message: str | list[dict[str, Any]],
+        conversation_history: list[dict[str, Any]] | None,
+        observer: ITurnObserver,
+        workspace: Workspace | None = None,
+        cancelEvent: threading.Event | None = None,
+    ) -> TurnResult:
+        """Run one turn to its end, reporting to ``observer``, with files and
+        commands through ``workspace``; a set ``cancelEvent`` cancels it."""
+
+    def interrupt() -> None:
+        """Cancel the run in progress, if any."""
+
+    def activeTools() -> dict[str, Tool]:
+        """The tools the model is offered, by name."""
+
+
+class IAgentFactory(Interface):
+    """Builds and reconfigures the engine agent of a session."""
+
+    def buildAgent(session: SessionState) -> IEngineAgent:
+        """An agent for the session's model, folders, mode and thought level."""
+
+    def configure(agent: IEngineAgent, session: SessionState) -> None:
+        """Apply the session's changed model, mode or thought level to its agent."""
+
+
+# -- inside the ACP layer ------------------------------------------------------------------
 
 
 class IPermissionBroker(Interface):
     """Asks the editor about one tool call. Called in the reactor thread."""
 
-    def requestPermission(sessionId: str, toolCall: dict[str, Any], kind: str) -> Any:
+    def requestPermission(sessionId: str, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
         """Ask about ``toolCall`` (a ToolCallUpdate); ``kind`` is "edit" or "execute".
 
-        Returns a Deferred firing with one of "allow_once", "allow_always",
-        "reject_once", "reject_always", "cancelled", "timeout" or "failed";
-        the last three mean deny. Requests for one session are serialized.
+        Returns a Deferred firing with one of ``engine.approval.ANSWERS``; anything but
+        an allow denies. Requests for one session are serialized.
         """
+
+    def forget(sessionId: str) -> None:
+        """The session is gone: drop its queue of questions."""
 
 
 class IRenderer(Interface):
-    """Pure mapping from agent events to ACP ``session/update`` payloads. No I/O."""
-
-    def absolute(path: Any) -> str:
-        """``path`` as an absolute path (relative ones start at the session's folder)."""
+    """Pure mapping from engine events to ACP ``session/update`` payloads. No I/O."""
 
     def toolStarted(callId: str, name: str, args: dict[str, Any], extras: dict[str, Any] | None = None) -> dict[str, Any]:
         """The ``tool_call`` update for a call that is about to run; ``extras`` are
         what the engine adds (such as the resolved ``path``)."""
 
     def toolFinished(
-        callId: str, name: str, args: dict[str, Any], result: Any, failed: bool, extras: dict[str, Any] | None = None
+        callId: str, name: str, args: dict[str, Any], result: str, failed: bool, extras: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """The final ``tool_call_update`` (status completed or failed); ``extras``
         carry the edit (``path``, ``oldText``, ``newText``) or the command's
@@ -40,59 +120,102 @@ class IRenderer(Interface):
         """The ``toolCall`` shown in a permission request (diff or command)."""
 
 
+class IUpdateChannel(Interface):
+    """``session/update`` notifications to the editor, and the journal that lets
+    ``session/load`` replay them. Called in the reactor thread."""
+
+    paused = Attribute("Whether the editor is behind on reading what was sent.")
+
+    def send(state: SessionState, update: dict[str, Any], journal: bool = True) -> None:
+        """Tell the editor about ``state``'s session; remember it for replay unless ``journal`` is false."""
+
+    def notice(state: SessionState, severity: str, title: str, description: str, journal: bool = True) -> None:
+        """A ``notice`` where the editor takes them, else a line of agent text."""
+
+    def whenWritable() -> Deferred[None]:
+        """A Deferred that fires once the editor has caught up (at once if it has)."""
+
+
+class ISessionOptions(Interface):
+    """The one owner of a session's settings (mode, model, config options, thought
+    level) and of its engine agent. Called in the reactor thread."""
+
+    def agentFor(state: SessionState) -> IEngineAgent:
+        """The session's engine agent, built when first needed (or anew after its
+        folders changed)."""
+
+    def foldersChanged(state: SessionState) -> None:
+        """The session moved to other folders: its next turn gets a new agent."""
+
+    def setMode(state: SessionState, mode: str, announce: bool = True) -> None:
+        """Switch the mode (checked), save it, and tell the editor unless ``announce`` is false."""
+
+    def setModel(state: SessionState, model: str, announce: bool = True) -> None:
+        """Switch the model for the next request on; history and tools stay."""
+
+    def setOption(state: SessionState, configId: str, value: object) -> None:
+        """Set any config option (checked: -32602 for a bad one)."""
+
+    def configOptions(state: SessionState) -> list[dict[str, Any]]:
+        """The session's config options, current values included."""
+
+    def announceMode(state: SessionState) -> None:
+        """Send the current mode."""
+
+    def announceOptions(state: SessionState) -> None:
+        """Send the current config options."""
+
+    def forget(state: SessionState) -> None:
+        """The session is gone: drop its agent."""
+
+
 class ISessionStore(Interface):
     """Sessions in memory and on disk. Called in the reactor thread; disk work
     happens off it. Methods that touch the disk return an awaitable (a
     coroutine or a Deferred)."""
 
     sessions = Attribute("The live sessions: a dict of session id to state.")
+    onForget = Attribute("Called with a session's state when it is dropped from memory (or None).")
 
-    def create(cwd: str, additionalDirectories: list[str], **settings: Any) -> Any:
-        """Awaitable: a new session; ``settings`` are initial state fields (e.g. ``model``)."""
+    def create(cwd: str, additionalDirectories: list[str], **settings: Any) -> Awaitable[SessionState]:
+        """A new session; ``settings`` are initial state fields (e.g. ``model``)."""
 
-    def get(sessionId: str) -> Any:
-        """Awaitable: the session's state, loaded from disk if needed; fails with
+    def get(sessionId: str) -> Awaitable[SessionState]:
+        """The session's state, loaded from disk if needed; fails with
         ResourceNotFound for an unknown id."""
 
-    def remove(sessionId: str) -> Any:
-        """Awaitable: forget it in memory and delete it from disk."""
+    def remove(sessionId: str) -> Awaitable[None]:
+        """Forget it in memory and delete it from disk."""
 
-    def fork(sessionId: str, cwd: str, additionalDirectories: list[str]) -> Any:
-        """Awaitable: a deep copy under a new id."""
+    def fork(sessionId: str, cwd: str, additionalDirectories: list[str]) -> Awaitable[SessionState]:
+        """A deep copy under a new id."""
 
-    def list(cwd: str | None, cursor: str | None) -> Any:
-        """Awaitable: (records, nextCursor), newest first."""
+    def list(cwd: str | None, cursor: str | None) -> Awaitable[tuple[list[SessionRecord], str | None]]:
+        """The records of one page, newest first, and the cursor of the next (or None)."""
 
-    def forget(state: Any) -> None:
-        """Drop one session from memory (its journal is written first)."""
+    def forget(state: SessionState) -> Deferred[Any]:
+        """Drop one session from memory; fires once its journal is written."""
 
-    def cleanup() -> Any:
-        """Release every in-memory session (Deferred)."""
+    def save(state: SessionState, touch: bool = True) -> Deferred[Any]:
+        """Persist the session's settings (title, model, mode, config, cwd)."""
 
-    def save(state: Any, touch: bool = True) -> Any:
-        """Deferred: persist the session's settings (title, model, mode, config, cwd)."""
-
-    def journalUpdate(state: Any, update: dict[str, Any]) -> None:
+    def journalUpdate(state: SessionState, update: dict[str, Any]) -> None:
         """Remember an update sent to the editor, for replay on ``session/load``."""
 
-    def replay(state: Any) -> Any:
-        """Awaitable: the journal to replay (a Replay)."""
+    def replay(state: SessionState) -> Awaitable[Replay]:
+        """The journal to replay."""
 
-    def beginTurn(state: Any) -> Any:
-        """Awaitable: mark a prompt turn as running."""
+    def beginTurn(state: SessionState) -> Awaitable[None]:
+        """Mark a prompt turn as running in this process."""
 
-    def endTurn(state: Any, messages: list[dict[str, Any]]) -> Any:
-        """Awaitable: make the finished turn durable (journal, new messages, idle state)."""
+    def endTurn(state: SessionState, messages: list[dict[str, Any]]) -> Awaitable[None]:
+        """Make the finished turn durable (journal, new messages, idle state)."""
 
-    def replaceHistory(state: Any, messages: list[dict[str, Any]]) -> Any:
-        """Awaitable: replace the conversation the model sees."""
+    def replaceHistory(state: SessionState, messages: list[dict[str, Any]]) -> Awaitable[None]:
+        """Replace the conversation the model sees."""
 
+    def searchNow(query: str, limit: int) -> list[dict[str, Any]]:
+        """Full-text search over stored messages; blocks, so only from a worker thread."""
 
-class IAgentFactory(Interface):
-    """Builds the synchronous agent for one session."""
-
-    def buildAgent(session: Any) -> Any:
-        """An agent bound to the session's model, cwd and tools."""
-
-    def configure(agent: Any, session: Any) -> None:
-        """Apply the session's changed model, mode or thought level to its agent."""
+    def close() -> Deferred[None]:
+        """Flush every journal and close the database (at shutdown)."""

@@ -3,7 +3,7 @@
 Incoming requests run concurrently as Deferreds (a handler may return a plain
 value, a Deferred or a coroutine); ``$/cancel_request`` cancels one. Outgoing
 requests get their own id space and return Deferreds that fire with the
-client's result, or fail with :class:`RemoteError`, a timeout, a cancel or the
+client's result, or fail with ``RemoteError``, a timeout, a cancel or the
 connection's loss.
 """
 
@@ -23,6 +23,7 @@ from twisted.python.failure import Failure
 
 from . import safejson
 from .framing import LineProtocol
+from .oneshot import OneShot
 
 log = Logger()
 
@@ -138,10 +139,11 @@ class JSONRPCConnection(LineProtocol):
         self._nextId = 0
         self._draining = False
         self._closed = False
-        self._doneWaiters: list[Deferred[None]] = []
-        self._writableWaiters: list[Deferred[None]] = []
+        self._done: OneShot[None] = OneShot()
+        self._writable: OneShot[None] = OneShot()
+        self._writable.fire(None)
         self.paused = False
-        self.onInputEnded: Callable[[], None] | None = None
+        self.onInputEnded: Callable[[], object] | None = None
         #: Whether our input has hung up; set by whoever owns the file descriptor
         #: (``StdioService``), so EOF is noticed while reading is paused.
         self.inputHungUp: Callable[[], bool] = lambda: False
@@ -159,6 +161,8 @@ class JSONRPCConnection(LineProtocol):
     def pauseProducing(self) -> None:
         """The editor is behind on our output: stop reading its requests too, so a
         client that floods without reading cannot grow us without bound."""
+        if self._writable.fired:  # else writers from before a re-pause still wait on it
+            self._writable = OneShot()
         self.paused = True
         if self._closed or self._inputHungUp:
             return  # what is left of a closed input is bounded: read it, to reach EOF
@@ -182,9 +186,7 @@ class JSONRPCConnection(LineProtocol):
         self._releaseWriters()
 
     def _releaseWriters(self) -> None:
-        waiters, self._writableWaiters = self._writableWaiters, []
-        for waiter in waiters:
-            waiter.callback(None)
+        self._writable.fire(None)
 
     def _probeHangup(self) -> None:
         """Paused, but stdin was closed: read what is left, so EOF ends us."""
@@ -203,9 +205,7 @@ class JSONRPCConnection(LineProtocol):
         """Fires once the editor has caught up with what we wrote (at once if it has)."""
         if not self.paused or self._closed:
             return succeed(None)
-        d: Deferred[None] = Deferred()
-        self._writableWaiters.append(d)
-        return d
+        return self._writable.when()
 
     # -- receiving ---------------------------------------------------------
 
@@ -261,7 +261,7 @@ class JSONRPCConnection(LineProtocol):
                             InvalidRequest("Invalid request: neither a request nor a response"))
 
     def _refused(self, message: dict[str, Any], problem: safejson.Refused) -> None:
-        """A message holding a value the rule refuses (see :mod:`hermes_acp.safejson`):
+        """A message holding a value the rule refuses (see ``hermes_acp.safejson``):
         the error goes to the request's id when that id itself is fine."""
         requestId = message.get("id")
         idUsable = not problem.path.startswith(("id.", "id[")) and problem.path != "id" and _validId(requestId)
@@ -511,14 +511,8 @@ class JSONRPCConnection(LineProtocol):
         self._failOutgoing(reason)
         for d in list(self._incoming.values()):
             d.cancel()
-        waiters, self._doneWaiters = self._doneWaiters, []
-        for waiter in waiters:
-            waiter.callback(None)
+        self._done.fire(None)
 
     def whenDone(self) -> Deferred[None]:
         """A fresh Deferred that fires once the connection is gone."""
-        if self._closed:
-            return succeed(None)
-        d: Deferred[None] = Deferred()
-        self._doneWaiters.append(d)
-        return d
+        return self._done.when()

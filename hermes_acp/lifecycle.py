@@ -8,17 +8,20 @@ that made the session known to the editor has been written.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+import attrs
 from twisted.logger import Logger
 
+from .catalog import ModelCatalog
+from .commands import availableCommands
+from .config import Endpoint
+from .interfaces import ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import InvalidParams, Reply
-from .options import checkMode, checkOption, configOptions, modeState
+from .options import checkMode, modeState
 from .params import field
-from .sessions import SessionState
-
-if TYPE_CHECKING:
-    from .acp import ACPAgent
+from .session_state import SessionState
 
 log = Logger()
 
@@ -56,14 +59,22 @@ def mcpServers(params: dict[str, Any]) -> list[Any]:
     return servers
 
 
+@attrs.define(eq=False)
 class Lifecycle:
-    """The session methods, bound to one ACP agent (``hub``)."""
+    """The session methods of one connection."""
 
-    def __init__(self, hub: ACPAgent) -> None:
-        self.hub = hub
-        self.sessions = hub.sessions
+    store: ISessionStore
+    options: ISessionOptions
+    updates: IUpdateChannel
+    catalog: ModelCatalog
+    #: Cancel a session's turns and wait for their answers (close, delete).
+    cancelTurns: Callable[[SessionState], Awaitable[None]]
+    #: The endpoint for new sessions, or -32000 saying what to do.
+    requireEndpoint: Callable[[], Endpoint]
+    #: Start importing the engine while the user types.
+    warmUp: Callable[[], None]
 
-    def handlers(self) -> dict[str, Any]:
+    def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {
             "session/new": self.new,
             "session/load": self.load,
@@ -78,44 +89,49 @@ class Lifecycle:
         }
 
     def setupResult(self, state: SessionState, sessionId: bool = False) -> Reply:
-        result: dict[str, Any] = {"modes": modeState(state), "configOptions": self.configOptions(state)}
+        """The answer that makes a session known to the editor; updates about it may
+        follow only once it is written."""
+        result: dict[str, Any] = {"modes": modeState(state), "configOptions": self.options.configOptions(state)}
         if sessionId:
             result = {"sessionId": state.sessionId, **result}
-        return Reply(result, lambda: self.hub.sessionAnnounced(state))
+        return Reply(result, lambda: self.announced(state))
 
-    def configOptions(self, state: SessionState) -> list[dict[str, Any]]:
-        return configOptions(state, self.hub.catalog.models())
+    def announced(self, state: SessionState) -> None:
+        state.announced = True
+        update = {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}
+        self.updates.send(state, update, journal=False)
 
     async def new(self, params: dict[str, Any]) -> Reply:
         cwd = existingFolder(absolutePath(params, "cwd"))
         extra = directories(params)
         mcpServers(params)
-        endpoint = self.hub.requireAuthenticated()
-        state = await self.sessions.create(cwd, extra, model=endpoint.model)
+        endpoint = self.requireEndpoint()
+        state = await self.store.create(cwd, extra, model=endpoint.model)
         log.debug("session {id} created in {cwd} (model {model})", id=state.sessionId, cwd=cwd, model=state.model)
-        self.hub.catalog.refresh()
-        self.hub.warmUp()
+        self.catalog.refresh()
+        self.warmUp()
         return self.setupResult(state, sessionId=True)
 
     async def restored(self, params: dict[str, Any]) -> SessionState:
+        """The session of a load or resume, moved to the folders the request names."""
         sessionId = field(params, "sessionId", str)
         cwd = absolutePath(params, "cwd")
         extra = directories(params) if "additionalDirectories" in params else None
         mcpServers(params)
-        state = await self.sessions.get(sessionId)
+        state = await self.store.get(sessionId)
         if cwd != state.cwd or (extra is not None and tuple(extra) != state.additionalDirectories):
             state.cwd = existingFolder(cwd)
             if extra is not None:
                 state.additionalDirectories = tuple(extra)
-            self.hub.agentSettingsChanged(state, rebuild=True)
-            await self.sessions.save(state, touch=False)
+            self.options.foldersChanged(state)
+            await self.store.save(state, touch=False)
         return state
 
     async def load(self, params: dict[str, Any]) -> Reply:
         state = await self.restored(params)
-        replay = await self.sessions.replay(state)
+        replay = await self.store.replay(state)
         if replay.truncated:
-            self.hub.sendNotice(
+            self.updates.notice(
                 state,
                 "info",
                 "Earlier history not shown",
@@ -124,7 +140,7 @@ class Lifecycle:
                 journal=False,
             )
         for update in replay.updates:
-            self.hub.sendUpdate(state, update, journal=False)
+            self.updates.send(state, update, journal=False)
         log.debug("session {id} loaded: {n} updates replayed, {m} left out", id=state.sessionId,
                   n=len(replay.updates), m=replay.omittedCount)
         return self.setupResult(state)
@@ -139,7 +155,7 @@ class Lifecycle:
         cwd = existingFolder(absolutePath(params, "cwd"))
         extra = directories(params)
         mcpServers(params)
-        state = await self.sessions.fork(sessionId, cwd, extra)
+        state = await self.store.fork(sessionId, cwd, extra)
         log.debug("session {id} forked from {source} into {cwd}", id=state.sessionId, source=sessionId, cwd=cwd)
         return self.setupResult(state, sessionId=True)
 
@@ -147,7 +163,7 @@ class Lifecycle:
         cwd = absolutePath(params, "cwd", required=False)
         cursor = field(params, "cursor", str, default=None)
         try:
-            records, nextCursor = await self.sessions.list(cwd, cursor)
+            records, nextCursor = await self.store.list(cwd, cursor)
         except ValueError:
             raise InvalidParams("Invalid params: cursor is not one this agent gave out", {"field": "cursor"})
         sessions = []
@@ -164,73 +180,38 @@ class Lifecycle:
         return result
 
     async def close(self, params: dict[str, Any]) -> dict[str, Any]:
-        state = await self.sessions.get(field(params, "sessionId", str))
-        await self.hub.turns.cancelAll(state)
-        self.sessions.forget(state)
+        state = await self.store.get(field(params, "sessionId", str))
+        await self.cancelTurns(state)
+        self.store.forget(state)
         log.debug("session {id} closed", id=state.sessionId)
         return {}
 
     async def delete(self, params: dict[str, Any]) -> dict[str, Any]:
-        state = await self.sessions.get(field(params, "sessionId", str))
-        await self.hub.turns.cancelAll(state)
-        await self.sessions.remove(state.sessionId)
+        state = await self.store.get(field(params, "sessionId", str))
+        await self.cancelTurns(state)
+        await self.store.remove(state.sessionId)
         log.debug("session {id} deleted", id=state.sessionId)
         return {}
 
     async def setMode(self, params: dict[str, Any]) -> Reply:
-        state = await self.sessions.get(field(params, "sessionId", str))
+        state = await self.store.get(field(params, "sessionId", str))
         mode = checkMode(field(params, "modeId", str))
-        return Reply({}, lambda: self.applyMode(state, mode))
-
-    def changeMode(self, state: SessionState, mode: str) -> None:
-        state.mode = mode
-        self.hub.agentSettingsChanged(state)
-        self.sessions.save(state, touch=False)
-
-    # Mode and option announcements are not journaled: a load answers with the
-    # current modes and options, so replaying old ones would only repeat stale state.
-
-    def announceMode(self, state: SessionState) -> None:
-        self.hub.sendUpdate(state, {"sessionUpdate": "current_mode_update", "currentModeId": state.mode}, journal=False)
-
-    def applyMode(self, state: SessionState, mode: str) -> None:
-        """Switch and tell the editor (modes and the mode config option stay in sync)."""
-        self.changeMode(state, mode)
-        self.announceMode(state)
-        self.announceOptions(state)
-
-    def announceOptions(self, state: SessionState) -> None:
-        self.hub.sendUpdate(state, {"sessionUpdate": "config_option_update", "configOptions": self.configOptions(state)}, journal=False)
+        return Reply({}, lambda: self.options.setMode(state, mode))
 
     async def setConfigOption(self, params: dict[str, Any]) -> dict[str, Any] | Reply:
-        state = await self.sessions.get(field(params, "sessionId", str))
+        state = await self.store.get(field(params, "sessionId", str))
         configId = field(params, "configId", str)
         if params.get("type") not in (None, "select"):
             raise InvalidParams("Invalid params: only select options exist here", {"field": "type"})
-        value = params.get("value")
-        checkOption(configId, value, self.hub.catalog.models())
-        modeChanged = configId == "mode" and value != state.mode
-        if configId == "mode":
-            self.changeMode(state, value)
-        elif configId == "model":
-            self.switchModel(state, value)
-        else:
-            state.config[configId] = value
-            self.hub.agentSettingsChanged(state)
-            self.sessions.save(state, touch=False)
-        result = {"configOptions": self.configOptions(state)}
-        return Reply(result, lambda: self.announceMode(state)) if modeChanged else result
-
-    def switchModel(self, state: SessionState, model: str) -> None:
-        """Same history, same tools, new model from the next request on."""
-        state.model = model
-        self.hub.agentSettingsChanged(state)
-        self.sessions.save(state, touch=False)
+        modeChanged = configId == "mode" and params.get("value") != state.mode
+        self.options.setOption(state, configId, params.get("value"))
+        result = {"configOptions": self.options.configOptions(state)}
+        # The answer carries the options; the mode selector hears of a new mode after it.
+        return Reply(result, lambda: self.options.announceMode(state)) if modeChanged else result
 
     async def setModel(self, params: dict[str, Any]) -> Reply:
         """The legacy unstable ``session/set_model``."""
-        state = await self.sessions.get(field(params, "sessionId", str))
+        state = await self.store.get(field(params, "sessionId", str))
         model = field(params, "modelId", str)
-        checkOption("model", model, self.hub.catalog.models())
-        self.switchModel(state, model)
-        return Reply({}, lambda: self.announceOptions(state))
+        self.options.setModel(state, model, announce=False)
+        return Reply({}, lambda: self.options.announceOptions(state))

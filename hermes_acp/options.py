@@ -1,18 +1,20 @@
-"""Session modes and config options (model, mode, thought level), and the
-model list behind the model picker."""
+"""A session's settings: its mode and config options (model, mode, thought level),
+and their one owner, ``SessionOptions``, which also owns the session's engine agent
+(it applies every change to it)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import attrs
-from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
+from zope.interface import implementer
 
-from .config import Endpoint
+from .catalog import ModelCatalog
+from .engine.edits import EDIT_MODES as MODES
+from .interfaces import IAgentFactory, IEngineAgent, ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import InvalidParams
-from .sessions import MODES, SessionState
+from .session_state import SessionState
 
 log = Logger()
 
@@ -27,75 +29,6 @@ THOUGHT_LEVELS = {
     "medium": "Medium reasoning effort",
     "high": "High reasoning effort",
 }
-
-
-@attrs.define(eq=False)
-class ModelCatalog:
-    """The models offered: ``HERMES_MODELS``, else the endpoint's ``/models``
-    (fetched once per endpoint URL, in the background, never blocking a request;
-    a list fetched from another URL, before the endpoint changed, is not offered)."""
-
-    endpointSource: Callable[[], Endpoint]
-    runInThread: Callable[..., Deferred[Any]]
-    fetchModels: Callable[[Endpoint], list[str]]
-    onChange: Callable[[], None] = lambda: None
-    clock: Any = None
-    fetched: tuple[str, ...] = ()
-    #: The URL ``fetched`` came from, and the URL asked (or being asked) last.
-    fetchedFrom: str | None = None
-    _asked: str | None = None
-    _waiting: list[Deferred[None]] = attrs.field(factory=list)
-    _inFlight: bool = False
-
-    def _known(self, endpoint: Endpoint) -> tuple[str, ...]:
-        return self.fetched if self.fetchedFrom == endpoint.baseURL else ()
-
-    def models(self) -> list[str]:
-        endpoint = self.endpointSource()
-        found = list(endpoint.models or self._known(endpoint))
-        if endpoint.model and endpoint.model not in found:
-            found.insert(0, endpoint.model)
-        return found
-
-    def refresh(self) -> None:
-        endpoint = self.endpointSource()
-        url = endpoint.baseURL
-        if endpoint.models or not url or self._asked == url:
-            return
-        self._asked = url
-        self._inFlight = True
-        d = self.runInThread(self.fetchModels, endpoint)
-
-        def fetched(models: list[str]) -> None:
-            if self._asked != url:
-                return  # the endpoint changed meanwhile
-            self.fetched, self.fetchedFrom = tuple(str(m) for m in models or ()), url
-            if self.fetched:
-                self.onChange()
-
-        def failed(failure: Any) -> None:
-            if self._asked == url:
-                self._asked = None  # try again with the next session
-            log.warn("could not list models at {url}: {error}", url=url, error=failure.getErrorMessage())
-
-        def settled(_: Any) -> None:
-            self._inFlight = False
-            waiting, self._waiting = self._waiting, []
-            for waiter in waiting:
-                waiter.called or waiter.callback(None)
-
-        d.addCallbacks(fetched, failed)
-        d.addBoth(settled)
-
-    def settled(self, timeout: float) -> Deferred[None]:
-        """Fires once no model list is on its way, or after ``timeout`` seconds."""
-        if not self._inFlight:
-            return succeed(None)
-        waiter: Deferred[None] = Deferred()
-        self._waiting.append(waiter)
-        if self.clock is not None:
-            waiter.addTimeout(timeout, self.clock, onTimeoutCancel=lambda result, timeout: None)
-        return waiter
 
 
 def modeState(state: SessionState) -> dict[str, Any]:
@@ -162,3 +95,90 @@ def checkOption(configId: str, value: Any, models: list[str]) -> None:
         raise InvalidParams(f"Invalid params: {configId} must be one of {', '.join(allowed)}", {"field": "value"})
     if configId == "model" and not value.strip():
         raise InvalidParams("Invalid params: model must not be empty", {"field": "value"})
+
+
+def reasoningEffort(state: SessionState) -> str | None:
+    """The thought level as the model request's ``reasoning_effort`` (None: the model's own)."""
+    level = state.config.get("thought_level", "default")
+    return None if level == "default" else level
+
+
+@implementer(ISessionOptions)
+@attrs.define(eq=False)
+class SessionOptions:
+    """Mode, model and config options of every session, and its engine agent.
+
+    Every change goes through here: it is checked, applied to the agent, saved,
+    and (unless the caller answers with the new values itself) announced.
+    Mode and option announcements are not journaled: a load answers with the
+    current ones, so replaying old ones would only repeat stale state.
+    """
+
+    store: ISessionStore
+    updates: IUpdateChannel
+    catalog: ModelCatalog
+    factory: IAgentFactory
+    _agents: dict[str, IEngineAgent] = attrs.field(factory=dict)
+    _stale: set[str] = attrs.field(factory=set)  # sessions whose folders changed
+
+    def agentFor(self, state: SessionState) -> IEngineAgent:
+        if state.sessionId in self._stale:
+            self._stale.discard(state.sessionId)
+            self._agents.pop(state.sessionId, None)
+        agent = self._agents.get(state.sessionId)
+        if agent is None:
+            agent = self._agents[state.sessionId] = self.factory.buildAgent(state)
+        return agent
+
+    def foldersChanged(self, state: SessionState) -> None:
+        self._stale.add(state.sessionId)
+
+    def setMode(self, state: SessionState, mode: str, announce: bool = True) -> None:
+        state.mode = checkMode(mode)
+        self._changed(state)
+        if announce:
+            self.announceMode(state)
+            self.announceOptions(state)
+
+    def setModel(self, state: SessionState, model: str, announce: bool = True) -> None:
+        checkOption("model", model, self.catalog.models())
+        state.model = model
+        self._changed(state)
+        if announce:
+            self.announceOptions(state)
+
+    def setOption(self, state: SessionState, configId: str, value: Any) -> None:
+        checkOption(configId, value, self.catalog.models())
+        if configId == "mode":
+            self.setMode(state, value, announce=False)
+        elif configId == "model":
+            self.setModel(state, value, announce=False)
+        else:
+            state.config[configId] = value
+            self._changed(state)
+
+    def _changed(self, state: SessionState) -> None:
+        agent = self._agents.get(state.sessionId)
+        if agent is not None:
+            self.factory.configure(agent, state)
+        self.store.save(state, touch=False)
+
+    def configOptions(self, state: SessionState) -> list[dict[str, Any]]:
+        return configOptions(state, self.catalog.models())
+
+    def announceMode(self, state: SessionState) -> None:
+        self.updates.send(state, {"sessionUpdate": "current_mode_update", "currentModeId": state.mode}, journal=False)
+
+    def announceOptions(self, state: SessionState) -> None:
+        update = {"sessionUpdate": "config_option_update", "configOptions": self.configOptions(state)}
+        self.updates.send(state, update, journal=False)
+
+    def modelsChanged(self) -> None:
+        """The endpoint's model list arrived: every session the editor knows hears it."""
+        for state in list(self.store.sessions.values()):
+            if state.announced:
+                self.announceOptions(state)
+
+    def forget(self, state: SessionState) -> None:
+        self._agents.pop(state.sessionId, None)
+        self._stale.discard(state.sessionId)

@@ -1,4 +1,8 @@
-"""Permission requests to the editor, with timeout-to-deny (``IPermissionBroker``)."""
+"""Permission requests to the editor, with timeout-to-deny (``IPermissionBroker``).
+
+The answers are the engine's vocabulary (``engine.approval``): the option kinds the
+editor is offered, plus cancelled, timeout and failed.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +16,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from .engine.approval import ALLOW_ALWAYS, ALLOW_ONCE, CANCELLED, FAILED, REJECT_ALWAYS, REJECT_ONCE, TIMEOUT
 from .interfaces import IPermissionBroker
 
 log = Logger()
 
-ALLOW_ONCE, ALLOW_ALWAYS = "allow_once", "allow_always"
-REJECT_ONCE, REJECT_ALWAYS = "reject_once", "reject_always"
-CANCELLED, TIMEOUT, FAILED = "cancelled", "timeout", "failed"
-ALLOWED = frozenset({ALLOW_ONCE, ALLOW_ALWAYS})
 
 _NAMES = {
     "edit": {
@@ -80,7 +81,11 @@ class PermissionBroker:
         return d
 
     def forget(self, sessionId: str) -> None:
-        self._locks.pop(sessionId, None)
+        """Drop the session's queue of questions once it is idle (a question still
+        out keeps it, so a session loaded again meanwhile still asks one at a time)."""
+        lock = self._locks.get(sessionId)
+        if lock is not None and not lock.locked:
+            del self._locks[sessionId]
 
     def _ask(self, sessionId: str, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
         offered = permissionOptions(kind)

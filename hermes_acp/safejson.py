@@ -5,7 +5,7 @@ model's history and a model request.
   is **repaired**: replaced by U+FFFD, as a UTF-8 decoder would.
 - A non-finite number (``NaN``, ``Infinity``, or ``1e400``, which Python reads
   as infinity) is **refused**: JSON has no such number.
-- Nesting deeper than :data:`MAX_DEPTH` levels is **refused** (no ACP message
+- Nesting deeper than ``MAX_DEPTH`` levels is **refused** (no ACP message
   comes close, and deep values make recursive code fail later).
 
 Pure Python, no Twisted: the JSON-RPC layer, the engine and the store share it.
@@ -124,7 +124,7 @@ def _walk(value: Any, refuse: bool, prefix: str, maxDepth: int) -> Any:
 
 
 def checked(value: Any, path: str = "", maxDepth: int = MAX_DEPTH) -> Any:
-    """``value`` (changed in place) with lone surrogates repaired; :class:`Refused`
+    """``value`` (changed in place) with lone surrogates repaired; ``Refused``
     for a non-finite number or nesting deeper than ``maxDepth``."""
     return _walk(value, True, path, maxDepth)
 

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-import attrs
 from twisted.internet.defer import Deferred, gatherResults, succeed
-from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
 from .interfaces import ISessionStore
 from .jsonrpc import InternalError, ResourceNotFound
 from .lease import describeOwner, ownerAlive, ownerToken
+from .oneshot import OneShot
+from .session_state import SessionState
 from .store import Replay, SessionDB, SessionRecord, StoreError, timestamp
 from .threads import WorkerPool
 
@@ -36,66 +35,6 @@ JOURNAL_FLUSH = 0.2
 #: Replay at most this much of a session's journal on session/load.
 REPLAY_MAX_UPDATES = 20_000
 REPLAY_MAX_BYTES = 32 * 1024 * 1024
-MODES = ("default", "accept_edits", "dont_ask")
-
-
-@attrs.define(eq=False)
-class SessionState:
-    """One session, live in memory. Touched only in the reactor thread."""
-
-    sessionId: str
-    cwd: str
-    additionalDirectories: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    model: str | None = None
-    mode: str = "default"
-    config: dict[str, Any] = attrs.field(factory=dict)
-    title: str | None = None
-    createdAt: str = attrs.field(factory=timestamp)
-    updatedAt: str = attrs.field(default=attrs.Factory(lambda self: self.createdAt, takes_self=True))
-    history: list[dict[str, Any]] = attrs.field(factory=list)
-    agent: Any = None
-    turn: int = 0
-    running: Any = None  # the PromptTurn in progress
-    queued: deque[Any] = attrs.field(factory=deque)
-    contextUsed: int = 0
-    usageTotals: dict[str, int] = attrs.field(factory=dict)
-    journal: list[dict[str, Any]] = attrs.field(factory=list)
-    flushCall: IDelayedCall | None = None
-    announced: bool = False  # its new/load/resume/fork response has been written
-    rebuildAgent: bool = False  # its folder changed during a turn: a new agent for the next
-
-    @classmethod
-    def fromRecord(cls, record: SessionRecord, history: list[dict[str, Any]]) -> SessionState:
-        return cls(
-            sessionId=record.sessionId,
-            cwd=record.cwd,
-            additionalDirectories=record.additionalDirectories,
-            model=record.model,
-            mode=record.mode if record.mode in MODES else "default",
-            config=dict(record.config),
-            title=record.title,
-            createdAt=record.createdAt,
-            updatedAt=record.updatedAt,
-            history=history,
-            turn=record.turn,
-        )
-
-    def record(self) -> SessionRecord:
-        return SessionRecord(
-            sessionId=self.sessionId,
-            cwd=self.cwd,
-            additionalDirectories=self.additionalDirectories,
-            title=self.title,
-            model=self.model,
-            mode=self.mode,
-            config=self.config,
-            createdAt=self.createdAt,
-            updatedAt=self.updatedAt,
-        )
-
-    @property
-    def roots(self) -> tuple[str, ...]:
-        return (self.cwd, *self.additionalDirectories)
 
 
 def storeFailure(error: StoreError) -> InternalError:
@@ -117,7 +56,7 @@ class SessionManager:
         self.onForget = onForget
         self._db: SessionDB | None = None
         self._dbLock = threading.Lock()
-        self._loading: dict[str, list[Deferred[SessionState]]] = {}
+        self._loading: dict[str, OneShot[SessionState]] = {}
 
     # -- the database thread ---------------------------------------------
 
@@ -165,18 +104,16 @@ class SessionManager:
         state = self.sessions.get(sessionId)
         if state is not None:
             return state
-        waiter: Deferred[SessionState] = Deferred()
-        if sessionId in self._loading:  # another caller is already loading it
-            self._loading[sessionId].append(waiter)
-            return await waiter
-        self._loading[sessionId] = [waiter]
+        loading = self._loading.get(sessionId)
+        if loading is None:  # the first caller loads it; later ones wait for the same load
+            loading = self._loading[sessionId] = OneShot()
 
-        def loaded(result: Any) -> None:
-            for each in self._loading.pop(sessionId):
-                each.callback(result)  # a Failure here runs each waiter's errbacks
+            def loaded(result: Any) -> None:
+                del self._loading[sessionId]
+                loading.fire(result)  # a Failure here fails every waiter
 
-        Deferred.fromCoroutine(self._restore(sessionId)).addBoth(loaded)
-        return await waiter
+            Deferred.fromCoroutine(self._restore(sessionId)).addBoth(loaded)
+        return await loading.when()
 
     async def _restore(self, sessionId: str) -> SessionState:
         record = await self.call("getSession", sessionId)
@@ -213,7 +150,7 @@ class SessionManager:
         newId = str(uuid.uuid4())
         record = await self.call("forkSession", sessionId, newId, cwd, tuple(additionalDirectories))
         state = SessionState.fromRecord(record, [dict(m) for m in source.history])
-        state.turn = source.turn
+        state.turnNumber = source.turnNumber
         self.sessions[newId] = state
         return state
 
@@ -228,10 +165,6 @@ class SessionManager:
         if self.onForget is not None:
             self.onForget(state)
         return written
-
-    def cleanup(self) -> Deferred[Any]:
-        """Forget every session; fires once their journals are written."""
-        return gatherResults([self.forget(state) for state in list(self.sessions.values())])
 
     # -- settings, history and the journal -------------------------------
 
@@ -264,7 +197,7 @@ class SessionManager:
         if not state.journal:
             return succeed(None)
         updates, state.journal = state.journal, []
-        d = self.call("appendUpdates", state.sessionId, state.turn, updates)
+        d = self.call("appendUpdates", state.sessionId, state.turnNumber, updates)
         d.addErrback(lambda f: log.failure("journal write for {id} failed", f, id=state.sessionId))
         return d
 
@@ -282,13 +215,14 @@ class SessionManager:
         state.updatedAt = timestamp()
         await self.flush(state)
         try:
-            await self.call("endTurn", state.sessionId, state.turn, messages)
+            await self.call("endTurn", state.sessionId, state.turnNumber, messages)
         except Exception as e:
-            log.warn("ending turn {turn} of {id} failed ({error}); appending its messages", turn=state.turn, id=state.sessionId, error=e)
+            log.warn("ending turn {turn} of {id} failed ({error}); appending its messages",
+                     turn=state.turnNumber, id=state.sessionId, error=e)
             try:
                 await self.call("appendMessages", state.sessionId, messages)
             except Exception:
-                log.failure("saving turn {turn} of {id} failed", turn=state.turn, id=state.sessionId)
+                log.failure("saving turn {turn} of {id} failed", turn=state.turnNumber, id=state.sessionId)
         await self.save(state, touch=False)
 
     async def beginTurn(self, state: SessionState) -> None:
@@ -297,7 +231,7 @@ class SessionManager:
         of wedging the session; one that another live process is running refuses."""
         await self.flush(state)
         try:
-            state.turn = await self.call("beginTurn", state.sessionId, ownerToken())
+            state.turnNumber = await self.call("beginTurn", state.sessionId, ownerToken())
         except ValueError:
             recovered = await self.call("recoverInterrupted", state.sessionId, ownerAlive)
         else:
@@ -315,7 +249,7 @@ class SessionManager:
                 {"sessionId": state.sessionId},
             )
         state.history = await self.call("loadMessages", state.sessionId)  # with the closed turn
-        state.turn = await self.call("beginTurn", state.sessionId, ownerToken())
+        state.turnNumber = await self.call("beginTurn", state.sessionId, ownerToken())
 
     async def replaceHistory(self, state: SessionState, messages: list[dict[str, Any]]) -> None:
         state.history = list(messages)

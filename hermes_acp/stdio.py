@@ -1,6 +1,6 @@
 """Own the process's stdin and stdout for the protocol, and nothing else.
 
-:func:`claimStdio` moves the protocol onto private, non-inheritable duplicates
+``claimStdio`` moves the protocol onto private, non-inheritable duplicates
 of fds 0 and 1, then points fd 1 at stderr and fd 0 at ``/dev/null``. After it,
 a stray ``print``, a C extension, ``twist``'s own log file or a child process
 writes to stderr and reads nothing, and only protocol frames reach the real

@@ -99,7 +99,7 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     from twisted.internet import reactor
     from twisted.internet.error import ReactorNotRunning
 
-    from .acp import ACPAgent
+    from .acp import ACPServer
     from .config import ConfigError, Settings, loadDotenv, stateDatabase
     from .logs import bridgeStdlibLogging, installScrubber
     from .sessions import SessionManager
@@ -139,10 +139,10 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     reactor.addSystemEventTrigger("before", "shutdown", armWatchdog)
     sessions = SessionManager(reactor, stateDatabase())
     workers = WorkerPool(reactor, settings.threads)
-    agent = ACPAgent(reactor, settings, sessions, workers)
+    server = ACPServer(reactor, settings, sessions, workers)
 
     def buildProtocol() -> Any:
-        connection = agent.buildProtocol()
+        connection = server.buildProtocol()
         connection.trace = trace
         return connection
 
@@ -152,7 +152,7 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     # and the database thread last.
     sessions.dbThread.setServiceParent(top)
     workers.setServiceParent(top)
-    ShutdownHook(agent.shutdown).setServiceParent(top)
+    ShutdownHook(server.shutdown).setServiceParent(top)
     if trace is not None:
         ShutdownHook(trace.close).setServiceParent(top)  # stops after the connection
     StdioService(buildProtocol, onDone or stopReactor, reactor).setServiceParent(top)

@@ -1,326 +1,378 @@
 """``session/prompt`` and ``session/cancel``: one turn at a time per session.
 
-A turn runs the blocking agent on the worker pool; its events come back
-through an :class:`EventBridge` and become ``session/update``s. Every tool call
-that starts reaches a final status, whatever happens; nothing is sent for a
-turn after its response; a prompt that arrives while the session is busy waits
-its turn and is answered when that turn ends.
+A turn is one prompt and its answer. Each session has a ``TurnQueue``, and each
+turn moves through explicit phases, in this order only::
+
+    queued ──▶ waiting ──▶ running ──▶ finishing ──▶ answered
+      │           └────────────────────▲
+      └───────────────────────────────────────────────▲
+
+- *queued*: behind the session's running turn (a cancel answers it at once);
+- *waiting*: begun in the store, waiting for a worker thread (a cancel answers it
+  without ever running the engine) or about to run its slash command;
+- *running*: the engine on a worker thread, or the command on the reactor (a
+  cancel interrupts the engine and every request the turn has out);
+- *finishing*: every tool card gets a final status, the turn is saved;
+- *answered*: the prompt has its answer; anything that still arrives is dropped.
+
+Engine events come back through an ``EventBridge`` and become
+``session/update``s; each tool call's card is keyed by the engine's own call id.
+A model failure, or a turn that crashed, answers the prompt with a JSON-RPC error
+once everything else is done and saved.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 import uuid
-from collections import defaultdict, deque
+from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from twisted.internet.defer import CancelledError, Deferred, fail
+from twisted.internet.defer import CancelledError, Deferred, fail, gatherResults, succeed
+from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
-from .bridge import EventBridge
-from .clientio import ClientWorkspace
-from .commands import runCommand, slashCommand
+from .bridge import BridgedObserver, EventBridge
+from .commands import Commands, slashCommand
+from .config import Endpoint
+from .engine.approval import CANCELLED
+from .engine.edits import EditProposal, modeAfter
+from .interfaces import IEngineAgent, IPermissionBroker, IRenderer, ISessionOptions, ISessionStore, IUpdateChannel
 from .intake import checkPrompt, promptText, toModelContent
+from .jsonrpc import AuthRequired, InternalError, JSONRPCError
+from .oneshot import OneShot
 from .params import field
-from .permissions import ALLOW_ALWAYS, ALLOW_ONCE, REJECT_ALWAYS, REJECT_ONCE, TIMEOUT
-from .render import Renderer, planEntries, textContent
-from .sessions import SessionState
+from .render import planEntries, textContent
+from .session_state import SessionState
 from .store import timestamp
 
 if TYPE_CHECKING:
-    from .acp import ACPAgent
-    from .engine.edits import EditProposal
+    from .engine.model import ModelError
+    from .engine.result import TurnResult
+    from .engine.workspace import Workspace
 
 log = Logger()
 
-#: What the engine hears for each permission outcome; anything else denies.
-ANSWERS = {ALLOW_ONCE: "once", ALLOW_ALWAYS: "always", REJECT_ONCE: "deny", REJECT_ALWAYS: "never", TIMEOUT: "timeout"}
 TITLE_LENGTH = 60
-_ids = itertools.count(1)
+CRASHED = "Internal error: the turn stopped unexpectedly; the agent's log has the details"
+QUEUED, WAITING, RUNNING, FINISHING, ANSWERED = "queued", "waiting", "running", "finishing", "answered"
+_MOVES = {
+    QUEUED: {WAITING, ANSWERED},
+    WAITING: {RUNNING, FINISHING},
+    RUNNING: {FINISHING},
+    FINISHING: {ANSWERED},
+    ANSWERED: set(),
+}
 
 
-def turnUsage(usage: Any) -> dict[str, int]:
-    return {
-        "inputTokens": usage.inputTokens,
-        "outputTokens": usage.outputTokens,
-        "totalTokens": usage.totalTokens,
-        "thoughtTokens": usage.thoughtTokens,
-        "cachedReadTokens": usage.cachedReadTokens,
-    }
+class ModelFailed(InternalError):
+    """The model endpoint failed in a way retrying did not fix; ``data`` says so
+    (``{"reason": "model"}``), so clients need not read the message."""
 
 
 def estimateTokens(messages: list[dict[str, Any]]) -> int:
     return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) // 4
 
 
-@attrs.define(eq=False)
-class PromptTurn:
-    """One prompt: waiting, running, then answered exactly once."""
+def modelFailure(error: ModelError) -> JSONRPCError:
+    """The prompt's error for a model failure: a rejected key asks the editor to set
+    up authentication again; anything else is a model error."""
+    if error.auth:
+        return AuthRequired(f"Authentication required: {error}", {"reason": "model", "auth": True})
+    return ModelFailed(f"Model error: {error}", {"reason": "model", "retryable": error.retryable})
 
-    hub: ACPAgent
-    state: SessionState
+
+@attrs.frozen
+class TurnServices:
+    """What a turn works with, wired once per connection."""
+
+    reactor: IReactorFromThreads
+    store: ISessionStore
+    options: ISessionOptions
+    updates: IUpdateChannel
+    permissions: IPermissionBroker
+    runInWorker: Callable[..., Deferred[Any]]
+    commands: Commands
+    #: ``workspaceFor(state, request)``: the editor's files and terminals for one turn.
+    workspaceFor: Callable[[SessionState, Callable[..., Deferred[Any]]], Workspace]
+    #: How a turn of the session shows its tool calls.
+    rendererFor: Callable[[SessionState], IRenderer]
+    #: The endpoint for a turn that needs the model, or -32000 saying what to do.
+    requireEndpoint: Callable[[], Endpoint]
+    contextWindow: int
+    #: Send a request to the editor (the connection's ``callRemote``).
+    callRemote: Callable[..., Deferred[Any]]
+
+
+@attrs.define(eq=False)
+class Turn:
+    """One prompt: queued, run, and answered exactly once."""
+
+    services: TurnServices
+    queue: TurnQueue
+    session: SessionState
     blocks: list[dict[str, Any]]
-    renderer: Renderer
+    renderer: IRenderer
     turnId: str = attrs.field(factory=lambda: uuid.uuid4().hex[:12])
-    answered: bool = False
-    calls: set[Deferred[Any]] = attrs.field(factory=set)
-    openCalls: dict[str, tuple[str, dict[str, Any]]] = attrs.field(factory=dict)
-    fifo: dict[tuple[str, str], deque[str]] = attrs.field(factory=lambda: defaultdict(deque))
-    messageSeq: int = 0
-    _myTurn: Deferred[None] = attrs.field(factory=Deferred)
-    _waiters: list[Deferred[dict[str, Any]]] = attrs.field(factory=list)
-    _result: Any = None
+    phase: str = QUEUED
+    #: Queued behind another turn: its prompt is shown when it starts.
+    echo: bool = False
     cancelEvent: threading.Event = attrs.field(factory=threading.Event)
-    _startLock: threading.Lock = attrs.field(factory=threading.Lock)
-    _started: bool = False
-    _notStarted: Deferred[None] | None = None
+    agent: IEngineAgent | None = None
+    #: The editor requests and permission questions the turn has out.
+    requests: set[Deferred[Any]] = attrs.field(factory=set)
+    #: Open tool cards: the engine's call id -> (toolCallId, tool name, arguments).
+    cards: dict[str, tuple[str, str, dict[str, Any]]] = attrs.field(factory=dict)
+    messageSeq: int = 0
+    _answer: OneShot[dict[str, Any]] = attrs.field(factory=OneShot)
+    _claimLock: threading.Lock = attrs.field(factory=threading.Lock)
+    _claimed: bool = False  # a worker thread has started the engine
+    _engineDone: Deferred[TurnResult | None] | None = None
 
     @property
     def cancelled(self) -> bool:
         return self.cancelEvent.is_set()
 
-    # -- the request side ---------------------------------------------------
+    def _move(self, phase: str) -> None:
+        if phase not in _MOVES[self.phase]:
+            raise RuntimeError(f"turn {self.turnId} cannot go from {self.phase} to {phase}")
+        self.phase = phase
 
-    def start(self) -> None:
-        d = Deferred.fromCoroutine(self._lifecycle())
-        d.addBoth(self._finished)
-
-    def _finished(self, result: Any) -> None:
-        self._result = result
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            waiter.callback(result)
-
-    def whenDone(self) -> Deferred[dict[str, Any]]:
-        """A fresh Deferred with the turn's result; cancelling it leaves the turn alone."""
-        if self._result is not None:
-            d: Deferred[dict[str, Any]] = Deferred()
-            d.callback(self._result)
-            return d
-        d = Deferred()
-        self._waiters.append(d)
-        return d
+    def whenAnswered(self) -> Deferred[dict[str, Any]]:
+        """A fresh Deferred with the turn's answer; cancelling it leaves the turn alone."""
+        return self._answer.when()
 
     def cancel(self) -> None:
-        """Stop the model, tools, client terminals and permission requests."""
-        if self.cancelled or self.answered:
+        """What a cancel does depends on the phase (see the module docstring)."""
+        if self.phase == ANSWERED or self.cancelled:
             return
-        with self._startLock:
-            self.cancelEvent.set()  # seen by the engine if its turn has not begun yet
-            notStarted = not self._started
-        if self.state.running is self:
-            if notStarted and self._notStarted is not None:
-                self._notStarted.callback(None)  # still waiting for a worker: answer now
-            elif self.state.agent is not None:
-                self.state.agent.interrupt()
-            for d in list(self.calls):
+        with self._claimLock:
+            self.cancelEvent.set()  # the engine sees it, if it is just starting
+            claimed = self._claimed
+        if self.phase == QUEUED:
+            self.queue.withdraw(self)
+            self._move(ANSWERED)
+            self._answer.fire({"stopReason": "cancelled"})
+        elif self.phase == WAITING and not claimed:
+            if self._engineDone is not None and not self._engineDone.called:
+                self._engineDone.callback(None)  # answer now; the worker will not run the engine
+        elif self.phase in (WAITING, RUNNING):
+            if self.agent is not None:
+                self.agent.interrupt()
+            for d in list(self.requests):
                 d.cancel()
-        elif self in self.state.queued:
-            self.state.queued.remove(self)
-            self._myTurn.callback(None)
 
-    # -- running --------------------------------------------------------------
+    # -- running ------------------------------------------------------------------
 
-    async def _lifecycle(self) -> dict[str, Any]:
-        state = self.state
-        queued = state.running is not None or bool(state.queued)
-        if queued:
-            state.queued.append(self)
-            await self._myTurn
-            if self.cancelled:
-                self.answered = True
-                return {"stopReason": "cancelled"}
-        state.running = self
+    async def run(self) -> None:
+        """From waiting to answered; the answer (or the error) goes to every waiter."""
+        self._move(WAITING)
         try:
-            return await self._execute(echo=queued)
-        finally:
-            state.running = None
-            self.answered = True
-            if state.queued:
-                state.queued.popleft()._myTurn.callback(None)
+            response = await self._execute()
+        except CancelledError:  # from the store, say: never to be taken for the editor's cancel
+            log.failure("turn {turn} in session {id} was cut short", turn=self.turnId, id=self.session.sessionId)
+            self._settle()
+            self._answer.fire(Failure(InternalError(CRASHED)))
+        except Exception:
+            self._settle()
+            self._answer.fire(Failure())
+        else:
+            self._answer.fire(response)
 
-    async def _execute(self, echo: bool) -> dict[str, Any]:
-        state, hub = self.state, self.hub
+    def _settle(self) -> None:
+        """Whatever happened, the turn ends answered."""
+        if self.phase in (WAITING, RUNNING):
+            self._move(FINISHING)
+        if self.phase == FINISHING:
+            self._move(ANSWERED)
+
+    async def _execute(self) -> dict[str, Any]:
+        session, services = self.session, self.services
         text = promptText(self.blocks)
         command = slashCommand(text, self.blocks)
         if command is None:
-            hub.requireAuthenticated()
-        await hub.sessions.beginTurn(state)
-        userMessage = f"{self.turnId}-user"
+            services.requireEndpoint()
+        await services.store.beginTurn(session)
         for block in self.blocks:
-            update = {"sessionUpdate": "user_message_chunk", "content": block, "messageId": userMessage}
-            if echo:
-                hub.sendUpdate(state, update)
-            else:
-                hub.sessions.journalUpdate(state, update)
+            update = {"sessionUpdate": "user_message_chunk", "content": block, "messageId": f"{self.turnId}-user"}
+            if self.echo:
+                services.updates.send(session, update)
+            else:  # the editor shows the prompt it sent; the replay needs it
+                services.store.journalUpdate(session, update)
         messages: list[dict[str, Any]] = []
         response: dict[str, Any] = {"stopReason": "end_turn"}
+        failure: JSONRPCError | None = None
         try:
             if command is not None:
-                reply = await runCommand(hub, state, *command)
-                self.sendText("agent_message_chunk", reply)
-            elif not self.cancelled and (result := await self._runAgent()) is not None:
+                self._move(RUNNING)
+                self.sendText("agent_message_chunk", await services.commands.run(session, *command))
+            elif not self.cancelled and (result := await self._runEngine()) is not None:
                 messages = result.messages
-                response = {"stopReason": result.stop_reason, "usage": turnUsage(result.usage)}
+                response = {"stopReason": result.stop_reason, "usage": attrs.asdict(result.usage)}
                 for name, count in response["usage"].items():
-                    state.usageTotals[name] = state.usageTotals.get(name, 0) + count
-                if state.agent is not None and state.agent.editMode != state.mode:
-                    hub.lifecycle.applyMode(state, state.agent.editMode)  # "always allow" an edit
-                if result.error:
-                    self.sendText("agent_message_chunk", f"\n\n**Model error:** {result.error}")
-                state.contextUsed = result.last_prompt_tokens or estimateTokens(state.history + messages)
+                    session.usageTotals[name] = session.usageTotals.get(name, 0) + count
+                if result.failure is not None:
+                    failure = modelFailure(result.failure)
+                session.contextUsed = result.last_prompt_tokens or estimateTokens(session.history + messages)
         except Exception:
-            log.failure("turn {turn} in session {id} crashed", turn=self.turnId, id=state.sessionId)
-            self.sendText("agent_message_chunk", "\n\n**Internal error:** the agent stopped unexpectedly; see the agent's log.")
+            log.failure("turn {turn} in session {id} crashed", turn=self.turnId, id=session.sessionId)
+            failure = InternalError(CRASHED)
         finally:
+            if self.phase in (WAITING, RUNNING):
+                self._move(FINISHING)
             self.sweep()
         if self.cancelled:
-            response["stopReason"] = "cancelled"
+            response["stopReason"], failure = "cancelled", None
         if command is None:
-            hub.sendUpdate(state, {"sessionUpdate": "usage_update", "used": state.contextUsed, "size": hub.settings.contextWindow})
-        if state.title is None and text and command is None:
-            state.title = _title(text)
-            hub.sendUpdate(state, {"sessionUpdate": "session_info_update", "title": state.title, "updatedAt": timestamp()})
-        state.history.extend(messages)
-        await hub.sessions.endTurn(state, messages)
-        self.answered = True
+            services.updates.send(session, {"sessionUpdate": "usage_update", "used": session.contextUsed,
+                                            "size": services.contextWindow})
+        if session.title is None and text and command is None:
+            session.title = _title(text)
+            services.updates.send(session, {"sessionUpdate": "session_info_update", "title": session.title,
+                                            "updatedAt": timestamp()})
+        if failure is not None:  # the editor shows the error; a later replay shows this line
+            services.store.journalUpdate(session, {"sessionUpdate": "agent_message_chunk", "messageId": f"{self.turnId}-failed",
+                                                   "content": {"type": "text", "text": f"\n\n_{failure.message}_\n"}})
+        session.history.extend(messages)
+        await services.store.endTurn(session, messages)
+        self._move(ANSWERED)
+        if failure is not None:
+            raise failure
         return response
 
-    async def _runAgent(self) -> Any:
-        state, hub = self.state, self.hub
-        agent = hub.agentFor(state)
-        bridge = EventBridge(hub.reactor, self.deliver, paused=lambda: hub.connection is not None and hub.connection.paused)
-        agent.stream_delta_callback = bridge.message
-        agent.thinking_callback = bridge.thought
-        agent.tool_progress_callback = lambda *event: bridge.event(event)
-        agent.command_approval_callback = lambda command, reason: bridge.call(self.askCommand, command, reason)
-        agent.edit_approval_callback = lambda proposal: bridge.call(self.askEdit, proposal)
-        agent.workspace = hub.workspaceFor(state, self.request, self.terminalStarted)
-        history = list(state.history)
+    async def _runEngine(self) -> TurnResult | None:
+        """The engine on a worker thread; None when the turn was cancelled before one
+        was free. The engine's events cross back through the bridge, in order."""
+        services = self.services
+        self.agent = agent = services.options.agentFor(self.session)
+        bridge = EventBridge(services.reactor, self.deliver, paused=lambda: services.updates.paused)
+        observer = BridgedObserver(bridge, self)
+        workspace = services.workspaceFor(self.session, self.request)
+        history = list(self.session.history)
 
-        def work() -> Any:
-            with self._startLock:
+        def work() -> TurnResult | None:
+            with self._claimLock:
                 if self.cancelEvent.is_set():
                     return None  # cancelled while waiting for a worker; already answered
-                self._started = True
+                self._claimed = True
+            services.reactor.callFromThread(self._workerStarted)
             try:
                 content = toModelContent(self.blocks, self.cancelEvent)
-                return agent.run_conversation(content, history, self.cancelEvent)
+                return agent.run_conversation(content, history, observer, workspace, self.cancelEvent)
             finally:
                 bridge.flush()
 
-        outcome: Deferred[Any] = Deferred()
-        self._notStarted = Deferred()
-        self._notStarted.addCallback(lambda _: outcome.called or outcome.callback(None))
-        hub.workers.run(work).addBoth(lambda result: None if outcome.called else outcome.callback(result))
-        try:
-            return await outcome
-        finally:
-            agent.stream_delta_callback = agent.thinking_callback = agent.tool_progress_callback = None
-            agent.command_approval_callback = agent.edit_approval_callback = None
+        done: Deferred[TurnResult | None] = Deferred()
+        self._engineDone = done
+        services.runInWorker(work).addBoth(lambda result: None if done.called else done.callback(result))
+        return await done
 
-    # -- events from the worker (reactor thread) ------------------------------
+    def _workerStarted(self) -> None:
+        if self.phase == WAITING:
+            self._move(RUNNING)
+
+    # -- the engine's events, on the reactor thread ----------------------------------
 
     def deliver(self, events: list[tuple[str, Any]]) -> Any:
-        if self.answered:
+        if self.phase == ANSWERED:
             log.warn("dropping {n} late event(s) for turn {turn}", n=len(events), turn=self.turnId)
             return None
         for kind, payload in events:
             if kind == "event":
-                self.toolEvent(*payload)
+                handler, args = payload
+                handler(*args)
             else:
                 self.sendText(kind, payload)
-        return self.hub.connection.whenWritable() if self.hub.connection is not None else None
+        return self.services.updates.whenWritable()
 
     def sendText(self, kind: str, text: str) -> None:
         """Chunks of one message share its id; thoughts are a message of their own."""
         if text:
             messageId = f"{self.turnId}-{self.messageSeq}" + ("-thought" if kind == "agent_thought_chunk" else "")
-            self.hub.sendUpdate(
-                self.state, {"sessionUpdate": kind, "content": {"type": "text", "text": text}, "messageId": messageId}
-            )
+            update = {"sessionUpdate": kind, "content": {"type": "text", "text": text}, "messageId": messageId}
+            self.services.updates.send(self.session, update)
 
-    def terminalStarted(self, command: str, terminalId: str) -> None:
-        """The editor made a terminal for a command: show it in the card while it runs."""
-        found = self._openCall("terminal", lambda args: args.get("command") == command)
-        if found is not None and not self.answered:
-            update = {"sessionUpdate": "tool_call_update", "toolCallId": found[0], "content": [{"type": "terminal", "terminalId": terminalId}]}
-            self.hub.sendUpdate(self.state, update)
-
-    def toolEvent(self, event: str, name: str, providerId: str, payload: Any, extras: dict[str, Any] | None) -> None:
+    def toolStarted(self, callId: str, name: str, arguments: dict[str, Any], extras: dict[str, Any]) -> None:
         self.messageSeq += 1  # text after a tool call is a new message
-        extras = extras or {}
-        if event == "started":
-            callId = f"{self.turnId}-{next(_ids)}"
-            args = payload if isinstance(payload, dict) else {"arguments": payload}
-            self.fifo[(name, providerId)].append(callId)
-            self.openCalls[callId] = (name, args)
-            self.hub.sendUpdate(self.state, self.renderer.toolStarted(callId, name, args, extras))
-            self.hub.sendUpdate(self.state, {"sessionUpdate": "tool_call_update", "toolCallId": callId, "status": "in_progress"})
+        toolCallId = f"{self.turnId}-{callId}"
+        self.cards[callId] = (toolCallId, name, arguments)
+        send = self.services.updates.send
+        send(self.session, self.renderer.toolStarted(toolCallId, name, arguments, extras))
+        send(self.session, {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "in_progress"})
+
+    def toolEnded(self, callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None:
+        self.messageSeq += 1
+        card = self.cards.pop(callId, None)
+        if card is None:
+            log.warn("end of unknown tool call {id} ({name})", id=callId, name=name)
             return
-        queue = self.fifo.get((name, providerId))
-        if not queue:
-            log.warn("{event} for unknown tool call {name}/{id}", event=event, name=name, id=providerId)
-            return
-        callId = queue.popleft()
-        name, args = self.openCalls.pop(callId)
-        failed = event != "finished"
-        self.hub.sendUpdate(self.state, self.renderer.toolFinished(callId, name, args, payload, failed, extras))
+        toolCallId, _, arguments = card
+        self.services.updates.send(self.session, self.renderer.toolFinished(toolCallId, name, arguments, result, failed, extras))
         if name == "todo" and not failed and isinstance(extras.get("todos"), list):
-            self.hub.sendUpdate(self.state, {"sessionUpdate": "plan", "entries": planEntries(extras["todos"])})
+            self.services.updates.send(self.session, {"sessionUpdate": "plan", "entries": planEntries(extras["todos"])})
+
+    def terminalStarted(self, callId: str, terminalId: str) -> None:
+        """The editor made a terminal for the call's command: show it in its card."""
+        card = self.cards.get(callId)
+        if card is not None:
+            update = {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
+                      "content": [{"type": "terminal", "terminalId": terminalId}]}
+            self.services.updates.send(self.session, update)
 
     def sweep(self) -> None:
-        """Give every tool call still open a final status."""
-        for callId in list(self.openCalls):
-            self.openCalls.pop(callId)
-            reason = "cancelled" if self.cancelled else "the turn ended before it finished"
-            self.hub.sendUpdate(
-                self.state,
-                {"sessionUpdate": "tool_call_update", "toolCallId": callId, "status": "failed", "content": [textContent(f"Not completed: {reason}.")]},
-            )
-        self.fifo.clear()
+        """Give every tool card still open a final status."""
+        reason = "cancelled" if self.cancelled else "the turn ended before it finished"
+        for toolCallId, _, _ in self.cards.values():
+            self.services.updates.send(self.session, {
+                "sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "failed",
+                "content": [textContent(f"Not completed: {reason}.")],
+            })  # fmt: skip
+        self.cards.clear()
 
-    # -- requests to the editor for this turn ----------------------------------
+    # -- requests to the editor for this turn ----------------------------------------
 
     def request(self, method: str, params: dict[str, Any], timeout: float | None = None, track: bool = True) -> Deferred[Any]:
-        """A request the turn owns: cancelling the turn cancels it."""
+        """A request the turn owns: cancelling the turn cancels it (unless ``track`` is false)."""
         if track and self.cancelled:
             return fail(CancelledError(f"{method}: the turn was cancelled"))
-        d = self.hub.connection.callRemote(method, params, timeout)
+        d = self.services.callRemote(method, params, timeout)
         if track:
-            self.calls.add(d)
-            d.addBoth(lambda result: (self.calls.discard(d), result)[1])
+            self._track(d)
         return d
 
-    def _openCall(self, name: str, matches: Any) -> tuple[str, dict[str, Any]] | None:
-        for callId, (callName, args) in self.openCalls.items():
-            if callName == name and matches(args):
-                return callId, args
-        return None
+    def _track(self, d: Deferred[Any]) -> None:
+        self.requests.add(d)
+        d.addBoth(lambda result: (self.requests.discard(d), result)[1])
 
-    def askEdit(self, proposal: EditProposal) -> Deferred[str]:
-        found = self._openCall(proposal.toolName, lambda args: self.renderer.absolute(args.get("path")) == proposal.path)
-        callId, args = found or (f"{self.turnId}-edit-{next(_ids)}", {"path": proposal.path})
+    def askEdit(self, callId: str, proposal: EditProposal) -> Deferred[str]:
+        """Ask under the call's own card (its start always crosses first); an answer
+        that changes the mode does so here, on the reactor, before the engine hears
+        it and in order with the editor's own mode changes."""
+        toolCallId, name, arguments = self.cards[callId]
         detail = {"path": proposal.path, "oldText": proposal.oldText, "newText": proposal.newText}
-        return self._ask(self.renderer.permissionToolCall(callId, proposal.toolName, args, detail), "edit")
+        d = self._ask(self.renderer.permissionToolCall(toolCallId, name, arguments, detail), "edit")
+        return d.addCallback(self._editAnswered)
 
-    def askCommand(self, command: str, reason: str) -> Deferred[str]:
-        found = self._openCall("terminal", lambda args: args.get("command") == command)
-        callId, args = found or (f"{self.turnId}-command-{next(_ids)}", {"command": command})
-        return self._ask(self.renderer.permissionToolCall(callId, "terminal", args, {"command": command, "reason": reason}), "execute")
+    def _editAnswered(self, answer: str) -> str:
+        mode = modeAfter(self.session.mode, answer)
+        if mode != self.session.mode:
+            self.services.options.setMode(self.session, mode)
+        return answer
+
+    def askCommand(self, callId: str, command: str, reason: str) -> Deferred[str]:
+        toolCallId, _, arguments = self.cards[callId]
+        detail = {"command": command, "reason": reason}
+        return self._ask(self.renderer.permissionToolCall(toolCallId, "terminal", arguments, detail), "execute")
 
     def _ask(self, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
-        if self.cancelled:
-            d: Deferred[str] = Deferred()
-            d.callback("deny")
-            return d
-        d = self.hub.permissions.requestPermission(self.state.sessionId, toolCall, kind)
-        self.calls.add(d)
-        d.addBoth(lambda outcome: (self.calls.discard(d), outcome)[1])
-        d.addCallback(lambda outcome: ANSWERS.get(outcome, "deny"))
+        if self.cancelled or self.phase == ANSWERED:
+            return succeed(CANCELLED)  # no question after a cancel
+        d = self.services.permissions.requestPermission(self.session.sessionId, toolCall, kind)
+        self._track(d)
         return d
 
 
@@ -329,48 +381,103 @@ def _title(text: str) -> str:
     return first if len(first) <= TITLE_LENGTH else first[: TITLE_LENGTH - 1] + "…"
 
 
-class Turns:
-    """The prompt-turn methods of one connection."""
+@attrs.define(eq=False)
+class TurnQueue:
+    """One session's turns: the running one, and those waiting behind it in order."""
 
-    def __init__(self, hub: ACPAgent) -> None:
-        self.hub = hub
+    running: Turn | None = None
+    waiting: deque[Turn] = attrs.field(factory=deque)
 
-    def handlers(self) -> dict[str, Any]:
+    def submit(self, turn: Turn) -> None:
+        if self.running is None and not self.waiting:
+            self._start(turn)
+        else:
+            turn.echo = True
+            self.waiting.append(turn)
+
+    def withdraw(self, turn: Turn) -> None:
+        self.waiting.remove(turn)
+
+    def _start(self, turn: Turn) -> None:
+        self.running = turn
+        Deferred.fromCoroutine(turn.run()).addBoth(lambda _: self._finished(turn))
+
+    def _finished(self, turn: Turn) -> None:
+        if self.running is turn:
+            self.running = None
+        if self.waiting and self.running is None:
+            self._start(self.waiting.popleft())
+
+    def turns(self) -> list[Turn]:
+        return [t for t in (self.running, *self.waiting) if t is not None]
+
+    def cancel(self) -> list[Turn]:
+        """Cancel every turn (the queued ones first, so none starts in between);
+        those that have yet to answer."""
+        turns = self.turns()
+        for turn in reversed(turns):
+            turn.cancel()
+        return [turn for turn in turns if turn.phase != ANSWERED]
+
+
+@attrs.define(eq=False)
+class Prompts:
+    """The prompt methods of one connection, and every session's turn queue."""
+
+    services: TurnServices
+    queues: dict[str, TurnQueue] = attrs.field(factory=dict)
+
+    def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {"session/prompt": self.prompt}
 
-    def notifications(self) -> dict[str, Any]:
+    def notifications(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[None]]]:
         return {"session/cancel": self.cancel}
 
+    def queueFor(self, session: SessionState) -> TurnQueue:
+        return self.queues.setdefault(session.sessionId, TurnQueue())
+
     async def prompt(self, params: dict[str, Any]) -> dict[str, Any]:
-        state = await self.hub.sessions.get(field(params, "sessionId", str))
+        session = await self.services.store.get(field(params, "sessionId", str))
         blocks = checkPrompt(params.get("prompt"), image=True, embedded=True)
-        turn = PromptTurn(self.hub, state, blocks, Renderer(state.cwd))
-        turn.start()
+        queue = self.queueFor(session)
+        turn = Turn(self.services, queue, session, blocks, self.services.rendererFor(session))
+        queue.submit(turn)
         while True:
             try:
-                return await turn.whenDone()
-            except CancelledError:  # $/cancel_request for this prompt
-                turn.cancel()
+                return await turn.whenAnswered()
+            except CancelledError:
+                if turn.phase == ANSWERED:
+                    raise  # the turn's own answer
+                turn.cancel()  # $/cancel_request for this prompt
 
     async def cancel(self, params: dict[str, Any]) -> None:
         sessionId = params.get("sessionId")
-        state = self.hub.sessions.sessions.get(sessionId) if isinstance(sessionId, str) else None
-        if state is None:
+        queue = self.queues.get(sessionId) if isinstance(sessionId, str) else None
+        if queue is None:
             log.info("session/cancel for unknown or idle session {id!r}", id=sessionId)
             return
-        self.cancelTurns(state)
+        queue.cancel()
 
-    def cancelTurns(self, state: SessionState) -> list[PromptTurn]:
-        turns = [t for t in (state.running, *state.queued) if t is not None]
-        for turn in reversed(turns):  # queued ones first, so none starts in between
-            turn.cancel()
-        return turns
-
-    async def cancelAll(self, state: SessionState) -> None:
+    async def cancelAll(self, session: SessionState) -> None:
         """Cancel everything in the session and wait until every turn has answered
-        (however it answered)."""
-        for turn in self.cancelTurns(state):
-            try:
-                await turn.whenDone()
-            except Exception:
-                pass  # that turn's own request reported it
+        (however it answered), prompts that arrive meanwhile included."""
+        while (queue := self.queues.get(session.sessionId)) is not None and (turns := queue.cancel()):
+            await _answered(turns)
+
+    def cancelEverything(self) -> Deferred[None]:
+        """Cancel every turn of every session (stdin closed, shutdown); fires once
+        they have all answered."""
+        return _answered([turn for queue in list(self.queues.values()) for turn in queue.cancel()])
+
+    def forget(self, session: SessionState) -> None:
+        """The session is gone: a turn still in its queue is cancelled, not orphaned."""
+        queue = self.queues.pop(session.sessionId, None)
+        if queue is not None:
+            queue.cancel()
+
+
+def _answered(turns: list[Turn]) -> Deferred[None]:
+    """Fires once every turn has answered, however it answered (a failed turn's own
+    request reported its failure)."""
+    d = gatherResults([turn.whenAnswered() for turn in turns], consumeErrors=True)
+    return d.addBoth(lambda _: None)

@@ -1,6 +1,6 @@
 """Validate what the agent writes against the official ACP v1 schema.
 
-The schema lets unknown keys through, so :func:`unknownKeys` adds the strict
+The schema lets unknown keys through, so ``unknownKeys`` adds the strict
 check: every key we send must be a name the schema knows (``messageId``, not
 ``message_id``), except inside free-form values.
 """

@@ -16,7 +16,7 @@ import pytest_twisted
 
 @pytest.fixture
 def scriptedServer() -> Iterator[tuple[Any, str]]:
-    """A L{ScriptedModel} listening on 127.0.0.1; yields (server, base URL)."""
+    """A ``ScriptedModel`` listening on 127.0.0.1; yields (server, base URL)."""
     from .scripted_model import ScriptedModel, listen
 
     server = ScriptedModel()
@@ -26,14 +26,21 @@ def scriptedServer() -> Iterator[tuple[Any, str]]:
 
 
 class ToolBench:
-    """An agent on a temp workspace whose tools can be called directly."""
+    """An agent on a temp workspace whose tools can be called directly; its
+    ``observer`` answers their approval questions (and records them)."""
 
     def __init__(self, cwd: str) -> None:
         from hermes_acp.config import Endpoint
         from hermes_acp.engine.agent import AIAgent
+        from hermes_acp.engine.workspace import LocalWorkspace
+
+        from .observers import RecordingObserver
 
         self.agent = AIAgent(Endpoint("custom", "http://127.0.0.1:9/v1", None, "m"), cwd)
         self.cancelEvent = threading.Event()
+        self.observer = RecordingObserver()
+        self.workspace: Any = LocalWorkspace()
+        self.calls = 0
 
     def call(self, name: str, **arguments: Any) -> Any:
         from hermes_acp.engine.tools.builtin import BUILTIN_TOOLS
@@ -44,7 +51,9 @@ class ToolBench:
             checked = checkArguments(tool, arguments)
         except ToolError as e:
             return ToolOutcome(f"Error: {e}", failed=True)
-        return runTool(tool, self.agent.toolContext(self.cancelEvent), checked)
+        self.calls += 1
+        context = self.agent.toolContext(self.cancelEvent, self.observer, self.workspace, f"bench.{self.calls}")
+        return runTool(tool, context, checked)
 
 
 @pytest.fixture

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import acp
@@ -16,6 +19,19 @@ def modelEnv(url: str, home: str | None = None, **extra: str) -> dict[str, str]:
     """An agent environment pointed at the scripted model server."""
     return agentEnv(home or tempfile.mkdtemp(prefix="hermes-home-"), HERMES_BASE_URL=url,
                     HERMES_API_KEY="test-key-not-secret", HERMES_MODEL="scripted-model", **extra)
+
+
+async def journaled(home: str, sessionId: str, needle: str, timeout: float = 10) -> None:
+    """Wait (at most ``timeout`` s) until the agent's journal on disk holds ``needle``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        with sqlite3.connect(Path(home) / "state.db", timeout=5) as db:
+            rows = db.execute("SELECT payload FROM acp_journal WHERE session_id = ?", (sessionId,)).fetchall()
+        if any(needle in payload for (payload,) in rows):
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{needle!r} never reached the journal")
+        await asyncio.sleep(0.05)
 
 
 def updates(wire: Any, sessionId: str | None = None) -> list[dict[str, Any]]:

@@ -1,18 +1,20 @@
 """A scripted OpenAI-compatible Chat Completions server (twisted.web), for tests and benchmarks.
 
-It serves C{POST /v1/chat/completions} (SSE streaming or plain JSON) and
-C{GET /v1/models}, and records every request. What it answers comes from
+It serves ``POST /v1/chat/completions`` (SSE streaming or plain JSON) and
+``GET /v1/models``, and records every request. What it answers comes from
 scripts: a script is a list of responses, one per request, and a response is
 a list of steps (JSON-friendly dicts):
 
   {"text": "Hi"}                      one content delta ({"times": N}: N deltas in one burst)
   {"reasoning": "..."}                a reasoning_content delta ({"field": "reasoning"} to use that name)
   {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {...} or "raw text"}], "split": 3}
-                                      tool calls (several = parallel), arguments sent in C{split} pieces
+                                      tool calls (several = parallel), arguments sent in ``split`` pieces
   {"refusal": "..."}                  a refusal delta
   {"usage": {"prompt_tokens": 10, "completion_tokens": 2}}
   {"finish": "length"}                the finish_reason (default: "tool_calls" after tool calls, else "stop")
   {"stall": true} / {"stall": 1.5}    stop sending, forever or for that many seconds
+  {"barrier": 8}                      wait until this many chat requests have arrived in all
+                                      (proves requests run at the same time, without a clock)
   {"status": 500, "error": "boom"}    answer with an HTTP error instead (must come first)
   {"raw": "data: {oops\\n\\n"}        bytes sent as they are (malformed SSE)
   {"close": true}                     drop the connection mid-stream
@@ -21,10 +23,10 @@ Rules pick a script by a substring of the latest user message, so concurrent
 sessions each get their own; requests that match no rule use the default
 script. A script that runs out answers HTTP 500, unless it repeats.
 
-Run C{python tests/scripted_model.py --port 0 --script FILE.json} to host one
+Run ``python tests/scripted_model.py --port 0 --script FILE.json`` to host one
 in its own process; the first line on stdout is its base URL. FILE.json holds
-C{{"default": [...], "rules": [{"match": "...", "responses": [...]}],
-"models": [...], "repeat": false, "apiKey": null}}.
+``{"default": [...], "rules": [{"match": "...", "responses": [...]}],
+"models": [...], "repeat": false, "apiKey": null}``.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import attrs
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTCP, IReactorTime
 from twisted.web import http
 from twisted.web.resource import Resource
@@ -87,7 +91,9 @@ def _errorBody(message: str, code: str | None = None) -> bytes:
 class _Playback:
     """Plays one response's steps onto a request, honouring stalls and disconnects."""
 
-    def __init__(self, request: Request, steps: Response, model: str, streaming: bool, clock: IReactorTime) -> None:
+    def __init__(self, request: Request, steps: Response, model: str, streaming: bool, clock: IReactorTime,
+                 server: ScriptedModel) -> None:
+        self.server = server
         self.request = request
         self.steps = list(steps)
         self.model = model
@@ -136,7 +142,11 @@ class _Playback:
         self.delayed = None
         while self.steps and not self.gone:
             step = self.steps.pop(0)
+            if "barrier" in step:
+                self.server.whenChatRequests(int(step["barrier"])).addCallback(lambda _: self._play())
+                return
             if "stall" in step:
+                self.server._stalled()
                 if step["stall"] is True:
                     return
                 self.delayed = self.clock.callLater(float(step["stall"]), self._play)
@@ -217,7 +227,7 @@ class _Playback:
 
 
 class ScriptedModel(Resource):
-    """The server resource. Mount it at the root: it answers under C{/v1} and without."""
+    """The server resource. Mount it at the root: it answers under ``/v1`` and without."""
 
     isLeaf = True
 
@@ -244,6 +254,8 @@ class ScriptedModel(Resource):
         self.apiKey = apiKey
         self.strictModels = strictModels
         self.requests: list[Recorded] = []
+        self.stalls = 0  # how many times a response reached a ``stall`` step
+        self._waiting: list[tuple[Callable[[], bool], Deferred[None]]] = []
 
     @classmethod
     def fromJSON(cls, spec: dict[str, Any], clock: IReactorTime | None = None) -> ScriptedModel:
@@ -258,8 +270,33 @@ class ScriptedModel(Resource):
         )
 
     def addRule(self, match: str, responses: list[Response]) -> None:
-        """Answer requests whose latest user message contains C{match} with C{responses}."""
+        """Answer requests whose latest user message contains ``match`` with ``responses``."""
         self.rules.append((match, Script(list(responses), self.repeat)))
+
+    def whenChatRequests(self, count: int) -> Deferred[None]:
+        """Fires once ``count`` chat requests have arrived (at once if they have)."""
+        return self._when(lambda: len(self.chatRequests) >= count)
+
+    def whenStalled(self, count: int = 1) -> Deferred[None]:
+        """Fires once responses have reached a ``stall`` step ``count`` times in all."""
+        return self._when(lambda: self.stalls >= count)
+
+    def _when(self, reached: Callable[[], bool]) -> Deferred[None]:
+        d: Deferred[None] = Deferred()
+        if reached():
+            d.callback(None)
+        else:
+            self._waiting.append((reached, d))
+        return d
+
+    def _wake(self) -> None:
+        for entry in [w for w in self._waiting if w[0]()]:
+            self._waiting.remove(entry)
+            entry[1].callback(None)
+
+    def _stalled(self) -> None:
+        self.stalls += 1
+        self._wake()
 
     @property
     def chatRequests(self) -> list[Any]:
@@ -269,6 +306,7 @@ class ScriptedModel(Resource):
     def _record(self, request: Request, body: Any) -> None:
         headers = {k.decode().lower(): v[-1].decode() for k, v in request.requestHeaders.getAllRawHeaders()}
         self.requests.append(Recorded(request.method.decode(), request.path.decode(), body, headers))
+        self._wake()
 
     def _refuse(self, request: Request, status: int, message: str, code: str | None = None) -> bytes:
         request.setResponseCode(status)
@@ -307,12 +345,12 @@ class ScriptedModel(Resource):
         if steps is None:
             message = f"script exhausted (latest user message: {text[:80]!r})"
             return self._refuse(request, http.INTERNAL_SERVER_ERROR, message)
-        _Playback(request, steps, model, bool(body.get("stream")), self.clock).start()
+        _Playback(request, steps, model, bool(body.get("stream")), self.clock, self).start()
         return NOT_DONE_YET
 
 
 def listen(model: ScriptedModel, reactor: IReactorTCP | None = None, port: int = 0) -> tuple[IListeningPort, str]:
-    """Serve C{model} on 127.0.0.1; return the listening port and the base URL (ending in /v1)."""
+    """Serve ``model`` on 127.0.0.1; return the listening port and the base URL (ending in /v1)."""
     if reactor is None:
         from twisted.internet import reactor  # type: ignore[assignment]
     site = Site(model)

@@ -33,6 +33,22 @@ def onLoop(coroutine: Awaitable[T]) -> Deferred[T]:
     return Deferred.fromFuture(asyncio.ensure_future(coroutine))
 
 
+async def until(condition: Callable[[], bool], timeout: float = 30, what: str = "the condition") -> None:
+    """Poll ``condition`` for at most ``timeout`` seconds: only for what no event
+    tells (another process's state); anything an event tells is awaited instead."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"waited {timeout} s for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def settled(d: Deferred[T], timeout: float = 30) -> T:
+    """Await a Twisted Deferred (a scripted server's event, say) from asyncio code,
+    for at most ``timeout`` seconds."""
+    return await asyncio.wait_for(d.asFuture(asyncio.get_running_loop()), timeout)
+
+
 class Wire:
     """Both directions of the stdio stream, line by line, in order."""
 

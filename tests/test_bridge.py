@@ -1,5 +1,5 @@
 """The event bridge, driven from a real worker thread against a fake reactor
-whose thread is the test's (see :mod:`tests.workerthread`)."""
+whose thread is the test's (see ``tests.workerthread``)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ from .workerthread import ThreadedClock
 MESSAGE, THOUGHT = "agent_message_chunk", "agent_thought_chunk"
 
 
+def note(payload: Any) -> None:
+    """The handler of the tests' events (the bridge only carries it)."""
+
+
 class BridgeTestCase(SynchronousTestCase):
     def setUp(self) -> None:
         self.reactor = ThreadedClock()
@@ -28,7 +32,8 @@ class BridgeTestCase(SynchronousTestCase):
 
     def deliver(self, events: list[tuple[str, Any]]) -> Any:
         assert threading.current_thread() is threading.main_thread(), "deliver must run on the reactor"
-        self.deliveries.append(list(events))
+        # An event is a (handler, args) pair; these tests send note(payload) and look at the payload.
+        self.deliveries.append([(kind, payload[1][0] if kind == "event" else payload) for kind, payload in events])
         return self.answer() if callable(self.answer) else self.answer
 
     def onReactor(self, f: Any, *args: Any) -> Any:
@@ -74,7 +79,7 @@ class CoalescingTests(BridgeTestCase):
         def work() -> None:
             for kind, payload in script:
                 if kind == "event":
-                    self.bridge.event(payload)
+                    self.bridge.event(note, payload)
                 elif kind == MESSAGE:
                     self.bridge.message(payload)
                 else:
@@ -112,7 +117,7 @@ class CoalescingTests(BridgeTestCase):
             self.bridge.thought("hmm")
             self.bridge.message("x")
             self.bridge.message("y")
-            return self.bridge.event(("started", "terminal"))
+            return self.bridge.event(note, ("started", "terminal"))
 
         self.assertEqual(self.reactor.runInWorker(work), "ack")
         self.assertEqual(self.deliveries, [[(THOUGHT, "hmm")], [(MESSAGE, "xy"), ("event", ("started", "terminal"))]])
@@ -197,7 +202,7 @@ class TimerTests(BridgeTestCase):
 
         def work() -> None:
             self.bridge.message("a")
-            self.bridge.event("e")
+            self.bridge.event(note, "e")
             self.advance()
             self.bridge.message("b")
             self.advance()
@@ -287,7 +292,7 @@ class BackPressureTests(BridgeTestCase):
 
     def test_eventWaitsForTheEditor(self) -> None:
         """event() returns only once the editor has taken the update."""
-        order = self.waitsForTheEditor(lambda: self.bridge.event("tool"))
+        order = self.waitsForTheEditor(lambda: self.bridge.event(note, "tool"))
         self.assertEqual(order, ["editor caught up", "worker resumed"])
 
     def test_fullBatchWaitsForTheEditor(self) -> None:

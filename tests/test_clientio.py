@@ -76,7 +76,9 @@ class FakeEditor:
 
 
 class TerminalTests(SynchronousTestCase):
-    """``_terminal`` as a coroutine on the test's thread, time from a Clock."""
+    """``_create`` then ``_finish`` (what ``runCommand`` runs on the reactor, around
+    telling the turn of the terminal) as one coroutine on the test's thread, time
+    from a Clock."""
 
     def setUp(self) -> None:
         self.clock = Clock()
@@ -85,7 +87,11 @@ class TerminalTests(SynchronousTestCase):
         self.cancel = threading.Event()
 
     def command(self, command: str = "pytest -q", timeout: float = 30.0) -> Deferred[CommandResult]:
-        return Deferred.fromCoroutine(self.workspace._terminal(command, "/w", timeout, 1000, self.cancel))
+        async def run() -> CommandResult:
+            terminalId = await self.workspace._create(command, "/w", 1000)
+            return await self.workspace._finish(terminalId, timeout, self.cancel)
+
+        return Deferred.fromCoroutine(run())
 
     def started(self, **kwargs: Any) -> Deferred[CommandResult]:
         d = self.command(**kwargs)
@@ -129,29 +135,6 @@ class TerminalTests(SynchronousTestCase):
         self.assertCleanedUp([CREATE, WAIT, OUTPUT, RELEASE])
         ids = {"sessionId": "s1", "terminalId": "t1"}
         self.assertEqual([r.params for r in self.editor.requests[1:]], [ids, ids, ids])
-
-    def test_terminalAnnouncedBeforeRelease(self) -> None:
-        """onTerminal hears of the terminal as soon as it exists, long before release;
-        a failing hook is logged and the command still runs and is released."""
-        heard: list[tuple[str, str, list[str]]] = []
-        self.workspace.onTerminal = lambda command, terminalId: heard.append((command, terminalId, list(self.editor.methods)))
-        d = self.started()
-        self.assertEqual(heard, [("pytest -q", "t1", [CREATE])])
-
-        def broken(command: str, terminalId: str) -> None:
-            raise RuntimeError("hook")
-
-        self.workspace.onTerminal = broken
-        self.editor.answer(WAIT, {"exitCode": 0})
-        self.editor.answer(OUTPUT, {"output": ""})
-        self.editor.answer(RELEASE, {})
-        self.successResultOf(d)
-        d = self.started()
-        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
-        self.editor.answer(WAIT, {"exitCode": 0})
-        self.editor.answer(OUTPUT, {"output": ""})
-        self.editor.answer(RELEASE, {})
-        self.assertEqual(self.successResultOf(d).exitCode, 0)
 
     def test_onlyTheWaitIsTracked(self) -> None:
         """The turn may cancel wait_for_exit (with the command's timeout); create and the
@@ -220,13 +203,6 @@ class TerminalTests(SynchronousTestCase):
         self.assertTrue(self.successResultOf(d).cancelled)
         self.assertCleanedUp([CREATE, KILL, OUTPUT, RELEASE])
         self.assertEqual(self.editor.last(RELEASE).params["terminalId"], "t9")
-
-    def test_alreadyCancelledCreatesNothing(self) -> None:
-        """A command whose turn is already cancelled never reaches the editor."""
-        self.cancel.set()
-        result = self.successResultOf(self.command())
-        self.assertEqual((result.cancelled, result.exitCode, result.output), (True, None, ""))
-        self.assertCleanedUp([])
 
     def test_releaseEvenWhenOutputAndKillFail(self) -> None:
         """Failed clean-up requests are logged; release still happens, the result still comes."""
@@ -318,6 +294,37 @@ class WorkerSideTests(SynchronousTestCase):
         self.assertEqual(self.editor.methods, [CREATE, WAIT, OUTPUT, RELEASE])
         self.assertEqual(self.editor.last(CREATE).params["outputByteLimit"], 50_000)
         self.assertEqual(self.local.calls, [])
+
+    def test_alreadyCancelledCreatesNothing(self) -> None:
+        """A command whose turn is already cancelled never reaches the editor."""
+        workspace = self.workspace({}, terminals=True)
+        cancelled = threading.Event()
+        cancelled.set()
+        result = self.inWorker(workspace, "runCommand", "ls", "/w", 10.0, cancelled)
+        self.assertEqual((result.cancelled, result.exitCode, result.output), (True, None, ""))
+        self.assertEqual(self.editor.methods, [])
+
+    def test_terminalShownBeforeTheWait(self) -> None:
+        """onStarted hears of the terminal in the worker's thread as soon as it exists,
+        before wait_for_exit; a failing onStarted is logged and the command still runs
+        and is released."""
+        script = {CREATE: {"terminalId": "t1"}, WAIT: {"exitCode": 0}, OUTPUT: {"output": ""}, RELEASE: {}}
+        workspace = self.workspace(script, terminals=True)
+        heard: list[tuple[str, list[str], str]] = []
+
+        def onStarted(terminalId: str) -> None:
+            heard.append((terminalId, list(self.editor.methods), threading.current_thread().name))
+
+        result = self.inWorker(workspace, "runCommand", "ls", "/w", 10.0, threading.Event(), 100, onStarted)
+        self.assertEqual(heard, [("t1", [CREATE], "test-worker")])
+
+        def broken(terminalId: str) -> None:
+            raise RuntimeError("hook")
+
+        workspace = self.workspace(script, terminals=True)
+        result = self.inWorker(workspace, "runCommand", "ls", "/w", 10.0, threading.Event(), 100, broken)
+        self.assertEqual((result.exitCode, self.editor.methods), (0, [CREATE, WAIT, OUTPUT, RELEASE]))
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
     def test_readThroughTheEditor(self) -> None:
         """fs/read_text_file with the session and path; the content comes back."""

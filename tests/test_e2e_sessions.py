@@ -4,14 +4,13 @@ delete, unknown ids, modes and config options, crash recovery."""
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 
 import acp
 import pytest
 import pytest_twisted
 
-from .e2e import agentText, modelEnv, text, toolCalls, updates
+from .e2e import agentText, journaled, modelEnv, text, toolCalls, updates
 from .sdkclient import connect, initialized, onLoop, raw
 
 JOURNALED_ONLY = {"user_message_chunk"}  # journaled, not sent live (the editor shows its own prompt)
@@ -235,11 +234,7 @@ async def test_killedMidTurnLoadsWithNothingSpinning(scriptedServer, tmp_path) -
             sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
             await conn.prompt(session_id=sid, prompt=[text("finished turn")])
             running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("slow turn")]))
-            for _ in range(200):
-                if any(u.get("status") == "in_progress" for u in updates(wire, sid)):
-                    break
-                await asyncio.sleep(0.02)
-            await asyncio.sleep(0.5)  # the journal is flushed every 0.2 s
+            await journaled(home, sid, "in_progress")
             process.kill()
             await process.wait()
             running.cancel()

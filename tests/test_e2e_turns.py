@@ -8,7 +8,6 @@ import base64
 import os
 import subprocess
 import tempfile
-import time
 
 import acp
 import pytest_twisted
@@ -24,7 +23,7 @@ from acp.schema import (
 )
 
 from .e2e import agentText, modelEnv, text, toolCalls, updates
-from .sdkclient import RecordingClient, connect, initialized, onLoop, rawNotify
+from .sdkclient import RecordingClient, connect, initialized, onLoop, rawNotify, settled, until
 
 
 def choose(optionId: str):
@@ -78,33 +77,9 @@ async def test_editAsksWithDiffAndDenialLeavesFileUntouched(scriptedServer, tmp_
 
 
 @pytest_twisted.ensureDeferred
-async def test_allowAlwaysIsNotAskedAgain(scriptedServer, tmp_path) -> None:
-    """allow_always on an edit accepts later workspace edits in the session without asking."""
-    server, url = scriptedServer
-    server.default.responses += [
-        [{"tool_calls": [{"id": "a", "name": "write_file", "arguments": {"path": "one.txt", "content": "1"}}]}],
-        [{"tool_calls": [{"id": "b", "name": "write_file", "arguments": {"path": "two.txt", "content": "2"}}]}],
-        [{"text": "both written"}],
-    ]
-    client = RecordingClient(permission=choose("allow_always"))
-
-    async def scenario():
-        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
-            sid = await session(conn, tmp_path)
-            await conn.prompt(session_id=sid, prompt=[text("write two files")])
-            return updates(wire, sid), wire.problems()
-
-    found, problems = await onLoop(scenario())
-    assert problems == []
-    assert len(client.permissionRequests) == 1
-    assert (tmp_path / "one.txt").read_text() == "1" and (tmp_path / "two.txt").read_text() == "2"
-    assert any(u["sessionUpdate"] == "current_mode_update" and u["currentModeId"] == "accept_edits" for u in found)
-
-
-@pytest_twisted.ensureDeferred
 async def test_unansweredPermissionDeniesAfterTimeout(scriptedServer, tmp_path) -> None:
     """With HERMES_ACP_PERMISSION_TIMEOUT=2, a request the editor never answers
-    denies after about 2 s; the dangerous command does not run; the model hears it timed out."""
+    denies once the timeout passes; the dangerous command does not run; the model hears it timed out."""
     server, url = scriptedServer
     marker = tmp_path / "ran"
     server.default.responses += [
@@ -121,13 +96,11 @@ async def test_unansweredPermissionDeniesAfterTimeout(scriptedServer, tmp_path) 
     async def scenario():
         async with connect(client, env=modelEnv(url, HERMES_ACP_PERMISSION_TIMEOUT="2")) as (conn, _, wire, process):
             sid = await session(conn, tmp_path)
-            started = time.monotonic()
-            response = await conn.prompt(session_id=sid, prompt=[text("clean up")])
-            return response, time.monotonic() - started, updates(wire, sid), wire.problems()
+            response = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("clean up")]), 30)
+            return response, updates(wire, sid), wire.problems()
 
-    response, elapsed, found, problems = await onLoop(scenario())
+    response, found, problems = await onLoop(scenario())
     assert problems == []
-    assert 1.9 < elapsed < 10
     assert not marker.exists()
     [call] = toolCalls(found).values()
     assert call["kind"] == "execute" and call["status"] == "failed"
@@ -138,7 +111,8 @@ async def test_unansweredPermissionDeniesAfterTimeout(scriptedServer, tmp_path) 
 
 @pytest_twisted.ensureDeferred
 async def test_cancelMidStreamThenNextPromptWorks(scriptedServer, tmp_path) -> None:
-    """Cancel against a stalled model answers cancelled promptly; the next prompt works."""
+    """Cancel against a stalled model answers cancelled (bench/ measures how fast);
+    the next prompt works."""
     server, url = scriptedServer
     server.addRule("stall", [[{"text": "partial"}, {"stall": True}]])
     server.addRule("again", [[{"text": "fine again"}]])
@@ -147,19 +121,15 @@ async def test_cancelMidStreamThenNextPromptWorks(scriptedServer, tmp_path) -> N
         async with connect(env=modelEnv(url)) as (conn, client, wire, process):
             sid = await session(conn, tmp_path)
             running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("stall please")]))
-            while agentText(updates(wire, sid)) != "partial":
-                await asyncio.sleep(0.01)
-            started = time.monotonic()
+            await client.waitForUpdate(lambda s, u: u["sessionUpdate"] == "agent_message_chunk" and u["content"]["text"] == "partial")
             await conn.cancel(session_id=sid)
-            response = await asyncio.wait_for(running, 5)
-            latency = time.monotonic() - started
-            again = await conn.prompt(session_id=sid, prompt=[text("again")])
-            return response, latency, again, updates(wire, sid), wire.problems()
+            response = await asyncio.wait_for(running, 30)
+            again = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("again")]), 30)
+            return response, again, updates(wire, sid), wire.problems()
 
-    response, latency, again, found, problems = await onLoop(scenario())
+    response, again, found, problems = await onLoop(scenario())
     assert problems == []
     assert response.stop_reason == "cancelled"
-    assert latency < 2.0  # generous: shared machines; bench/ measures it
     assert again.stop_reason == "end_turn"
     assert agentText(found).endswith("fine again")
 
@@ -177,11 +147,11 @@ async def test_cancelMidToolKillsIt(scriptedServer, tmp_path) -> None:
         async with connect(env=modelEnv(url)) as (conn, client, wire, process):
             sid = await session(conn, tmp_path)
             running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("run it")]))
-            while not any(u.get("status") == "in_progress" for u in updates(wire, sid)):
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.2)
+            await client.waitForUpdate(lambda s, u: u.get("status") == "in_progress")
+            await until(lambda: subprocess.run(["pgrep", "-f", "sleep 37.25"], capture_output=True).stdout != b"",
+                        what="the command to start")
             await conn.cancel(session_id=sid)
-            response = await asyncio.wait_for(running, 5)
+            response = await asyncio.wait_for(running, 30)
             return response, updates(wire, sid), wire.problems()
 
     response, found, problems = await onLoop(scenario())
@@ -257,27 +227,26 @@ async def test_fiveParallelReadsEachComplete(scriptedServer, tmp_path) -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_eightConcurrentSessions(scriptedServer, tmp_path) -> None:
-    """Eight sessions prompting at once against one-second model answers all finish,
-    and run at the same time (well under eight seconds)."""
+    """Eight sessions prompting at once all finish, and run at the same time: each
+    model answer waits until all eight requests have arrived, which only turns running
+    side by side can do."""
     server, url = scriptedServer
     for index in range(8):
-        server.addRule(f"session-{index}", [[{"stall": 1.0}, {"text": f"answer-{index}"}]])
+        server.addRule(f"session-{index}", [[{"barrier": 8}, {"text": f"answer-{index}"}]])
 
     async def scenario():
         async with connect(env=modelEnv(url)) as (conn, client, wire, process):
             await initialized(conn)
             ids = [(await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id for _ in range(8)]
-            started = time.monotonic()
-            results = await asyncio.gather(*[conn.prompt(session_id=sid, prompt=[text(f"session-{i}")]) for i, sid in enumerate(ids)])
-            elapsed = time.monotonic() - started
-            return ids, results, elapsed, wire, wire.problems()
+            prompts = [conn.prompt(session_id=sid, prompt=[text(f"session-{i}")]) for i, sid in enumerate(ids)]
+            results = await asyncio.wait_for(asyncio.gather(*prompts), 60)
+            return ids, results, wire, wire.problems()
 
-    ids, results, elapsed, wire, problems = await onLoop(scenario())
+    ids, results, wire, problems = await onLoop(scenario())
     assert problems == []
     assert [r.stop_reason for r in results] == ["end_turn"] * 8
     for index, sid in enumerate(ids):
         assert agentText(updates(wire, sid)) == f"answer-{index}"
-    assert elapsed < 6.0
 
 
 @pytest_twisted.ensureDeferred
@@ -299,7 +268,7 @@ async def test_promptSentMidTurnRunsAfterIt(scriptedServer, tmp_path) -> None:
                 return response
 
             first = asyncio.ensure_future(send("first"))
-            await asyncio.sleep(0.1)
+            await settled(server.whenChatRequests(1))  # the first turn is running
             second = asyncio.ensure_future(send("second"))
             await asyncio.gather(first, second)
             return order, updates(wire, sid), wire.problems()
@@ -471,12 +440,11 @@ async def test_cancelAnswersQueuedPromptsToo(scriptedServer, tmp_path) -> None:
         async with connect(env=modelEnv(url)) as (conn, client, wire, process):
             sid = await session(conn, tmp_path)
             first = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("running")]))
-            while not server.chatRequests:
-                await asyncio.sleep(0.01)
+            await settled(server.whenChatRequests(1))
             second = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("queued")]))
-            await asyncio.sleep(0.1)
+            await until(lambda: sum(m.get("method") == "session/prompt" for m in wire.sent) == 2, what="the second prompt")
             await conn.cancel(session_id=sid)
-            results = await asyncio.wait_for(asyncio.gather(first, second), 5)
+            results = await asyncio.wait_for(asyncio.gather(first, second), 30)
             return results, wire.problems()
 
     results, problems = await onLoop(scenario())
@@ -495,11 +463,10 @@ async def test_cancelRequestOnThePrompt(scriptedServer, tmp_path) -> None:
         async with connect(env=modelEnv(url)) as (conn, client, wire, process):
             sid = await session(conn, tmp_path)
             running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("wait forever")]))
-            while not server.chatRequests:
-                await asyncio.sleep(0.01)
+            await settled(server.whenChatRequests(1))
             promptId = [m["id"] for m in wire.sent if m.get("method") == "session/prompt"][0]
             await rawNotify(conn, "$/cancel_request", {"requestId": promptId})
-            return await asyncio.wait_for(running, 5), wire.problems()
+            return await asyncio.wait_for(running, 30), wire.problems()
 
     response, problems = await onLoop(scenario())
     assert problems == []
@@ -521,12 +488,10 @@ async def test_disconnectMidTurn(scriptedServer, tmp_path) -> None:
         async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
             sid = await session(conn, tmp_path)
             asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("long job")]))
-            while not any(u.get("status") == "in_progress" for u in updates(wire, sid)):
-                await asyncio.sleep(0.01)
-            started = time.monotonic()
+            await client.waitForUpdate(lambda s, u: u.get("status") == "in_progress")
             process.stdin.close()
-            code = await asyncio.wait_for(process.wait(), 10)
-            return sid, code, time.monotonic() - started
+            code = await asyncio.wait_for(process.wait(), 30)
+            return sid, code
 
     async def reload(sid):
         async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
@@ -534,9 +499,8 @@ async def test_disconnectMidTurn(scriptedServer, tmp_path) -> None:
             await conn.load_session(session_id=sid, cwd=str(tmp_path), mcp_servers=[])
             return updates(wire, sid), wire.problems()
 
-    sid, code, seconds = await onLoop(vanish())
+    sid, code = await onLoop(vanish())
     assert code == 0
-    assert seconds < 2.0
     assert subprocess.run(["pgrep", "-f", "sleep 41.75"], capture_output=True).stdout == b""
     replayed, problems = await onLoop(reload(sid))
     assert problems == []
@@ -629,17 +593,14 @@ async def test_cancelDoesNotWaitForAStuckEditor(scriptedServer, tmp_path) -> Non
             await initialized(conn, terminal=True)
             sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
             running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("build")]))
-            while not client.calls:
-                await asyncio.sleep(0.01)
-            started = time.monotonic()
+            await until(lambda: bool(client.calls), what="the editor's terminal")
             await conn.cancel(session_id=sid)
-            response = await asyncio.wait_for(running, 10)
-            return response, time.monotonic() - started, updates(wire, sid), wire.problems()
+            response = await asyncio.wait_for(running, 30)
+            return response, updates(wire, sid), wire.problems()
 
-    response, seconds, found, problems = await onLoop(scenario())
+    response, found, problems = await onLoop(scenario())
     assert problems == []
     assert response.stop_reason == "cancelled"
-    assert seconds < 2.0
     assert [c["status"] for c in toolCalls(found).values()] == ["failed"]
 
 
@@ -656,22 +617,19 @@ async def test_cancelWhileWaitingForAWorker(scriptedServer, tmp_path) -> None:
             await initialized(conn)
             a = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
             b = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
-            await asyncio.sleep(1.5)  # let the engine preload on the one worker finish
             hog = asyncio.ensure_future(conn.prompt(session_id=a, prompt=[text("hog")]))
-            while not server.chatRequests:
-                await asyncio.sleep(0.01)
+            await settled(server.whenChatRequests(1))  # the one worker runs the hog's turn now
             waiter = asyncio.ensure_future(conn.prompt(session_id=b, prompt=[text("waiter")]))
-            await asyncio.sleep(0.2)
-            started = time.monotonic()
+            await until(lambda: sum(m.get("method") == "session/prompt" for m in wire.sent) == 2, what="the second prompt")
             await conn.cancel(session_id=b)
-            answer = await asyncio.wait_for(waiter, 10)
-            seconds = time.monotonic() - started
+            answer = await asyncio.wait_for(waiter, 30)
+            hogStillRunning = not hog.done()
             await conn.cancel(session_id=a)
-            await asyncio.wait_for(hog, 10)
-            return answer, seconds, wire.problems()
+            await asyncio.wait_for(hog, 30)
+            return answer, hogStillRunning, wire.problems()
 
-    answer, seconds, problems = await onLoop(scenario())
+    answer, hogStillRunning, problems = await onLoop(scenario())
     assert problems == []
     assert answer.stop_reason == "cancelled"
-    assert seconds < 1.0
+    assert hogStillRunning  # answered without waiting for the busy worker
     assert len(server.chatRequests) == 1

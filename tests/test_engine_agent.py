@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
-from twisted.internet.task import deferLater
+from twisted.internet.defer import DeferredList
 from twisted.internet.threads import deferToThread
 
 from hermes_acp.config import Endpoint
-from hermes_acp.engine.agent import AIAgent, TurnUsage
+from hermes_acp.engine.agent import AIAgent
+from hermes_acp.engine.result import TurnUsage
+from hermes_acp.engine.approval import REJECT_ONCE
 from hermes_acp.engine.model import ModelClient
+
+from .observers import RecordingObserver
+from .sdkclient import onLoop, until
 
 
 def call(ident: str, name: str, **arguments: Any) -> dict[str, Any]:
@@ -28,83 +31,34 @@ def tools(*calls: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"tool_calls": list(calls)}]
 
 
-class Recorder:
-    """Everything the agent reported, from whichever thread."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.text: list[str] = []
-        self.thinking: list[str] = []
-        self.events: list[tuple] = []
-        self.steps: list[tuple[int, list[str]]] = []
-        self.commands: list[tuple[str, str]] = []
-        self.commandAnswer = "deny"
-        self.gotText = threading.Event()
-        self.toolStarted = threading.Event()
-
-    def attach(self, agent: AIAgent) -> AIAgent:
-        agent.stream_delta_callback = self.onText
-        agent.thinking_callback = self.thinking.append
-        agent.tool_progress_callback = self.onTool
-        agent.step_callback = lambda step, names: self.steps.append((step, names))
-        agent.command_approval_callback = self.onCommand
-        return agent
-
-    def onText(self, text: str) -> None:
-        self.text.append(text)
-        self.gotText.set()
-
-    def onTool(self, event: str, name: str, callId: str, payload: Any, extras: dict) -> None:
-        with self.lock:
-            self.events.append((event, name, callId, payload, extras))
-        if event == "started":
-            self.toolStarted.set()
-
-    def onCommand(self, command: str, reason: str) -> str:
-        self.commands.append((command, reason))
-        return self.commandAnswer
-
-    def ends(self) -> dict[str, str]:
-        """call id -> how it ended; fails if a call ended twice or never started."""
-        started = {e[2] for e in self.events if e[0] == "started"}
-        ended: dict[str, str] = {}
-        for event, _, callId, _, _ in self.events:
-            if event != "started":
-                assert callId in started and callId not in ended
-                ended[callId] = event
-        assert set(ended) == started
-        return ended
-
-
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     (tmp_path / "work").mkdir()
     return tmp_path / "work"
 
 
-def makeAgent(url: str, workspace: Path, **kw: Any) -> tuple[AIAgent, Recorder]:
+def makeAgent(url: str, workspace: Path, **kw: Any) -> tuple[AIAgent, RecordingObserver]:
     endpoint = Endpoint("custom", url, "test-key", "scripted-model")
     agent = AIAgent(endpoint, str(workspace), client=ModelClient(endpoint, backoff=0.01), **kw)
-    recorder = Recorder()
-    return recorder.attach(agent), recorder
+    observer = OBSERVERS[id(agent)] = RecordingObserver()
+    return agent, observer
 
 
-def run(agent: AIAgent, message: str, history: list | None = None):
-    return deferToThread(agent.run_conversation, message, history)
+#: Each test agent's observer (agents are slotted attrs classes: nothing can be hung on them).
+OBSERVERS: dict[int, RecordingObserver] = {}
 
 
-def sleep(seconds: float):
-    return deferLater(reactor, seconds, lambda: None)
+def run(agent: AIAgent, message: str, history: list | None = None, observer: Any = None):
+    """A run on a thread; the agent's own observer from makeAgent unless one is given."""
+    return deferToThread(agent.run_conversation, message, history, observer or OBSERVERS[id(agent)])
 
 
-async def interruptOnce(agent: AIAgent, busy: threading.Event, turn) -> tuple[Any, float]:
-    """Interrupt the turn a moment after C{busy} is set; return its result and how long it took to end."""
-    await deferToThread(busy.wait, 10)
-    await sleep(0.3)
-    began = time.monotonic()
+async def interruptOnce(agent: AIAgent, ready: Any, turn) -> Any:
+    """Interrupt the run once ``ready`` (an awaitable) has fired; the run must end
+    within 10 s of it (the model stalls forever, the command sleeps for a minute)."""
+    await ready
     agent.interrupt()
-    result = await turn
-    return result, time.monotonic() - began
+    return await turn.addTimeout(10, reactor)
 
 
 def toolResults(request: dict) -> dict[str, str]:
@@ -139,13 +93,13 @@ async def test_aFullTaskWithEveryTool(scriptedServer, workspace: Path) -> None:
     agent.setEditMode("accept_edits")
     result = await run(agent, "Please build the greeter")
 
-    assert result.stop_reason == "end_turn" and result.error is None
+    assert result.stop_reason == "end_turn" and result.failure is None
     assert result.final_text == "Done: app/greet.py prints a greeting."
     assert (workspace / "app" / "greet.py").read_text() == (
         "def greet(name):\n    return f'Hello, {name}!'\n\nprint(greet('world'))\n"
     )
     # The dangerous command asked, was denied, and did not run.
-    assert seen.commands == [("rm -rf app", "recursive delete")]
+    assert seen.commands == [("7.0", "rm -rf app", "recursive delete")]  # step 7's first call
     assert (workspace / "app").is_dir()
 
     requests = server.chatRequests
@@ -162,19 +116,19 @@ async def test_aFullTaskWithEveryTool(scriptedServer, workspace: Path) -> None:
     assert agent.todos[1] == {"id": "2", "content": "Run it", "status": "completed"}
 
     # Every tool call was reported from start to end, with the editor's extras.
-    assert seen.ends() == {f"c{n}": "finished" for n in range(1, 9) if n != 7} | {"c7": "failed"}
+    # Every tool call was reported from start to end under an id of its own (step.index),
+    # with the editor's extras.
+    assert seen.ends() == {f"{n}.0": "finished" for n in range(1, 9) if n != 7} | {"7.0": "failed"}
     byId = {e[2]: e for e in seen.events if e[0] != "started"}
-    assert byId["c3"][4]["oldText"].startswith("def greet") and byId["c3"][4]["diff"].startswith("--- a/app/greet.py")
-    assert byId["c6"][4]["exitCode"] == 0
-    assert byId["c8"][4]["todos"][0]["status"] == "completed"
+    assert byId["3.0"][4]["oldText"].startswith("def greet") and byId["3.0"][4]["diff"].startswith("--- a/app/greet.py")
+    assert byId["6.0"][4]["exitCode"] == 0
+    assert byId["8.0"][4]["todos"][0]["status"] == "completed"
     started = {e[2]: e for e in seen.events if e[0] == "started"}
-    assert started["c2"][3]["path"] == "app/greet.py"
-    assert started["c2"][4]["path"] == str(workspace / "app" / "greet.py")
+    assert started["2.0"][3]["path"] == "app/greet.py"
+    assert started["2.0"][4]["path"] == str(workspace / "app" / "greet.py")
 
-    assert seen.thinking == ["Plan first."]
-    assert "".join(seen.text) == "I'll plan. Done: app/greet.py prints a greeting."
-    assert [step for step, _ in seen.steps] == list(range(1, 10))
-    assert seen.steps[1] == (2, ["todo"]) and seen.steps[7] == (8, ["terminal"])
+    assert seen.thoughts == ["Plan first."]
+    assert "".join(seen.texts) == "I'll plan. Done: app/greet.py prints a greeting."
     assert result.usage == TurnUsage(400, 30, 430, 5, 64)
     assert result.last_prompt_tokens == 300
 
@@ -219,7 +173,7 @@ async def test_parallelToolCalls(scriptedServer, workspace: Path) -> None:
     assert [json.loads(m["content"]) for m in results] == [
         {"output": "met-a\n", "exit_code": 0}, {"output": "met-b\n", "exit_code": 0},
     ]
-    assert seen.ends() == {"a": "finished", "b": "finished"}
+    assert seen.ends() == {"1.0": "finished", "1.1": "finished"}
 
 
 @pytest_twisted.ensureDeferred
@@ -236,13 +190,13 @@ async def test_iterationBudget(scriptedServer, workspace: Path) -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_interruptAStalledStream(scriptedServer, workspace: Path) -> None:
-    """Cancelling against a stalled model answers "cancelled" quickly, and the next prompt works."""
+    """Cancelling against a stalled model answers "cancelled", and the next prompt works."""
     server, url = scriptedServer
     server.addRule("slow", [[{"text": "Working on it"}, {"stall": True}]])
     server.addRule("again", [[{"text": "Back to normal."}]])
     agent, seen = makeAgent(url, workspace)
-    result, latency = await interruptOnce(agent, seen.gotText, run(agent, "slow question"))
-    assert latency < 0.5, latency
+    stalled = DeferredList([server.whenStalled().addTimeout(10, reactor), deferToThread(seen.gotText.wait, 10)], fireOnOneErrback=True)
+    result = await interruptOnce(agent, stalled, run(agent, "slow question"))
     assert result.stop_reason == "cancelled"
     assert result.messages == [{"role": "user", "content": "slow question"},
                                {"role": "assistant", "content": "Working on it"}]
@@ -255,12 +209,13 @@ async def test_interruptARunningCommand(scriptedServer, workspace: Path) -> None
     server, url = scriptedServer
     server.default.responses.append(tools(call("t", "terminal", command="echo $$ > pid; sleep 60")))
     agent, seen = makeAgent(url, workspace)
-    result, latency = await interruptOnce(agent, seen.toolStarted, run(agent, "run something long"))
-    assert latency < 0.5, latency
+    pid = workspace / "pid"
+    result = await interruptOnce(agent, onLoop(until(lambda: pid.exists() and pid.read_text().strip() != "", 10, "the pid file")),
+                                 run(agent, "run something long"))
     assert result.stop_reason == "cancelled"
     with pytest.raises(ProcessLookupError):
         os.kill(int((workspace / "pid").read_text()), 0)
-    assert seen.ends() == {"t": "failed"}
+    assert seen.ends() == {"1.0": "failed"}
     assert "interrupted by the user" in result.messages[-1]["content"]
     assert len(server.chatRequests) == 1
 
@@ -292,7 +247,7 @@ async def test_badToolCallsAreReportedToTheModel(scriptedServer, workspace: Path
     assert results["m1"].startswith("Error: the arguments are not valid JSON")
     assert results["m2"].startswith("Error: unknown tool 'browser'; available: read_file")
     assert results["m3"].startswith("Error: unknown argument(s) for read_file: file")
-    assert seen.ends() == {"m1": "failed", "m2": "failed", "m3": "failed"}
+    assert seen.ends() == {"1.0": "failed", "1.1": "failed", "1.2": "failed"}
 
 
 @pytest_twisted.ensureDeferred
@@ -301,13 +256,13 @@ async def test_deniedEditIsNotWrittenAndTheModelIsTold(scriptedServer, workspace
     server.default.responses.extend([tools(call("w", "write_file", path="x.txt", content="data")),
                                      [{"text": "ok"}]])
     agent, seen = makeAgent(url, workspace)
-    proposals = []
-    agent.edit_approval_callback = lambda proposal: proposals.append(proposal) or "deny"
+    seen.editAnswer = REJECT_ONCE
     await run(agent, "write it")
     assert not (workspace / "x.txt").exists()
-    assert proposals[0].path == str(workspace / "x.txt") and proposals[0].oldText is None
+    [(callId, proposal)] = seen.edits
+    assert callId == "1.0" and proposal.path == str(workspace / "x.txt") and proposal.oldText is None
     assert "was not modified" in toolResults(server.chatRequests[1])["w"]
-    assert seen.ends() == {"w": "failed"}
+    assert seen.ends() == {"1.0": "failed"}
 
 
 @pytest.mark.parametrize(
@@ -336,20 +291,20 @@ async def test_modelErrorEndsTheTurnWithAMessage(scriptedServer, workspace: Path
     agent, _ = makeAgent(url, workspace)
     result = await run(agent, "hi")
     assert result.stop_reason == "end_turn"
-    assert "rejected the API key" in result.error
+    assert "rejected the API key" in str(result.failure) and result.failure.auth
     assert result.messages == [{"role": "user", "content": "hi"}]
 
 
 @pytest_twisted.ensureDeferred
-async def test_failingCallbacksDoNotBreakTheTurn(scriptedServer, workspace: Path) -> None:
+async def test_failingObserverDoesNotBreakTheTurn(scriptedServer, workspace: Path) -> None:
     server, url = scriptedServer
     server.default.responses.extend([tools(call("t", "todo")), [{"text": "done"}]])
-    agent, _ = makeAgent(url, workspace)
+    agent, seen = makeAgent(url, workspace)
 
     def broken(*args: Any) -> None:
         raise RuntimeError("client went away")
 
-    agent.stream_delta_callback = agent.tool_progress_callback = agent.step_callback = broken
+    seen.text = seen.toolStarted = seen.toolEnded = broken  # type: ignore[method-assign]
     result = await run(agent, "hi")
     assert (result.stop_reason, result.final_text) == ("end_turn", "done")
 
@@ -363,7 +318,7 @@ async def test_oneTurnAtATime(scriptedServer, workspace: Path) -> None:
     await deferToThread(seen.gotText.wait, 10)
     assert agent.running
     with pytest.raises(RuntimeError, match="already running"):
-        agent.run_conversation("second")
+        agent.run_conversation("second", [], seen)
     agent.interrupt()
     assert (await d).stop_reason == "cancelled"
     assert not agent.running

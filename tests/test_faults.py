@@ -39,27 +39,44 @@ async def test_serverErrorThenSuccessIsRetried(scriptedServer, tmp_path) -> None
 
 
 @pytest.mark.parametrize(
-    "failure, shown",
+    "failure, code, shown",
     [
-        ([{"status": 401, "error": "invalid api key"}], "key"),
-        ([{"text": "half an ans"}, {"raw": "data: {not json\n\n"}], "Model error"),
-        ([{"text": "cut short"}, {"close": True}], "Model error"),
+        ([{"status": 401, "error": "invalid api key"}], -32000, "rejected the API key"),
+        ([{"text": "half an ans"}, {"raw": "data: {not json\n\n"}], -32603, "Model error"),
+        ([{"text": "cut short"}, {"close": True}], -32603, "Model error"),
     ],
     ids=["bad-key", "malformed-sse", "closed-mid-stream"],
 )
 @pytest_twisted.ensureDeferred
-async def test_brokenModelAnswers(scriptedServer, tmp_path, failure, shown) -> None:
-    """A bad key, malformed SSE or a connection closed mid-stream: the turn ends
-    with a readable model error in the chat, and the next prompt works."""
+async def test_brokenModelAnswers(scriptedServer, tmp_path, failure, code, shown) -> None:
+    """A bad key, malformed SSE or a connection closed mid-stream: the prompt fails
+    with an error that says so (a refused key asks for authentication again), what
+    had streamed stays, a reload explains the failure, and the next prompt works."""
     server, url = scriptedServer
     server.addRule("break", [failure])
     server.addRule("still there", [[{"text": "yes, here"}]])
-    response, again, found, problems = await onLoop(oneTurn(url, tmp_path, "break now"))
+    home = tempfile.mkdtemp()
+
+    async def scenario():
+        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            with pytest.raises(acp.RequestError) as caught:
+                await conn.prompt(session_id=sid, prompt=[text("break now")])
+            again = await conn.prompt(session_id=sid, prompt=[text("are you still there")])
+            live = updates(wire, sid)
+        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+            await initialized(conn)
+            await conn.load_session(session_id=sid, cwd=str(tmp_path), mcp_servers=[])
+            return caught.value, again, live, updates(wire, sid), wire.problems()
+
+    error, again, live, replay, problems = await onLoop(scenario())
     assert problems == []
-    assert response.stop_reason == "end_turn"
-    assert shown.lower() in agentText(found).lower()
+    assert error.code == code and shown in str(error)
+    assert error.data["reason"] == "model"
     assert again.stop_reason == "end_turn"
-    assert agentText(found).endswith("yes, here")
+    assert agentText(live).endswith("yes, here")
+    assert shown in agentText(replay)
 
 
 @pytest_twisted.ensureDeferred

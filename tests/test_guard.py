@@ -122,7 +122,7 @@ class Asker:
 
 def test_hardBlockNeverAsks() -> None:
     """A hard block is refused before any callback runs, and the model learns why."""
-    asker = Asker("always")
+    asker = Asker("allow_always")
     verdict = CommandApprovals().decide("rm -rf /", asker)
     assert not verdict.allowed
     assert "never allowed" in verdict.message and "recursive delete" in verdict.message
@@ -136,18 +136,18 @@ def test_safeCommandNeverAsks() -> None:
 
 
 def test_onceAsksEveryTime() -> None:
-    """"once" allows this call only; the reason shown is human-readable."""
+    """"allow_once" allows this call only; the reason shown is human-readable."""
     approvals = CommandApprovals()
-    asker = Asker("once", "once")
+    asker = Asker("allow_once", "allow_once")
     assert approvals.decide("rm -rf build", asker).allowed
     assert approvals.decide("rm -rf dist", asker).allowed
     assert [reason for _, reason in asker.asked] == ["recursive delete", "recursive delete"]
 
 
 def test_alwaysRemembersThePattern() -> None:
-    """"always" allows that kind of command for the rest of the session, not others."""
+    """"allow_always" allows that kind of command for the rest of the session, not others."""
     approvals = CommandApprovals()
-    asker = Asker("always", "deny")
+    asker = Asker("allow_always", "reject_once")
     assert approvals.decide("rm -rf build", asker).allowed
     assert approvals.decide("rm -rf dist", asker).allowed
     assert len(asker.asked) == 1
@@ -158,16 +158,16 @@ def test_alwaysRemembersThePattern() -> None:
 def test_alwaysNeedsEveryFindingApproved() -> None:
     """A command with two findings asks again if only one was allowed always."""
     approvals = CommandApprovals()
-    asker = Asker("always", "deny")
+    asker = Asker("allow_always", "reject_once")
     approvals.decide("rm -rf build", asker)
     assert not approvals.decide("sudo rm -rf build", asker).allowed
     assert "sudo" in asker.asked[-1][1]
 
 
 def test_neverRefusesWithoutAsking() -> None:
-    """"never" (reject always) refuses that kind of command without asking again."""
+    """"reject_always" refuses that kind of command without asking again."""
     approvals = CommandApprovals()
-    asker = Asker("never")
+    asker = Asker("reject_always")
     first = approvals.decide("git push --force", asker)
     second = approvals.decide("git push -f origin x", asker)
     assert not first.allowed and not second.allowed
@@ -177,8 +177,9 @@ def test_neverRefusesWithoutAsking() -> None:
 
 @pytest.mark.parametrize(
     ("answer", "words"),
-    [("deny", "the user denied it"), ("timeout", "no approval arrived in time"),
-     (None, "the user denied it"), ("allow", "the user denied it"), (RuntimeError("boom"), "the user denied it")],
+    [("reject_once", "the user denied it"), ("timeout", "no approval arrived in time"),
+     ("cancelled", "the turn was cancelled"), (None, "could not be put to the user"),
+     ("allow", "could not be put to the user"), (RuntimeError("boom"), "could not be put to the user")],
 )
 def test_everythingElseDenies(answer: object, words: str) -> None:
     """Deny, a timeout, an error or a strange answer all refuse, and say so."""

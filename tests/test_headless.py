@@ -234,14 +234,21 @@ async def test_stopReasonExitCodes(scriptedServer, tmp_path, steps, repeat, code
 
 @pytest_twisted.ensureDeferred
 async def test_modelFailureIsAnError(scriptedServer, tmp_path) -> None:
-    """A model endpoint that refuses the key fails the run (exit 1), not end_turn's 0."""
+    """A model endpoint that fails the turn fails the run: a refused key is exit 3
+    (set up again), any other model error exit 1; the client reads the agent's error
+    answer, never the chat's text."""
     server, url = scriptedServer
-    server.default.responses.append([{"status": 401, "error": "Incorrect API key provided"}])
-    run = await prompt(["hi"], modelEnv(url), tmp_path)
-    assert run.exitCode == EXIT_ERROR, run.stderr
-    assert "hermes-acp prompt: the turn failed: Model error: " in run.stderr
-    assert "Incorrect API key provided" in run.stderr
-    assert "**" not in run.stderr and run.stdout == ""  # the chat's Markdown is not shown as the answer
+    server.default.responses += [[{"status": 401, "error": "Incorrect API key provided"}],
+                                 [{"status": 400, "error": "context too long for this model"}]]
+    refused = await prompt(["hi"], modelEnv(url), tmp_path)
+    assert refused.exitCode == EXIT_AUTH, refused.stderr
+    assert "rejected the API key" in refused.stderr and "hermes-acp --setup" in refused.stderr
+    failed = await prompt(["hi"], modelEnv(url), tmp_path)
+    assert failed.exitCode == EXIT_ERROR, failed.stderr
+    assert "hermes-acp prompt: the turn failed: Model error: " in failed.stderr
+    assert "context too long for this model" in failed.stderr
+    assert stopLine(failed)[0] == "failed"
+    assert "**" not in failed.stderr and failed.stdout == ""
 
 
 @pytest_twisted.ensureDeferred

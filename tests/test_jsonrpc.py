@@ -332,6 +332,20 @@ class ShutdownTests(SynchronousTestCase):
         h.connection.resumeProducing()
         self.successResultOf(d)
 
+    def test_whenWritableSurvivesARepause(self) -> None:
+        """Lines held back while paused are read on resume; if their answers fill the
+        buffer again at once, the writers already waiting still wake on the next resume."""
+        h = Harness()
+        h.connection.pauseProducing()
+        d = h.connection.whenWritable()
+        held = h.connection.resumeInput
+        h.connection.resumeInput = lambda: (held(), h.connection.pauseProducing())  # type: ignore[method-assign]
+        h.connection.resumeProducing()
+        self.assertNoResult(d)
+        h.connection.resumeInput = held  # type: ignore[method-assign]
+        h.connection.resumeProducing()
+        self.successResultOf(d)
+
     def test_whenDone(self) -> None:
         """whenDone gives each caller its own Deferred, fired on connection loss."""
         h = Harness()

@@ -12,13 +12,14 @@ from hermes_acp.jsonrpc import InvalidParams
 from hermes_acp.options import (
     MODE_INFO,
     THOUGHT_LEVELS,
-    ModelCatalog,
     checkMode,
     checkOption,
     configOptions,
     modeState,
 )
-from hermes_acp.sessions import MODES, SessionState
+from hermes_acp.catalog import ModelCatalog
+from hermes_acp.engine.edits import EDIT_MODES as MODES
+from hermes_acp.session_state import SessionState
 
 from .acpschema import problems, unknownKeys
 

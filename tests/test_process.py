@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -73,7 +72,7 @@ class StdoutTests(SynchronousTestCase):
             """
             import os, subprocess, sys
             import hermes_acp.acp as acp
-            original = acp.ACPAgent.initialize
+            original = acp.ACPServer.initialize
             def noisy(self, params):
                 print("STRAY-PRINT", flush=True)
                 os.write(1, b"STRAY-RAW\\n")
@@ -81,7 +80,7 @@ class StdoutTests(SynchronousTestCase):
                 stolen = subprocess.run(["cat"], capture_output=True, timeout=5).stdout
                 sys.stderr.write("child read %d bytes of stdin\\n" % len(stolen))
                 return original(self, params)
-            acp.ACPAgent.initialize = noisy
+            acp.ACPServer.initialize = noisy
             from hermes_acp.cli import main
             main([])
             """
@@ -176,17 +175,16 @@ class LargeLineTests(SynchronousTestCase):
 
 class ShutdownTests(SynchronousTestCase):
     def test_eofExitsPromptly(self) -> None:
-        """Closing stdin ends the process with status 0 in well under 2 s."""
+        """Closing stdin ends the process with status 0, well before the 15 s shutdown deadline."""
         for name, argv in ENTRY_POINTS.items():
             agent = LiveAgent(argv)
             try:
                 agent.send(initialize(0))
                 self.assertEqual(agent.readFrame()["id"], 0)
-                code, seconds = agent.closeStdinAndWait()
+                code = agent.closeStdinAndWait(timeout=5)
             finally:
                 agent.kill()
             self.assertEqual(code, 0, name)
-            self.assertLess(seconds, 2.0, name)
 
     def test_eofRightAfterJournaledUpdates(self) -> None:
         """EOF moments after updates were journaled (before the periodic flush) still
@@ -203,11 +201,10 @@ class ShutdownTests(SynchronousTestCase):
                 agent.send(frame("session/prompt", {"sessionId": sessionId, "prompt": prompt}, 2))
                 while agent.readFrame().get("id") != 2:
                     pass
-                code, seconds = agent.closeStdinAndWait()
+                code = agent.closeStdinAndWait(timeout=5)
             finally:
                 agent.kill()
             self.assertEqual(code, 0)
-            self.assertLess(seconds, 2.0)
             load = frame("session/load", {"sessionId": sessionId, "cwd": "/", "mcpServers": []}, 1)
             replayed = runAgent([initialize(0), load], env=env).frames()
             kinds = [f["params"]["update"]["sessionUpdate"] for f in replayed if f.get("method") == "session/update"]
@@ -334,7 +331,7 @@ class ShutdownTests(SynchronousTestCase):
             """
             from twisted.internet.defer import Deferred
             import hermes_acp.acp as acp
-            acp.ACPAgent.shutdown = lambda self: Deferred()  # never fires
+            acp.ACPServer.shutdown = lambda self: Deferred()  # never fires
             from hermes_acp.cli import main
             main([])
             """

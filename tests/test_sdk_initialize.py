@@ -7,7 +7,6 @@ from pathlib import Path
 
 import acp
 import pytest_twisted
-from acp.schema import ClientCapabilities
 
 from .agentproc import agentEnv
 from .sdkclient import connect, initialized, onLoop

@@ -8,7 +8,6 @@ load, and the editor's replay and the model's history tell the same story.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import acp
 import pytest
 import pytest_twisted
 
-from .e2e import agentText, modelEnv, text, toolCalls, updates
+from .e2e import agentText, journaled, modelEnv, text, toolCalls, updates
 from .sdkclient import RecordingClient, connect, initialized, onLoop
 from .test_e2e_turns import choose
 
@@ -25,19 +24,6 @@ from .test_e2e_turns import choose
 def waitingCommand(flag: Path) -> str:
     """A command that runs until ``flag`` exists (30 s at most)."""
     return f"for i in $(seq 600); do [ -e {flag} ] && break; sleep 0.05; done; echo released"
-
-
-async def journaled(home: str, sessionId: str, needle: str, timeout: float = 10) -> None:
-    """Wait (at most ``timeout`` s) until the agent's journal on disk holds ``needle``."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        with sqlite3.connect(Path(home) / "state.db", timeout=5) as db:
-            rows = db.execute("SELECT payload FROM acp_journal WHERE session_id = ?", (sessionId,)).fetchall()
-        if any(needle in payload for (payload,) in rows):
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{needle!r} never reached the journal")
-        await asyncio.sleep(0.05)
 
 
 def statuses(found: list[dict[str, Any]]) -> dict[str, list[str]]:

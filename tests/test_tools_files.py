@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_acp.engine.edits import EditApprovals, EditProposal, isSensitive
+from hermes_acp.engine.edits import EDIT_MODES, EditApprovals, EditProposal, isSensitive, modeAfter
 from hermes_acp.engine.tools import files
 
 
@@ -106,20 +106,20 @@ def test_writeRefusesNumberedContent(bench, tmp_path: Path) -> None:
 def test_defaultModeAsksWithTheProposal(bench, tmp_path: Path) -> None:
     """In the default mode every edit asks, with the absolute path and both texts."""
     (tmp_path / "f.txt").write_text("old\n")
-    seen: list[EditProposal] = []
-    bench.agent.edit_approval_callback = lambda proposal: seen.append(proposal) or "once"
+    bench.observer.editAnswer = "allow_once"
     bench.call("write_file", path="f.txt", content="new\n")
     bench.call("write_file", path="g.txt", content="brand new\n")
-    assert seen == [
+    assert [callId for callId, _ in bench.observer.edits] == ["bench.1", "bench.2"]  # each asks under its own call
+    assert [proposal for _, proposal in bench.observer.edits] == [
         EditProposal("write_file", str(tmp_path / "f.txt"), "old\n", "new\n"),
         EditProposal("write_file", str(tmp_path / "g.txt"), None, "brand new\n"),
     ]
 
 
-@pytest.mark.parametrize("answer", ["deny", "timeout", None])
+@pytest.mark.parametrize("answer", ["reject_once", "timeout", "cancelled", "failed", None, "what?"])
 def test_deniedEditIsNotWritten(bench, tmp_path: Path, answer) -> None:
     (tmp_path / "f.txt").write_text("keep\n")
-    bench.agent.edit_approval_callback = lambda proposal: answer
+    bench.observer.editAnswer = answer
     outcome = bench.call("write_file", path="f.txt", content="lost\n")
     assert outcome.failed
     assert "was not modified" in outcome.text
@@ -127,23 +127,34 @@ def test_deniedEditIsNotWritten(bench, tmp_path: Path, answer) -> None:
     assert (tmp_path / "f.txt").read_text() == "keep\n"
 
 
-def test_alwaysSwitchesToAcceptEdits(bench, tmp_path: Path) -> None:
-    """"always" on an edit accepts later workspace edits without asking."""
-    answers = ["always"]
-    bench.agent.edit_approval_callback = lambda proposal: answers.pop()
-    bench.call("write_file", path="a.txt", content="1")
-    assert bench.agent.editMode == "accept_edits"
-    outcome = bench.call("write_file", path="b.txt", content="2")
-    assert not outcome.failed and (tmp_path / "b.txt").read_text() == "2"
+def test_allowAlwaysLeavesTheModeToItsOwner(bench, tmp_path: Path) -> None:
+    """"allow_always" allows the edit; the mode is the session owner's to switch
+    (``modeAfter`` says to what), so the engine keeps asking until it is told."""
+    bench.observer.editAnswer = "allow_always"
+    assert not bench.call("write_file", path="a.txt", content="1").failed
+    assert bench.agent.editMode == "default"
+    bench.call("write_file", path="b.txt", content="2")
+    assert len(bench.observer.edits) == 2
+    bench.agent.setEditMode(modeAfter("default", "allow_always"))
+    bench.call("write_file", path="c.txt", content="3")
+    assert len(bench.observer.edits) == 2 and (tmp_path / "c.txt").read_text() == "3"
+
+
+def test_modeAfter() -> None:
+    """Only "allow_always" in the default mode changes it."""
+    assert modeAfter("default", "allow_always") == "accept_edits"
+    for mode in EDIT_MODES:
+        for answer in ("allow_once", "reject_once", "reject_always", "cancelled", "timeout", "failed"):
+            assert modeAfter(mode, answer) == mode
+    assert modeAfter("dont_ask", "allow_always") == "dont_ask"
 
 
 def test_neverRefusesThatPathWithoutAsking(bench, tmp_path: Path) -> None:
-    asked: list[str] = []
-    bench.agent.edit_approval_callback = lambda proposal: asked.append(proposal.path) or "never"
+    bench.observer.editAnswer = "reject_always"
     bench.call("write_file", path="a.txt", content="1")
     outcome = bench.call("write_file", path="a.txt", content="2")
     assert outcome.failed and "rest of the session" in outcome.text
-    assert len(asked) == 1 and not (tmp_path / "a.txt").exists()
+    assert len(bench.observer.edits) == 1 and not (tmp_path / "a.txt").exists()
 
 
 def test_acceptEditsStillAsksOutsideTheWorkspace(tmp_path: Path) -> None:
@@ -153,7 +164,7 @@ def test_acceptEditsStillAsksOutsideTheWorkspace(tmp_path: Path) -> None:
     outside = EditProposal("write_file", str(tmp_path / "elsewhere.txt"), None, "x")
     assert approvals.decide(inside, None).allowed
     assert not approvals.decide(outside, None).allowed
-    assert approvals.decide(outside, lambda p: "once").allowed
+    assert approvals.decide(outside, lambda p: "allow_once").allowed
 
 
 def test_dontAskAllowsAnywhere(tmp_path: Path) -> None:
@@ -167,7 +178,7 @@ def test_sensitivePathsAlwaysAsk(tmp_path: Path, name: str, mode: str) -> None:
     approvals = EditApprovals(roots=(str(tmp_path),), mode=mode)
     proposal = EditProposal("write_file", str(tmp_path / name), None, "x")
     assert not approvals.decide(proposal, None).allowed
-    assert approvals.decide(proposal, lambda p: "once").allowed
+    assert approvals.decide(proposal, lambda p: "allow_once").allowed
 
 
 def test_symlinkToSensitiveFileAsks(tmp_path: Path) -> None:

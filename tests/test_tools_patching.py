@@ -149,9 +149,9 @@ def test_patchBadArguments(bench, tmp_path: Path, arguments: dict, words: str) -
 
 def test_deniedPatchLeavesTheFile(bench, tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(SOURCE)
-    seen = []
-    bench.agent.edit_approval_callback = lambda proposal: seen.append(proposal) or "deny"
+    bench.observer.editAnswer = "reject_once"
     outcome = bench.call("patch", path="m.py", old_string="return 1", new_string="return 2")
+    seen = [proposal for _, proposal in bench.observer.edits]
     assert outcome.failed and "was not modified" in outcome.text
     assert (tmp_path / "m.py").read_text() == SOURCE
     assert seen[0].toolName == "patch" and seen[0].newText == SOURCE.replace("return 1", "return 2")

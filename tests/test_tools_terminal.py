@@ -17,7 +17,7 @@ def result(outcome) -> dict:
 
 
 def gone(pid: int, within: float = 3.0) -> bool:
-    """Whether C{pid} died (a zombie waiting for init to reap it counts as dead)."""
+    """Whether ``pid`` died (a zombie waiting for init to reap it counts as dead)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
@@ -87,8 +87,7 @@ def test_interruptKillsTheWholeGroup(bench, tmp_path: Path) -> None:
     threading.Timer(0.5, bench.cancelEvent.set).start()
     started = time.monotonic()
     outcome = bench.call("terminal", command="sleep 60 & echo $! > bg.pid; echo partial; sleep 60")
-    elapsed = time.monotonic() - started
-    assert elapsed < 1.5
+    assert time.monotonic() - started < 10  # not the 60 s the command asked for
     assert outcome.failed
     assert "interrupted by the user" in outcome.text and "partial" in outcome.text
     assert gone(int((tmp_path / "bg.pid").read_text()))
@@ -104,28 +103,26 @@ def test_backgroundJobDoesNotHoldTheCall(bench) -> None:
 
 def test_dangerousCommandAsksAndDenialDoesNotRun(bench, tmp_path: Path) -> None:
     (tmp_path / "victim").mkdir()
-    asked: list[tuple[str, str]] = []
-    bench.agent.command_approval_callback = lambda command, reason: asked.append((command, reason)) or "deny"
+    bench.observer.commandAnswer = "reject_once"
     outcome = bench.call("terminal", command="rm -rf victim")
     assert outcome.failed and outcome.extras["denied"] is True
     assert "BLOCKED" in outcome.text and "recursive delete" in outcome.text
-    assert asked == [("rm -rf victim", "recursive delete")]
+    assert bench.observer.commands == [("bench.1", "rm -rf victim", "recursive delete")]
     assert (tmp_path / "victim").is_dir()
 
 
 def test_approvedDangerousCommandRuns(bench, tmp_path: Path) -> None:
     (tmp_path / "victim").mkdir()
-    bench.agent.command_approval_callback = lambda command, reason: "once"
+    bench.observer.commandAnswer = "allow_once"
     assert not bench.call("terminal", command="rm -rf victim").failed
     assert not (tmp_path / "victim").exists()
 
 
 def test_hardBlockedNeverAsks(bench) -> None:
-    asked = []
-    bench.agent.command_approval_callback = lambda *a: asked.append(a) or "once"
+    bench.observer.commandAnswer = "allow_once"
     outcome = bench.call("terminal", command="mkfs.ext4 /dev/sdz9")
     assert outcome.failed and "never allowed" in outcome.text
-    assert asked == []
+    assert bench.observer.commands == []
 
 
 def test_outputCapKeepsCharactersWhole() -> None:

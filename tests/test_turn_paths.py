@@ -8,45 +8,48 @@ import json
 import tempfile
 import threading
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.internet.testing import StringTransport
 from zope.interface import implementer
 
-from hermes_acp.acp import ACPAgent
+from hermes_acp.acp import ACPServer
 from hermes_acp.config import Endpoint, Settings
-from hermes_acp.engine.agent import TurnResult, TurnUsage
-from hermes_acp.interfaces import IAgentFactory
+from hermes_acp.engine.edits import EditProposal
+from hermes_acp.engine.result import TurnResult, TurnUsage
+from hermes_acp.interfaces import IAgentFactory, IEngineAgent
 from hermes_acp.sessions import SessionManager
 from hermes_acp.threads import WorkerPool
 
 from . import acpschema
 
 
+@implementer(IEngineAgent)
 @attrs.define(eq=False)
 class ScriptedAgent:
-    """Stands in for the engine: runs ``behaviour`` in the worker thread."""
+    """Stands in for the engine: runs ``behaviour(agent, content, observer)`` in the
+    worker thread, reporting through the run's observer as the engine does."""
 
     behaviour: Any
     editMode: str = "default"
     interrupted: threading.Event = attrs.field(factory=threading.Event)
-    stream_delta_callback: Any = None
-    thinking_callback: Any = None
-    tool_progress_callback: Any = None
-    command_approval_callback: Any = None
-    edit_approval_callback: Any = None
-    workspace: Any = None
 
     def interrupt(self) -> None:
         self.interrupted.set()
 
-    def run_conversation(self, content: Any, history: list[dict[str, Any]], cancelEvent: Any = None) -> TurnResult:
-        return self.behaviour(self, content)
+    def run_conversation(self, user_message: Any, conversation_history: Any, observer: Any, workspace: Any = None,
+                         cancelEvent: Any = None) -> TurnResult:
+        return self.behaviour(self, user_message, observer)
+
+    def activeTools(self) -> dict[str, Any]:
+        return {}
 
     def setEditMode(self, mode: str) -> None:
         self.editMode = mode
@@ -64,6 +67,32 @@ class ScriptedFactory:
         agent.setEditMode(session.mode)
 
 
+class WatchedTransport(StringTransport):
+    """A StringTransport that says when what it was written holds a wanted frame."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watches: list[tuple[Callable[[], bool], Deferred[None]]] = []
+
+    def writeSequence(self, data: Any) -> None:
+        self.write(b"".join(data))
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        for watch in list(self.watches):
+            if watch[0]():
+                self.watches.remove(watch)
+                reactor.callLater(0, watch[1].callback, None)  # after the writer has finished
+
+    def when(self, condition: Callable[[], bool], timeout: float = 10) -> Deferred[None]:
+        d: Deferred[None] = Deferred()
+        if condition():
+            d.callback(None)
+        else:
+            self.watches.append((condition, d))
+        return d.addTimeout(timeout, reactor)
+
+
 class Harness:
     def __init__(self, behaviour: Any) -> None:
         home = Path(tempfile.mkdtemp())
@@ -72,9 +101,9 @@ class Harness:
         self.sessions.dbThread.startService()
         self.workers.startService()
         endpoint = Endpoint("custom", "http://127.0.0.1:9/v1", "k", "m")
-        self.agent = ACPAgent(reactor, Settings(), self.sessions, self.workers, lambda: endpoint, ScriptedFactory(behaviour))
-        self.connection = self.agent.buildProtocol()
-        self.transport = StringTransport()
+        self.server = ACPServer(reactor, Settings(), self.sessions, self.workers, lambda: endpoint, ScriptedFactory(behaviour))
+        self.connection = self.server.buildProtocol()
+        self.transport = WatchedTransport()
         self.connection.makeConnection(self.transport)
         self.nextId = 0
         self.methods: dict[str, str] = {}
@@ -89,19 +118,21 @@ class Harness:
     def frames(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.transport.value().splitlines()]
 
+    def _answer(self, requestId: int) -> dict[str, Any] | None:
+        return next((f for f in self.frames() if f.get("id") == requestId and "method" not in f), None)
+
     async def answer(self, requestId: int, timeout: float = 10) -> dict[str, Any]:
-        for _ in range(int(timeout / 0.01)):
-            for frame in self.frames():
-                if frame.get("id") == requestId and "method" not in frame:
-                    return frame
-            await deferLater(reactor, 0.01, lambda: None)
-        raise AssertionError(f"no answer to {requestId}")
+        """The answer to a request, once it is written (at most ``timeout`` s)."""
+        await self.transport.when(lambda: self._answer(requestId) is not None, timeout)
+        found = self._answer(requestId)
+        assert found is not None
+        return found
 
     def problems(self) -> list[str]:
         return [p for f in self.frames() for p in acpschema.checkAgentFrame(f, self.methods)]
 
     async def stop(self) -> None:
-        await self.agent.shutdown()
+        await self.server.shutdown()
         await self.workers.stopService()
         await self.sessions.dbThread.stopService()
 
@@ -132,14 +163,13 @@ async def test_engineCrashMidCall() -> None:
     """The engine starts a call and then raises: the call is swept to failed, the
     user is told, and the prompt is answered (not left hanging)."""
 
-    def crash(agent: ScriptedAgent, content: Any) -> TurnResult:
-        agent.tool_progress_callback("started", "terminal", "c1", {"command": "make"}, {})
+    def crash(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        observer.toolStarted("1.0", "terminal", {"command": "make"}, {})
         raise RuntimeError("engine bug")
 
     h, response, updates = await runTurn(crash)
-    assert response["result"]["stopReason"] == "end_turn"
+    assert response["error"]["code"] == -32603 and "stopped unexpectedly" in response["error"]["message"]
     assert finalStatuses(updates) and set(finalStatuses(updates).values()) == {"failed"}
-    assert any("Internal error" in u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk")
     assert h.problems() == []
 
 
@@ -148,9 +178,9 @@ async def test_callLeftOpenIsSwept() -> None:
     """The engine returns without finishing a call it started: the sweep gives it
     a final status before the response, and nothing is sent after the response."""
 
-    def forgetful(agent: ScriptedAgent, content: Any) -> TurnResult:
-        agent.tool_progress_callback("started", "read_file", "r1", {"path": "a.txt"}, {"path": "/tmp/a.txt"})
-        agent.stream_delta_callback("partial answer")
+    def forgetful(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        observer.toolStarted("1.0", "read_file", {"path": "a.txt"}, {"path": "/tmp/a.txt"})
+        observer.text("partial answer")
         return TurnResult("partial answer", [{"role": "user", "content": "go"}], TurnUsage(), "end_turn")
 
     h, response, updates = await runTurn(forgetful)
@@ -166,8 +196,8 @@ async def test_lateEventsAfterAnswerAreDropped() -> None:
     """Text the engine emits after its turn was answered never reaches the editor."""
     leak: dict[str, Any] = {}
 
-    def quick(agent: ScriptedAgent, content: Any) -> TurnResult:
-        leak["send"] = agent.stream_delta_callback
+    def quick(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        leak["send"] = observer.text
         return TurnResult("", [], TurnUsage(), "end_turn")
 
     h, response, updates = await runTurn(quick)
@@ -186,10 +216,10 @@ async def test_longSessionReplaysItsTailWithANotice(monkeypatch: Any) -> None:
 
     monkeypatch.setattr(hermes_acp.sessions, "REPLAY_MAX_UPDATES", 5)
 
-    def busy(agent: ScriptedAgent, content: Any) -> TurnResult:
+    def busy(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
         for index in range(10):
-            agent.tool_progress_callback("started", "read_file", f"r{index}", {"path": f"{index}.txt"}, {})
-            agent.tool_progress_callback("finished", "read_file", f"r{index}", f"text {index}", {})
+            observer.toolStarted(f"1.{index}", "read_file", {"path": f"{index}.txt"}, {})
+            observer.toolEnded(f"1.{index}", "read_file", f"text {index}", False, {})
         return TurnResult("", [{"role": "user", "content": "go"}], TurnUsage(), "end_turn")
 
     h = Harness(busy)
@@ -217,7 +247,7 @@ async def test_turnEndRefusedByTheStoreDoesNotWedge() -> None:
     messages are kept, and the next prompt works."""
     ids: dict[str, str] = {}
 
-    def meddled(agent: ScriptedAgent, content: Any) -> TurnResult:
+    def meddled(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
         harness.sessions._database().recoverInterrupted(ids["session"])  # as another process would
         return TurnResult("ok", [{"role": "user", "content": content}, {"role": "assistant", "content": "ok"}], TurnUsage(), "end_turn")
 
@@ -235,3 +265,108 @@ async def test_turnEndRefusedByTheStoreDoesNotWedge() -> None:
     assert first["result"]["stopReason"] == "end_turn"
     assert second["result"]["stopReason"] == "end_turn"
     assert [m["content"] for m in stored] == ["go", "ok", "go", "ok"]
+
+
+async def sessionOn(h: Harness) -> str:
+    h.send("initialize", {"protocolVersion": 1})
+    created = await h.answer(h.send("session/new", {"cwd": tempfile.gettempdir(), "mcpServers": []}))
+    return created["result"]["sessionId"]
+
+
+def prompt(h: Harness, sessionId: str, text: str = "go") -> int:
+    return h.send("session/prompt", {"sessionId": sessionId, "prompt": [{"type": "text", "text": text}]})
+
+
+@pytest_twisted.ensureDeferred
+async def test_allowAlwaysSwitchesTheModeWhenAnswered() -> None:
+    """"Allow edits for this session" switches the session to accept_edits as the
+    answer arrives: the engine already runs in the new mode when it hears the
+    answer, and a mode the user picks afterwards is the one that stays."""
+    answered, proceed = threading.Event(), threading.Event()
+    seen: dict[str, str] = {}
+
+    def edits(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        observer.toolStarted("1.0", "write_file", {"path": "a.txt"}, {})
+        proposal = EditProposal("write_file", "/tmp/a.txt", None, "new")
+        seen["answer"] = observer.approveEdit("1.0", proposal)
+        seen["modeOnAnswer"] = agent.editMode
+        answered.set()
+        proceed.wait(10)
+        observer.toolEnded("1.0", "write_file", "written", False, {})
+        return TurnResult("", [{"role": "user", "content": "go"}], TurnUsage(), "end_turn")
+
+    h = Harness(edits)
+    try:
+        sessionId = await sessionOn(h)
+        turn = prompt(h, sessionId)
+        await h.transport.when(lambda: any(f.get("method") == "session/request_permission" for f in h.frames()))
+        question = next(f for f in h.frames() if f.get("method") == "session/request_permission")
+        reply = {"jsonrpc": "2.0", "id": question["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_always"}}}
+        h.connection.dataReceived(json.dumps(reply).encode() + b"\n")
+        assert await deferToThread(answered.wait, 10)
+        await h.answer(h.send("session/set_mode", {"sessionId": sessionId, "modeId": "default"}))
+        proceed.set()
+        response = await h.answer(turn)
+    finally:
+        proceed.set()
+        await h.stop()
+    assert seen == {"answer": "allow_always", "modeOnAnswer": "accept_edits"}
+    assert response["result"]["stopReason"] == "end_turn"
+    modes = [f["params"]["update"]["currentModeId"] for f in h.frames()
+             if f.get("method") == "session/update" and f["params"]["update"]["sessionUpdate"] == "current_mode_update"]
+    assert modes == ["accept_edits", "default"]
+    assert h.sessions.sessions[sessionId].mode == "default"
+    assert h.problems() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_promptSentDuringCloseIsCancelled() -> None:
+    """session/close cancels the running turn and waits for it; a prompt that
+    arrives meanwhile is cancelled too, never run on the forgotten session."""
+    running, release = threading.Event(), threading.Event()
+    runs: list[str] = []
+
+    def slow(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        runs.append(str(content))
+        running.set()
+        agent.interrupted.wait(10)
+        release.wait(10)
+        return TurnResult("", [{"role": "user", "content": content}], TurnUsage(), "cancelled")
+
+    h = Harness(slow)
+    try:
+        sessionId = await sessionOn(h)
+        first = prompt(h, sessionId, "first")
+        assert await deferToThread(running.wait, 10)
+        closing = h.send("session/close", {"sessionId": sessionId})
+        second = prompt(h, sessionId, "second")
+        release.set()
+        answers = [await h.answer(first), await h.answer(second), await h.answer(closing)]
+    finally:
+        release.set()
+        await h.stop()
+    assert [a["result"].get("stopReason") for a in answers] == ["cancelled", "cancelled", None]
+    assert len(runs) == 1
+    assert h.problems() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_aTurnFailingWithCancelledErrorStillAnswers() -> None:
+    """A store failure that is a CancelledError answers the prompt with an internal
+    error; it is not taken for the editor cancelling the request (-32800)."""
+
+    def unused(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        raise AssertionError("the engine must not run")
+
+    h = Harness(unused)
+
+    async def refused(state: Any) -> None:
+        raise CancelledError("the database went away")
+
+    try:
+        sessionId = await sessionOn(h)
+        h.sessions.beginTurn = refused  # type: ignore[method-assign]
+        response = await h.answer(prompt(h, sessionId))
+    finally:
+        await h.stop()
+    assert response["error"]["code"] == -32603 and "stopped unexpectedly" in response["error"]["message"]

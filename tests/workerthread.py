@@ -1,9 +1,9 @@
 """A fake reactor for code that runs in a worker thread and crosses to the reactor.
 
 The test's own thread plays the reactor: ``callFromThread`` only queues, and
-:meth:`ThreadedClock.runInWorker` runs a function in a real worker thread while
+``ThreadedClock.runInWorker`` runs a function in a real worker thread while
 it runs whatever the worker queued, in order, until the worker returns. Time is
-a :class:`twisted.internet.task.Clock`, moved by the test (or by the worker
+a ``twisted.internet.task.Clock``, moved by the test (or by the worker
 through ``callInReactor(reactor, reactor.advance, seconds)``), never by sleeping.
 """
 

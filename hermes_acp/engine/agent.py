@@ -1,7 +1,7 @@
 """The synchronous agent: model -> tools -> model ... until the model is done.
 
-L{AIAgent.run_conversation} runs in a worker thread and reports through plain
-callbacks; L{AIAgent.interrupt} may be called from any thread.
+``AIAgent.run_conversation`` runs in a worker thread and reports to the
+run's ``ITurnObserver``; ``AIAgent.interrupt`` may be called from any thread.
 """
 
 from __future__ import annotations
@@ -15,19 +15,22 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
+from zope.interface import implementer
 
 from hermes_acp import safejson
 from hermes_acp.config import Endpoint
 from hermes_acp.engine.cancel import CANCELLED as _WOKEN
 from hermes_acp.engine.cancel import Cancellation
-from hermes_acp.engine.edits import EditApprovals, EditProposal
+from hermes_acp.engine.edits import EditApprovals
 from hermes_acp.engine.guard import CommandApprovals
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ToolCallRequest
+from hermes_acp.engine.result import TurnResult, TurnUsage
 from hermes_acp.engine.tools.builtin import selectTools
 from hermes_acp.engine.tools.registry import (
     PathLocks, SessionSearch, Tool, ToolContext, ToolError, ToolOutcome, checkArguments, parseArguments, runTool,
 )
 from hermes_acp.engine.workspace import LocalWorkspace, Workspace
+from hermes_acp.interfaces import IEngineAgent, ITurnObserver
 
 log = logging.getLogger(__name__)
 
@@ -48,57 +51,12 @@ _API_KEYS = {
 }
 
 
-@attrs.frozen
-class TurnUsage:
-    """Tokens used by one turn (all its model requests), not the session."""
-
-    inputTokens: int = 0
-    outputTokens: int = 0
-    totalTokens: int = 0
-    thoughtTokens: int = 0
-    cachedReadTokens: int = 0
-
-    def plus(self, usage: dict[str, Any] | None) -> TurnUsage:
-        if not usage:
-            return self
-        prompt = usage.get("prompt_tokens") or 0
-        completion = usage.get("completion_tokens") or 0
-        details = usage.get("completion_tokens_details") or {}
-        cached = usage.get("prompt_tokens_details") or {}
-        return TurnUsage(
-            self.inputTokens + prompt,
-            self.outputTokens + completion,
-            self.totalTokens + (usage.get("total_tokens") or prompt + completion),
-            self.thoughtTokens + (details.get("reasoning_tokens") or 0),
-            self.cachedReadTokens + (cached.get("cached_tokens") or 0),
-        )
-
-
-@attrs.frozen
-class TurnResult:
-    """How a turn ended.
-
-    C{messages} are the new history entries (the user message first);
-    C{last_prompt_tokens} is the context size of the last model request.
-    C{error} is set, with C{stop_reason} "end_turn", when the model endpoint
-    failed in a way retrying did not fix.
-    """
-
-    final_text: str
-    messages: list[dict[str, Any]]
-    usage: TurnUsage
-    stop_reason: str
-    error: str | None = None
-    last_prompt_tokens: int = 0
-
-
-def _notify(callback: Callable[..., Any] | None, *args: Any) -> None:
-    if callback is None:
-        return
+def _notify(event: Callable[..., Any], *args: Any) -> None:
+    """Tell the observer; a failing observer never stops the run."""
     try:
-        callback(*args)
+        event(*args)
     except Exception:
-        log.exception("agent callback %r failed", callback)
+        log.exception("observer %r failed", event)
 
 
 def _forAPI(message: dict[str, Any]) -> dict[str, Any]:
@@ -132,24 +90,15 @@ def defaultSystemPrompt(cwd: str, extra: Sequence[str] = ()) -> str:
     )
 
 
+@implementer(IEngineAgent)
 @attrs.define(eq=False)
 class AIAgent:
-    """One session's agent: model settings, workspace, tools, callbacks and approvals.
+    """One session's agent: model settings, tools and approval memory.
 
-    Callbacks are plain attributes, swappable between turns, called from the
-    agent's worker thread (approval callbacks from tool threads, possibly at
-    the same time when the model runs tools in parallel):
-
-      - C{stream_delta_callback(text)}, C{thinking_callback(text)}
-      - C{tool_progress_callback(event, name, call_id, payload, extras)}: event
-        "started" (payload: the arguments), "finished" (payload: the result
-        text) or "failed" (payload: the error text); every started call gets
-        exactly one of the other two.
-      - C{step_callback(step, tools)}: before each model request; C{tools} are
-        the names of the tools the previous step ran.
-      - C{command_approval_callback(command, reason)} and
-        C{edit_approval_callback(proposal)} answer "once", "always", "deny",
-        "never" or "timeout"; anything else, an error, or no callback denies.
+    Each run reports to its own observer (``ITurnObserver``): text and thought
+    deltas from the run's thread; tool starts and ends, approval questions and
+    editor terminals from the tool's thread, several at once when the model
+    runs tools in parallel. Every event of a tool call carries its call id.
     """
 
     endpoint: Endpoint
@@ -157,7 +106,6 @@ class AIAgent:
     model: str | None = None
     additionalDirectories: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     tools: Sequence[str] | None = None
-    workspace: Workspace = attrs.field(factory=LocalWorkspace)
     sessionSearch: SessionSearch | None = None
     maxIterations: int = DEFAULT_MAX_ITERATIONS
     systemPrompt: str | None = None
@@ -165,19 +113,12 @@ class AIAgent:
     reasoningEffort: str | None = None
     client: ModelClient | None = None
 
-    stream_delta_callback: Callable[[str], Any] | None = None
-    thinking_callback: Callable[[str], Any] | None = None
-    tool_progress_callback: Callable[..., Any] | None = None
-    step_callback: Callable[[int, list[str]], Any] | None = None
-    command_approval_callback: Callable[[str, str], str] | None = None
-    edit_approval_callback: Callable[[EditProposal], str] | None = None
-
     todos: list[dict[str, str]] = attrs.field(factory=list)
     commandApprovals: CommandApprovals = attrs.field(factory=CommandApprovals)
     editApprovals: EditApprovals = attrs.field(init=False)
     _locks: PathLocks = attrs.field(factory=PathLocks, init=False)
-    _turnLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
-    _turn: Cancellation | None = attrs.field(default=None, init=False)
+    _runLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _run: Cancellation | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.editApprovals = EditApprovals.forWorkspace(self.cwd, self.additionalDirectories)
@@ -189,41 +130,45 @@ class AIAgent:
         return self.editApprovals.mode
 
     def setEditMode(self, mode: str) -> None:
-        """"default", "accept_edits" or "dont_ask" (see L{hermes_acp.engine.edits})."""
+        """"default", "accept_edits" or "dont_ask" (see ``hermes_acp.engine.edits``)."""
         self.editApprovals.mode = mode
 
     def interrupt(self) -> None:
-        """Cancel the running turn, if any (thread-safe; a no-op when idle)."""
-        with self._turnLock:
-            if self._turn is not None:
-                self._turn.cancel()
+        """Cancel the run in progress, if any (thread-safe; a no-op when idle)."""
+        with self._runLock:
+            if self._run is not None:
+                self._run.cancel()
 
     @property
     def running(self) -> bool:
-        return self._turn is not None
+        return self._run is not None
 
     def run_conversation(
         self,
         user_message: str | list[dict[str, Any]],
-        conversation_history: Sequence[dict[str, Any]] | None = None,
+        conversation_history: Sequence[dict[str, Any]] | None,
+        observer: ITurnObserver,
+        workspace: Workspace | None = None,
         cancelEvent: threading.Event | None = None,
     ) -> TurnResult:
         """Run one turn to its end; never raises for model or tool failures.
 
-        ``cancelEvent``, set before the turn starts, cancels it at once: a caller
-        that sets it and then calls L{interrupt} cannot miss the turn.
+        ``cancelEvent``, set before the run starts, cancels it at once: a caller
+        that sets it and then calls ``interrupt`` cannot miss the run.
         """
-        with self._turnLock:
-            if self._turn is not None:
+        with self._runLock:
+            if self._run is not None:
                 raise RuntimeError("this agent is already running a turn")
-            cancellation = self._turn = Cancellation()
+            cancellation = self._run = Cancellation()
             if cancelEvent is not None and cancelEvent.is_set():
                 cancellation.cancel()
         try:
-            return _Turn(self, cancellation, list(conversation_history or []), user_message).run()
+            conversation = _Conversation(self, cancellation, observer, workspace or LocalWorkspace(),
+                                         list(conversation_history or []), user_message)
+            return conversation.run()
         finally:
-            with self._turnLock:
-                self._turn = None
+            with self._runLock:
+                self._run = None
 
     def activeTools(self) -> dict[str, Tool]:
         tools = selectTools(self.tools)
@@ -236,15 +181,18 @@ class AIAgent:
             self.client = ModelClient(self.endpoint)
         return self.client
 
-    def toolContext(self, cancelEvent: threading.Event) -> ToolContext:
-        """The tools' view of this turn. The approval callbacks are the ones installed
-        now: a tool thread that outlives a cancelled turn asks that turn, never the next."""
-        askCommand, askEdit = self.command_approval_callback, self.edit_approval_callback
+    def toolContext(self, cancelEvent: threading.Event, observer: ITurnObserver, workspace: Workspace,
+                    callId: str) -> ToolContext:
+        """What the tool call ``callId`` of a run may use: its questions go to that
+        run's observer, under that call's id (a tool thread that outlives a
+        cancelled run asks that run, never the next)."""
         return ToolContext(
-            cwd=self.cwd, workspace=self.workspace, cancelEvent=cancelEvent,
-            approveCommand=lambda command: self.commandApprovals.decide(command, askCommand),
-            approveEdit=lambda proposal: self.editApprovals.decide(proposal, askEdit),
+            cwd=self.cwd, workspace=workspace, cancelEvent=cancelEvent,
+            approveCommand=lambda command: self.commandApprovals.decide(
+                command, lambda c, reason: observer.approveCommand(callId, c, reason)),
+            approveEdit=lambda proposal: self.editApprovals.decide(proposal, lambda p: observer.approveEdit(callId, p)),
             todos=self.todos, locks=self._locks, searchSessions=self.sessionSearch,
+            terminalStarted=lambda terminalId: _notify(observer.terminalStarted, callId, terminalId),
         )
 
 
@@ -262,11 +210,13 @@ def _runCall(inbox: queue.Queue[Any], index: int, tool: Tool, context: ToolConte
 
 
 @attrs.define
-class _Turn:
-    """The state of one L{AIAgent.run_conversation} call."""
+class _Conversation:
+    """The state of one ``AIAgent.run_conversation`` call."""
 
     agent: AIAgent
     cancellation: Cancellation
+    observer: ITurnObserver
+    workspace: Workspace
     history: list[dict[str, Any]]
     userMessage: str | list[dict[str, Any]]
     new: list[dict[str, Any]] = attrs.field(factory=list)
@@ -274,38 +224,35 @@ class _Turn:
     lastPromptTokens: int = 0
     finalText: str = ""
 
-    def result(self, stopReason: str, error: str | None = None) -> TurnResult:
-        return TurnResult(self.finalText, self.new, self.usage, stopReason, error, self.lastPromptTokens)
+    def result(self, stopReason: str, failure: ModelError | None = None) -> TurnResult:
+        return TurnResult(self.finalText, self.new, self.usage, stopReason, failure, self.lastPromptTokens)
 
     def remember(self, message: dict[str, Any]) -> None:
-        """A new history entry, under the rule of L{hermes_acp.safejson}: a lone
+        """A new history entry, under the rule of ``hermes_acp.safejson``: a lone
         surrogate from a file name or a model delta must not poison the session."""
         self.new.append(safejson.repaired(message))
 
     def run(self) -> TurnResult:
-        agent = self.agent
+        agent, observer = self.agent, self.observer
         self.remember({"role": "user", "content": self.userMessage})
         system = {"role": "system", "content": agent.systemPrompt
                   or defaultSystemPrompt(agent.cwd, agent.additionalDirectories)}
         tools = agent.activeTools()
         schemas = [tool.schema() for tool in tools.values()]
         options = {k: v for k, v in (("max_tokens", agent.maxTokens), ("reasoning_effort", agent.reasoningEffort)) if v}
-        context = agent.toolContext(self.cancellation.event)
-        previous: list[str] = []
         for step in range(1, agent.maxIterations + 1):
             if self.cancellation.cancelled:
                 return self.result(CANCELLED)
-            _notify(agent.step_callback, step, previous)
             messages = [system, *map(_forAPI, self.history), *map(_forAPI, self.new)]
             try:
                 reply = agent.modelClient().complete(
                     agent.model or "", messages, schemas, self.cancellation,
-                    lambda text: _notify(agent.stream_delta_callback, text),
-                    lambda text: _notify(agent.thinking_callback, text),
+                    lambda text: _notify(observer.text, text),
+                    lambda text: _notify(observer.thought, text),
                     **options,
                 )
             except ModelError as e:
-                return self.result(END_TURN, str(e))
+                return self.result(END_TURN, e)
             self.usage = self.usage.plus(reply.usage)
             if reply.usage and reply.usage.get("prompt_tokens"):
                 self.lastPromptTokens = reply.usage["prompt_tokens"]
@@ -316,13 +263,12 @@ class _Turn:
                 self.remember(_assistantMessage(reply, calls))
             if stop is not None:
                 return self.result(stop)
-            for message in self._runTools(calls, tools, context):
+            for message in self._runTools(step, calls, tools):
                 self.remember(message)
-            previous = [call.name for call in calls]
         return self.result(MAX_TURN_REQUESTS)
 
     def _stopReason(self, reply: ModelReply) -> str | None:
-        """Why the turn ends after this reply, or None to run its tools."""
+        """Why the run ends after this reply, or None to run its tools."""
         if reply.finishReason == CANCELLED_FINISH or self.cancellation.cancelled:
             return CANCELLED
         if reply.finishReason == "length":
@@ -331,14 +277,17 @@ class _Turn:
             return REFUSAL
         return None if reply.toolCalls else END_TURN
 
-    def _runTools(
-        self, calls: Sequence[ToolCallRequest], tools: dict[str, Tool], context: ToolContext
-    ) -> list[dict[str, Any]]:
-        """Run a batch of tool calls in parallel; one tool message per call, in order."""
+    def _runTools(self, step: int, calls: Sequence[ToolCallRequest], tools: dict[str, Tool]) -> list[dict[str, Any]]:
+        """Run a batch of tool calls in parallel; one tool message per call, in order.
+
+        Each call gets an id of its own for the observer, ``STEP.INDEX``: the model's
+        ids may repeat between steps, and are not ours to rely on."""
         outcomes: dict[int, ToolOutcome] = {}
-        started: dict[int, ToolCallRequest] = {}
+        started: dict[int, tuple[str, ToolCallRequest]] = {}
         inbox: queue.Queue[Any] = queue.Queue()
         for index, call in enumerate(calls):
+            callId = f"{step}.{index}"
+            context = self.agent.toolContext(self.cancellation.event, self.observer, self.workspace, callId)
             arguments: Any = {}
             try:
                 arguments = parseArguments(call.arguments)
@@ -347,12 +296,12 @@ class _Turn:
                     raise ToolError(f"unknown tool {call.name!r}; available: {', '.join(tools)}")
                 checked = checkArguments(tool, arguments)
             except ToolError as e:
-                self._started(call, arguments, tools.get(call.name), context)
+                self._started(callId, call, arguments, tools.get(call.name), context)
                 outcomes[index] = ToolOutcome(f"Error: {e}", failed=True)
-                self._ended(call, outcomes[index])
+                self._ended(callId, call, outcomes[index])
                 continue
-            self._started(call, checked, tool, context)
-            started[index] = call
+            self._started(callId, call, checked, tool, context)
+            started[index] = (callId, call)
             threading.Thread(
                 target=_runCall, args=(inbox, index, tool, context, checked),
                 name=f"hermes-tool-{call.name}", daemon=True,
@@ -364,7 +313,7 @@ class _Turn:
         ]
 
     def _collect(
-        self, inbox: queue.Queue[Any], started: dict[int, ToolCallRequest], outcomes: dict[int, ToolOutcome]
+        self, inbox: queue.Queue[Any], started: dict[int, tuple[str, ToolCallRequest]], outcomes: dict[int, ToolOutcome]
     ) -> None:
         """Report each running call as it ends; after a cancel, wait only a grace period."""
         deadline: float | None = None
@@ -380,20 +329,19 @@ class _Turn:
                     continue
                 index, outcome = item
                 outcomes[index] = outcome
-                self._ended(started[index], outcome)
-        for index, call in started.items():
+                self._ended(*started[index], outcome)
+        for index, (callId, call) in started.items():
             if index not in outcomes:
                 outcomes[index] = ToolOutcome("Error: interrupted by the user before it finished.", failed=True)
-                self._ended(call, outcomes[index])
+                self._ended(callId, call, outcomes[index])
 
-    def _started(self, call: ToolCallRequest, arguments: Any, tool: Tool | None, context: ToolContext) -> None:
+    def _started(self, callId: str, call: ToolCallRequest, arguments: Any, tool: Tool | None, context: ToolContext) -> None:
         extras: dict[str, Any] = {}
         where = arguments.get(tool.pathArgument) if tool and tool.pathArgument and isinstance(arguments, dict) else None
         if isinstance(where, str):
             extras["path"] = context.resolve(where)
         shown = arguments if isinstance(arguments, dict) else {"arguments": arguments}
-        _notify(self.agent.tool_progress_callback, "started", call.name, call.id, shown, extras)
+        _notify(self.observer.toolStarted, callId, call.name, shown, extras)
 
-    def _ended(self, call: ToolCallRequest, outcome: ToolOutcome) -> None:
-        event = "failed" if outcome.failed else "finished"
-        _notify(self.agent.tool_progress_callback, event, call.name, call.id, outcome.text, outcome.extras)
+    def _ended(self, callId: str, call: ToolCallRequest, outcome: ToolOutcome) -> None:
+        _notify(self.observer.toolEnded, callId, call.name, outcome.text, outcome.failed, outcome.extras)

@@ -13,7 +13,7 @@ CANCELLED = object()
 
 
 class Cancellation:
-    """Set once by L{cancel} (from any thread); waits end at once when it is."""
+    """Set once by ``cancel`` (from any thread); waits end at once when it is."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -36,7 +36,7 @@ class Cancellation:
 
     @contextmanager
     def watching(self, q: queue.Queue[Any]) -> Iterator[queue.Queue[Any]]:
-        """While inside, cancelling puts L{CANCELLED} into C{q}."""
+        """While inside, cancelling puts ``CANCELLED`` into ``q``."""
         with self._lock:
             self._queues.append(q)
             if self.event.is_set():
@@ -48,5 +48,5 @@ class Cancellation:
                 self._queues.remove(q)
 
     def sleep(self, seconds: float) -> bool:
-        """Wait up to C{seconds}; True when cancelled meanwhile."""
+        """Wait up to ``seconds``; True when cancelled meanwhile."""
         return self.event.wait(seconds)

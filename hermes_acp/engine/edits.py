@@ -9,11 +9,20 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
-from hermes_acp.engine.approval import Verdict, ask, refusal
+from hermes_acp.engine.approval import ALLOW_ALWAYS, ALLOWED, REJECT_ALWAYS, Verdict, ask, refusal
 
 # default: ask for every edit; accept_edits: edits inside the workspace go
 # through; dont_ask: every edit goes through. Sensitive paths always ask.
 EDIT_MODES = ("default", "accept_edits", "dont_ask")
+
+
+def modeAfter(mode: str, answer: str) -> str:
+    """The session's mode once the user answered an edit question with ``answer``
+    in ``mode``: "allow edits for this session" in the default mode accepts edits.
+
+    The session's owner applies it when the answer arrives (the engine never
+    changes its own mode: a mode the user set in the meantime would be lost)."""
+    return "accept_edits" if answer == ALLOW_ALWAYS and mode == "default" else mode
 
 _SENSITIVE_DIRS = {".git", ".ssh", ".gnupg", ".aws", ".hermes"}
 _SENSITIVE_NAMES = {"id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "authorized_keys", "known_hosts",
@@ -23,7 +32,7 @@ _KEY_SUFFIXES = (".pem", ".key", ".p12", ".pfx")
 
 @attrs.frozen
 class EditProposal:
-    """An edit about to be written: C{oldText} is None for a new file."""
+    """An edit about to be written: ``oldText`` is None for a new file."""
 
     toolName: str
     path: str
@@ -44,7 +53,7 @@ def _sensitive(path: str) -> bool:
 
 
 def isSensitive(path: str) -> bool:
-    """Whether C{path}, or the file it really names after symlinks, needs a human."""
+    """Whether ``path``, or the file it really names after symlinks, needs a human."""
     return _sensitive(os.path.abspath(path)) or _sensitive(os.path.realpath(path))
 
 
@@ -54,7 +63,7 @@ def _inside(path: str, root: str) -> bool:
 
 @attrs.define(eq=False)
 class EditApprovals:
-    """One session's edit policy and its memory of "never" answers."""
+    """One session's edit policy and its memory of "reject always" answers."""
 
     roots: tuple[str, ...]
     mode: str = attrs.field(default="default", validator=attrs.validators.in_(EDIT_MODES))
@@ -63,7 +72,7 @@ class EditApprovals:
 
     @classmethod
     def forWorkspace(cls, cwd: str, extra: Iterable[str] = (), mode: str = "default") -> EditApprovals:
-        """Edits under C{cwd}, the C{extra} folders or the temp folder count as inside."""
+        """Edits under ``cwd``, the ``extra`` folders or the temp folder count as inside."""
         roots = (cwd, *extra, tempfile.gettempdir())
         return cls(tuple(os.path.realpath(root) for root in roots), mode)
 
@@ -71,8 +80,8 @@ class EditApprovals:
         real = os.path.realpath(path)
         return any(_inside(real, root) for root in self.roots)
 
-    def decide(self, proposal: EditProposal, callback: Callable[[EditProposal], str] | None) -> Verdict:
-        """Allow the edit, or ask C{callback(proposal)} when the policy says so."""
+    def decide(self, proposal: EditProposal, question: Callable[[EditProposal], str] | None) -> Verdict:
+        """Allow the edit, or ask ``question(proposal)`` when the policy says so."""
         path = os.path.realpath(proposal.path)
         with self._lock:
             if path in self.refusedPaths:
@@ -82,12 +91,10 @@ class EditApprovals:
                 self.mode == "dont_ask" or (self.mode == "accept_edits" and self.insideWorkspace(path))
             ):
                 return Verdict(True)
-        answer = ask(callback, proposal)
-        with self._lock:
-            if answer == "always" and self.mode == "default":
-                self.mode = "accept_edits"
-            elif answer == "never":
+        answer = ask(question, proposal)
+        if answer == REJECT_ALWAYS:
+            with self._lock:
                 self.refusedPaths.add(path)
-        if answer in ("once", "always"):
+        if answer in ALLOWED:
             return Verdict(True)
         return Verdict(False, f"Edit not approved ({refusal(answer)}); {proposal.path} was not modified.")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from hermes_acp.engine.approval import Verdict, ask, refusal
+from hermes_acp.engine.approval import ALLOW_ALWAYS, ALLOWED, REJECT_ALWAYS, Verdict, ask, refusal
 
 MAX_COMMAND_CHARS = 128_000
 
@@ -69,7 +69,7 @@ _SECRET_FILES = {".netrc", ".pgpass", ".npmrc", ".pypirc", ".git-credentials"}
 
 @attrs.frozen
 class Finding:
-    """Why a command needs approval, or (C{hard}) never runs; C{key} names the pattern."""
+    """Why a command needs approval, or (``hard``) never runs; ``key`` names the pattern."""
 
     key: str
     reason: str
@@ -117,7 +117,7 @@ def _simpleCommands(command: str, depth: int = 0) -> Iterator[_Simple]:
 
 
 def _payloadCommands(words: list[str], depth: int) -> Iterator[_Simple]:
-    """The commands inside C{sh -c '...'} (or C{-lc}, ...) and C{eval ...}."""
+    """The commands inside ``sh -c '...'`` (or ``-lc``, ...) and ``eval ...``."""
     name = os.path.basename(words[0])
     if name == "eval":
         yield from _simpleCommands(" ".join(words[1:]), depth)
@@ -160,7 +160,7 @@ def _parseSimple(tokens: list[str], pipedFrom: list[str] | None) -> _Simple:
 
 
 def _flags(words: list[str]) -> set[str]:
-    """Single-letter flags (from C{-rf}) and long flags (C{--force})."""
+    """Single-letter flags (from ``-rf``) and long flags (``--force``)."""
     found: set[str] = set()
     for word in words:
         if word.startswith("--"):
@@ -304,14 +304,14 @@ def check(command: str) -> tuple[Finding | None, list[Finding]]:
 
 @attrs.define(eq=False)
 class CommandApprovals:
-    """One session's memory of command answers ("always" and "never")."""
+    """One session's memory of command answers (allow_always and reject_always)."""
 
     allowed: set[str] = attrs.field(factory=set)
     refused: set[str] = attrs.field(factory=set)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, repr=False)
 
-    def decide(self, command: str, callback: Callable[[str, str], str] | None) -> Verdict:
-        """Check C{command}; ask the user (C{callback(command, reason)}) when needed."""
+    def decide(self, command: str, question: Callable[[str, str], str] | None) -> Verdict:
+        """Check ``command``; ask the user (``question(command, reason)``) when needed."""
         hard, findings = check(command)
         if hard is not None:
             return Verdict(
@@ -330,13 +330,13 @@ class CommandApprovals:
                 )
             if keys <= self.allowed:
                 return Verdict(True)
-        answer = ask(callback, command, reason)
+        answer = ask(question, command, reason)
         with self._lock:
-            if answer == "always":
+            if answer == ALLOW_ALWAYS:
                 self.allowed |= keys
-            elif answer == "never":
+            elif answer == REJECT_ALWAYS:
                 self.refused |= keys
-        if answer in ("once", "always"):
+        if answer in ALLOWED:
             return Verdict(True)
         return Verdict(
             False,

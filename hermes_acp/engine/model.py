@@ -33,17 +33,21 @@ _NO_KEY = "no-key"  # keyless local servers still get a well-formed Authorizatio
 
 
 class ModelError(Exception):
-    """A model request failed; the message is written for the user."""
+    """A model request failed; the message is written for the user. ``auth`` is set
+    when the endpoint refused the key (the user has to set up another)."""
 
-    def __init__(self, message: str, retryable: bool = False, retryAfter: float | None = None) -> None:
+    def __init__(self, message: str, retryable: bool = False, retryAfter: float | None = None,
+                 auth: bool = False) -> None:
         super().__init__(message)
+        self.message = message
         self.retryable = retryable
         self.retryAfter = retryAfter
+        self.auth = auth
 
 
 @attrs.frozen
 class ToolCallRequest:
-    """One tool call the model asked for; C{arguments} is the raw JSON text."""
+    """One tool call the model asked for; ``arguments`` is the raw JSON text."""
 
     id: str
     name: str
@@ -52,7 +56,7 @@ class ToolCallRequest:
 
 @attrs.frozen
 class ModelReply:
-    """One streamed answer (possibly cut short: C{finishReason} "cancelled")."""
+    """One streamed answer (possibly cut short: ``finishReason`` "cancelled")."""
 
     text: str
     reasoning: str
@@ -64,7 +68,7 @@ class ModelReply:
 
 @attrs.define
 class _Accumulator:
-    """Builds a L{ModelReply} from stream chunks."""
+    """Builds a ``ModelReply`` from stream chunks."""
 
     onText: Callable[[str], None]
     onReasoning: Callable[[str], None]
@@ -132,7 +136,7 @@ def _statusMessage(status: int, detail: str, endpoint: Endpoint, model: str) -> 
     where = endpoint.baseURL
     if status == 401:
         return ModelError(f"The model endpoint {where} rejected the API key (HTTP 401): {detail}. "
-                          "Check HERMES_API_KEY (or your provider's key) or run `hermes-acp --setup`.")
+                          "Check HERMES_API_KEY (or your provider's key) or run `hermes-acp --setup`.", auth=True)
     if status == 403:
         return ModelError(f"The model endpoint {where} refused access (HTTP 403): {detail}")
     lowered = detail.lower()
@@ -165,7 +169,7 @@ def _retryAfter(headers: Any) -> float | None:
 
 
 def classify(error: BaseException, endpoint: Endpoint, model: str) -> ModelError:
-    """Turn an SDK or transport exception into a L{ModelError} a user can act on."""
+    """Turn an SDK or transport exception into a ``ModelError`` a user can act on."""
     if isinstance(error, ModelError):
         return error
     import openai
@@ -262,8 +266,8 @@ class ModelClient:
     ) -> ModelReply:
         """Stream one answer; retry 429, 5xx and broken connections with backoff.
 
-        Raises L{ModelError}. A cancelled request returns what arrived so far
-        with C{finishReason} "cancelled".
+        Raises ``ModelError``. A cancelled request returns what arrived so far
+        with ``finishReason`` "cancelled".
         """
         if not model:
             raise ModelError("no model chosen: set HERMES_MODEL or pick a model for the session")
@@ -342,9 +346,9 @@ def _run(client: Any, request: dict[str, Any], pump: _Pump, inbox: queue.Queue[A
 
 
 def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[str]:
-    """The models to offer: C{HERMES_MODELS} if set, else the endpoint's C{/models}.
+    """The models to offer: ``HERMES_MODELS`` if set, else the endpoint's ``/models``.
 
-    Raises L{ModelError} when the list cannot be fetched.
+    Raises ``ModelError`` when the list cannot be fetched.
     """
     if endpoint.models:
         return list(endpoint.models)

@@ -1,8 +1,8 @@
 """Where the tools touch the user's machine: file text and shell commands.
 
 ``read_file``, ``write_file``, ``patch`` and ``terminal`` go through a
-L{Workspace}, so the ACP layer can swap in the editor's own ``fs/*`` and
-``terminal/*`` methods. L{LocalWorkspace} is the default: the local disk and a
+``Workspace``, so the ACP layer can swap in the editor's own ``fs/*`` and
+``terminal/*`` methods. ``LocalWorkspace`` is the default: the local disk and a
 local shell. Everything here is synchronous and runs in worker threads.
 """
 
@@ -14,6 +14,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -46,13 +47,15 @@ class CommandResult:
 class Workspace(Protocol):
     """File text and command execution for the tools (called in worker threads).
 
-    Paths are absolute. C{readText} raises C{FileNotFoundError} for a missing
-    file and L{WorkspaceError} (or another C{OSError}) for anything it cannot
-    read; C{writeText} creates missing parent directories. C{runCommand} runs
-    C{command} with no input, ends it (and everything it started) on timeout or
-    as soon as C{cancelEvent} is set, and keeps about C{outputLimit} characters
-    of output, from the start and the end; C{meta} carries anything extra the
-    editor should know (such as a client terminal id).
+    Paths are absolute. ``readText`` raises ``FileNotFoundError`` for a missing
+    file and ``WorkspaceError`` (or another ``OSError``) for anything it cannot
+    read; ``writeText`` creates missing parent directories. ``runCommand`` runs
+    ``command`` with no input, ends it (and everything it started) on timeout or
+    as soon as ``cancelEvent`` is set, and keeps about ``outputLimit`` characters
+    of output, from the start and the end; ``meta`` carries anything extra the
+    editor should know (such as a client terminal id). When the command runs in
+    one of the editor's terminals, ``onStarted(terminalId)`` is called (in the
+    caller's thread) as soon as the terminal exists.
     """
 
     def readText(self, path: str) -> str: ...
@@ -66,6 +69,7 @@ class Workspace(Protocol):
         timeout: float,
         cancelEvent: threading.Event,
         outputLimit: int = DEFAULT_OUTPUT_LIMIT,
+        onStarted: Callable[[str], object] | None = None,
     ) -> CommandResult: ...
 
 
@@ -111,7 +115,7 @@ def _killGroup(process: subprocess.Popen[bytes]) -> None:
 
 @attrs.frozen
 class LocalWorkspace:
-    """The local file system and a local C{/bin/sh}."""
+    """The local file system and a local ``/bin/sh``."""
 
     def readText(self, path: str) -> str:
         with open(path, "rb") as f:
@@ -132,10 +136,11 @@ class LocalWorkspace:
         timeout: float,
         cancelEvent: threading.Event,
         outputLimit: int = DEFAULT_OUTPUT_LIMIT,
+        onStarted: Callable[[str], object] | None = None,
     ) -> CommandResult:
-        """Run C{command} in its own process group with stdin from /dev/null.
+        """Run ``command`` in its own process group with stdin from /dev/null.
 
-        A timeout or C{cancelEvent} kills the whole group.
+        A timeout or ``cancelEvent`` kills the whole group.
         """
         try:
             process = subprocess.Popen(

@@ -19,7 +19,7 @@ BUILTIN_TOOLS: dict[str, Tool] = {
 
 
 def selectTools(names: Iterable[str] | None = None) -> dict[str, Tool]:
-    """The named built-in tools (all of them when C{names} is None)."""
+    """The named built-in tools (all of them when ``names`` is None)."""
     if names is None:
         return dict(BUILTIN_TOOLS)
     unknown = sorted(set(names) - set(BUILTIN_TOOLS))

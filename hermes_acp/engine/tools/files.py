@@ -26,7 +26,7 @@ _NUMBERED_LINE = re.compile(r"^\s*\d+\|")
 
 
 def checkTextPath(path: str) -> os.stat_result | None:
-    """The file's stat, None when it is missing, or a L{ToolError} for what cannot be text."""
+    """The file's stat, None when it is missing, or a ``ToolError`` for what cannot be text."""
     if path.startswith(("/dev/", "/proc/", "/sys/")):
         raise ToolError(f"{path} is a device or system file; refusing to use it")
     try:

@@ -9,7 +9,7 @@ Standard library only (``-S``: no site-packages). It walks ``ROOT`` skipping
 hidden and binary files, as ripgrep does (``.gitignore`` is not read), and
 prints one JSON array per line: ``[path, line, text]`` for MODE ``content``,
 ``[path]`` for ``files``. A bad pattern exits 2 with the reason on stderr, as
-ripgrep does. The parent imports :func:`globMatches` and :func:`nameGlob` from
+ripgrep does. The parent imports ``globMatches`` and ``nameGlob`` from
 here too, so both searches match names the same way.
 """
 

@@ -156,7 +156,7 @@ STRATEGIES: list[tuple[str, Callable[[str, str, str], list[Match]]]] = [
 
 
 def findMatches(content: str, old: str, new: str) -> tuple[str | None, list[Match]]:
-    """The first strategy that finds C{old} in C{content}, and its matches."""
+    """The first strategy that finds ``old`` in ``content``, and its matches."""
     for name, find in STRATEGIES:
         matches = find(content, old, new)
         if matches:
@@ -171,7 +171,7 @@ def replaceMatches(content: str, matches: list[Match]) -> str:
 
 
 def closestSections(content: str, old: str, count: int = 3) -> list[str]:
-    """The parts of C{content} most like C{old}, with line numbers, best first."""
+    """The parts of ``content`` most like ``old``, with line numbers, best first."""
     lines = content.split("\n")
     size = max(1, len(_trimBlankLines(old.split("\n"))))
     wanted = old.strip()

@@ -56,7 +56,10 @@ class PathLocks:
 
 @attrs.frozen
 class ToolContext:
-    """What a tool may use: the session's folder, I/O, approvals and state."""
+    """What one tool call may use: the session's folder, I/O, approvals and state.
+
+    ``approveCommand``, ``approveEdit`` and ``terminalStarted`` are bound to the
+    call, so the user is asked about this call and no other."""
 
     cwd: str
     workspace: Workspace
@@ -66,6 +69,7 @@ class ToolContext:
     todos: list[dict[str, str]]
     locks: PathLocks
     searchSessions: SessionSearch | None = None
+    terminalStarted: Callable[[str], object] = lambda terminalId: None
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
@@ -73,7 +77,7 @@ class ToolContext:
         return os.path.normpath(os.path.join(self.cwd, path))
 
     def display(self, path: str) -> str:
-        """C{path} relative to the session's folder when it is inside it."""
+        """``path`` relative to the session's folder when it is inside it."""
         relative = os.path.relpath(path, self.cwd)
         return path if relative.startswith("..") else relative
 
@@ -136,7 +140,7 @@ def _coerce(name: str, value: Any, spec: dict[str, Any]) -> Any:
 
 
 def checkArguments(tool: Tool, arguments: Any) -> dict[str, Any]:
-    """The arguments with defaults filled in, or a L{ToolError} that says what is wrong."""
+    """The arguments with defaults filled in, or a ``ToolError`` that says what is wrong."""
     if not isinstance(arguments, dict):
         raise ToolError(f"arguments for {tool.name} must be a JSON object")
     properties = tool.parameters["properties"]
@@ -162,7 +166,7 @@ def checkArguments(tool: Tool, arguments: Any) -> dict[str, Any]:
 
 def parseArguments(raw: str) -> Any:
     """Decode a tool call's JSON arguments (empty means none) under the rule of
-    :mod:`hermes_acp.safejson`: lone surrogates repaired, NaN, Infinity and deep
+    ``hermes_acp.safejson``: lone surrogates repaired, NaN, Infinity and deep
     nesting refused."""
     if not raw.strip():
         return {}

@@ -1,7 +1,7 @@
 """``search_files``: regex search in file contents, or file names by glob.
 
 ripgrep does the work when it is installed; otherwise the pure-Python search in
-:mod:`grep` gives the same result shape (it skips hidden and binary files as rg
+``grep`` gives the same result shape (it skips hidden and binary files as rg
 does, but does not read ``.gitignore``). Either way the matching runs in a
 child process that is killed when the turn is cancelled, when the search has
 found enough, or after ``SEARCH_TIMEOUT`` seconds: no pattern can hold the
@@ -56,7 +56,7 @@ class _Child:
     def lines(self) -> Iterator[str]:
         """Its output lines; it is killed when the consumer stops, the turn is
         cancelled or the deadline passes. Exit status 2 with a message is a
-        L{ToolError} (a bad pattern) when it printed nothing; with results, its
+        ``ToolError`` (a bad pattern) when it printed nothing; with results, its
         complaints about single files (permissions) do not spoil them."""
         try:
             process = subprocess.Popen(

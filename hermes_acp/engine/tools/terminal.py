@@ -22,7 +22,7 @@ def runTerminal(ctx: ToolContext, command: str, timeout: int, workdir: str | Non
         raise ToolError(verdict.message, {"command": command, "denied": True})
     timeout = min(timeout, MAX_TIMEOUT)
     try:
-        result = ctx.workspace.runCommand(command, cwd, float(timeout), ctx.cancelEvent)
+        result = ctx.workspace.runCommand(command, cwd, float(timeout), ctx.cancelEvent, onStarted=ctx.terminalStarted)
     except (WorkspaceError, OSError) as e:
         raise ToolError(f"cannot run the command: {e}") from e
     extras = {"command": command, "cwd": cwd, "exitCode": result.exitCode,

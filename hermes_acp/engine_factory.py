@@ -11,15 +11,11 @@ from zope.interface import implementer
 
 from .config import Endpoint
 from .interfaces import IAgentFactory
-from .sessions import SessionState
+from .options import reasoningEffort
+from .session_state import SessionState
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the engine is imported with the first agent, not with this module
     from .engine.agent import AIAgent
-
-
-def reasoningEffort(state: SessionState) -> str | None:
-    level = state.config.get("thought_level", "default")
-    return None if level == "default" else level
 
 
 @implementer(IAgentFactory)
@@ -35,7 +31,7 @@ class EngineAgentFactory:
     sessionSearch: Callable[[str, int], list[dict[str, Any]]] | None = None
 
     def buildAgent(self, session: SessionState) -> AIAgent:
-        from .engine.agent import AIAgent  # the engine loads with the first session's first turn
+        from .engine.agent import AIAgent
 
         agent = AIAgent(
             endpoint=self.endpointSource(),

@@ -1,0 +1,82 @@
+"""The models offered in the model picker and ``/model``: ``HERMES_MODELS``, else the
+endpoint's ``GET /models``, fetched in the background."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from twisted.internet.defer import Deferred, succeed
+from twisted.logger import Logger
+
+from .config import Endpoint
+from .oneshot import OneShot
+
+log = Logger()
+
+
+@attrs.define(eq=False)
+class ModelCatalog:
+    """The models offered: ``HERMES_MODELS``, else the endpoint's ``/models``
+    (fetched once per endpoint URL, in the background, never blocking a request;
+    a list fetched from another URL, before the endpoint changed, is not offered)."""
+
+    endpointSource: Callable[[], Endpoint]
+    runInThread: Callable[..., Deferred[Any]]
+    fetchModels: Callable[[Endpoint], list[str]]
+    onChange: Callable[[], None] = lambda: None
+    clock: Any = None
+    fetched: tuple[str, ...] = ()
+    #: The URL ``fetched`` came from, and the URL asked (or being asked) last.
+    fetchedFrom: str | None = None
+    _asked: str | None = None
+    _fetching: OneShot[None] | None = None  # while a model list is on its way
+
+    def _known(self, endpoint: Endpoint) -> tuple[str, ...]:
+        return self.fetched if self.fetchedFrom == endpoint.baseURL else ()
+
+    def models(self) -> list[str]:
+        endpoint = self.endpointSource()
+        found = list(endpoint.models or self._known(endpoint))
+        if endpoint.model and endpoint.model not in found:
+            found.insert(0, endpoint.model)
+        return found
+
+    def refresh(self) -> None:
+        endpoint = self.endpointSource()
+        url = endpoint.baseURL
+        if endpoint.models or not url or self._asked == url:
+            return
+        self._asked = url
+        self._fetching = fetching = OneShot()
+        d = self.runInThread(self.fetchModels, endpoint)
+
+        def fetched(models: list[str]) -> None:
+            if self._asked != url:
+                return  # the endpoint changed meanwhile
+            self.fetched, self.fetchedFrom = tuple(str(m) for m in models or ()), url
+            if self.fetched:
+                self.onChange()
+
+        def failed(failure: Any) -> None:
+            if self._asked == url:
+                self._asked = None  # try again with the next session
+            log.warn("could not list models at {url}: {error}", url=url, error=failure.getErrorMessage())
+
+        def settled(_: Any) -> None:
+            if self._fetching is fetching:
+                self._fetching = None
+            fetching.fire(None)
+
+        d.addCallbacks(fetched, failed)
+        d.addBoth(settled)
+
+    def settled(self, timeout: float) -> Deferred[None]:
+        """Fires once no model list is on its way, or after ``timeout`` seconds."""
+        if self._fetching is None:
+            return succeed(None)
+        waiter = self._fetching.when()
+        if self.clock is not None:
+            waiter.addTimeout(timeout, self.clock, onTimeoutCancel=lambda result, timeout: None)
+        return waiter

@@ -1,0 +1,68 @@
+"""One session's record, live in memory: ``SessionState``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from twisted.internet.interfaces import IDelayedCall
+
+from .engine.edits import EDIT_MODES
+from .store import SessionRecord, timestamp
+
+
+@attrs.define(eq=False)
+class SessionState:
+    """One session's record, live in memory: its settings, history and journal
+    buffer. Touched only in the reactor thread. Its turns are scheduled by the
+    turn queue, its engine agent is owned by its options (``SessionOptions``)."""
+
+    sessionId: str
+    cwd: str
+    additionalDirectories: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    model: str | None = None
+    mode: str = "default"
+    config: dict[str, Any] = attrs.field(factory=dict)
+    title: str | None = None
+    createdAt: str = attrs.field(factory=timestamp)
+    updatedAt: str = attrs.field(default=attrs.Factory(lambda self: self.createdAt, takes_self=True))
+    history: list[dict[str, Any]] = attrs.field(factory=list)
+    turnNumber: int = 0  # the number of the last turn begun (the store's count)
+    contextUsed: int = 0
+    usageTotals: dict[str, int] = attrs.field(factory=dict)
+    journal: list[dict[str, Any]] = attrs.field(factory=list)
+    flushCall: IDelayedCall | None = None
+    announced: bool = False  # its new/load/resume/fork response has been written
+
+    @classmethod
+    def fromRecord(cls, record: SessionRecord, history: list[dict[str, Any]]) -> SessionState:
+        return cls(
+            sessionId=record.sessionId,
+            cwd=record.cwd,
+            additionalDirectories=record.additionalDirectories,
+            model=record.model,
+            mode=record.mode if record.mode in EDIT_MODES else "default",
+            config=dict(record.config),
+            title=record.title,
+            createdAt=record.createdAt,
+            updatedAt=record.updatedAt,
+            history=history,
+            turnNumber=record.turn,
+        )
+
+    def record(self) -> SessionRecord:
+        return SessionRecord(
+            sessionId=self.sessionId,
+            cwd=self.cwd,
+            additionalDirectories=self.additionalDirectories,
+            title=self.title,
+            model=self.model,
+            mode=self.mode,
+            config=self.config,
+            createdAt=self.createdAt,
+            updatedAt=self.updatedAt,
+        )
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        return (self.cwd, *self.additionalDirectories)

@@ -1,0 +1,76 @@
+"""A turn observer for engine tests: records everything a run reports, from any thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from zope.interface import implementer
+
+from hermes_acp.engine.approval import REJECT_ONCE
+from hermes_acp.interfaces import ITurnObserver
+
+
+@implementer(ITurnObserver)
+class RecordingObserver:
+    """Records the run; answers approval questions with ``commandAnswer`` and
+    ``editAnswer`` (a word of ``engine.approval``, or a function of the question)."""
+
+    def __init__(self, commandAnswer: Any = REJECT_ONCE, editAnswer: Any = REJECT_ONCE) -> None:
+        self.lock = threading.Lock()
+        self.texts: list[str] = []
+        self.thoughts: list[str] = []
+        self.events: list[tuple[str, str, str, Any, dict[str, Any]]] = []
+        self.commands: list[tuple[str, str, str]] = []
+        self.edits: list[tuple[str, Any]] = []
+        self.terminals: list[tuple[str, str]] = []
+        self.commandAnswer = commandAnswer
+        self.editAnswer = editAnswer
+        self.gotText = threading.Event()
+        self.startedTool = threading.Event()
+
+    def text(self, delta: str) -> None:
+        self.texts.append(delta)
+        self.gotText.set()
+
+    def thought(self, delta: str) -> None:
+        self.thoughts.append(delta)
+
+    def toolStarted(self, callId: str, name: str, arguments: dict[str, Any], extras: dict[str, Any]) -> None:
+        with self.lock:
+            self.events.append(("started", name, callId, arguments, extras))
+        self.startedTool.set()
+
+    def toolEnded(self, callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None:
+        with self.lock:
+            self.events.append(("failed" if failed else "finished", name, callId, result, extras))
+
+    def approveCommand(self, callId: str, command: str, reason: str) -> str:
+        with self.lock:
+            self.commands.append((callId, command, reason))
+        return _answer(self.commandAnswer, command)
+
+    def approveEdit(self, callId: str, proposal: Any) -> str:
+        with self.lock:
+            self.edits.append((callId, proposal))
+        return _answer(self.editAnswer, proposal)
+
+    def terminalStarted(self, callId: str, terminalId: str) -> None:
+        self.terminals.append((callId, terminalId))
+
+    def ends(self) -> dict[str, str]:
+        """call id -> how it ended; fails if a call ended twice or never started."""
+        started = {e[2] for e in self.events if e[0] == "started"}
+        ended: dict[str, str] = {}
+        for event, _, callId, _, _ in self.events:
+            if event != "started":
+                assert callId in started and callId not in ended
+                ended[callId] = event
+        assert set(ended) == started
+        return ended
+
+
+def _answer(answer: Any, question: Any) -> str:
+    result: str = answer(question) if isinstance(answer, Callable) else answer  # type: ignore[arg-type]
+    return result
