@@ -26,6 +26,7 @@ STREAM_DELTA = ("The quick brown fox jumps over the lazy dog. " * 3)[:99] + "\n"
 STREAM_DELTAS = 4000
 STREAM_CHARS = len(STREAM_DELTA) * STREAM_DELTAS
 TOOL_CALLS = 5
+COMMANDS = 10
 HISTORY_TURNS = 100
 LATE_TURNS = 10
 RSS_SESSIONS = 50
@@ -42,6 +43,11 @@ SCRIPT: dict[str, Any] = {
             *([{"tool_calls": [{"id": f"read{n}", "name": "read_file", "arguments": {"path": "notes.txt"}}]}]
               for n in range(TOOL_CALLS)),
             [{"text": f"Read notes.txt {TOOL_CALLS} times."}],
+        ]},
+        {"match": "[commands]", "responses": [
+            *([{"tool_calls": [{"id": f"run{n}", "name": "terminal", "arguments": {"command": "true"}}]}]
+              for n in range(COMMANDS)),
+            [{"text": f"Ran true {COMMANDS} times."}],
         ]},
         {"match": "[stream]", "responses": [[{"text": STREAM_DELTA, "times": STREAM_DELTAS}]]},
         {"match": "[second]", "responses": [[{"stall": 1.0}, {"text": "One second later."}]]},
@@ -236,6 +242,68 @@ async def caseTools(b: Bench) -> list[Result]:
                    note=f"{TOOL_CALLS} sequential `read_file` calls, {TOOL_CALLS + 1} model requests; the session's second turn")]
 
 
+async def caseSandbox(b: Bench) -> list[Result]:
+    """Turns of ten `true` commands, with the sandbox and with it off (where `true`,
+    a known read-only command, runs unasked too), in alternating agents; the
+    difference per command is what the sandbox costs."""
+    from hermes_acp.engine.sandbox import probe
+
+    support = probe()
+    if not support.available:
+        return [Result("command in the sandbox", [0.0], "ms", note=f"skipped: {support.reason}")]
+    perCommand: dict[str, list[float]] = {"auto": [], "off": []}
+    for n in range(b.runs.toolTurns):
+        for setting in ("auto", "off"):
+            agent = await b.ready(HERMES_ACP_SANDBOX=setting)
+            sessionId = await b.warmSession(agent)
+            await agent.prompt(sessionId, "[commands] warm the sandbox")
+            elapsed, _ = await agent.prompt(sessionId, f"[commands] turn {n}")
+            perCommand[setting].append(elapsed / COMMANDS)
+            await b.close(agent)
+    added = [on - off for on, off in zip(perCommand["auto"], perCommand["off"], strict=True)]
+    plain, confined = spawnPairs(Path(b.workspace), 20 * b.runs.toolTurns)
+    return [
+        Result("start and wait for `/bin/true`, no sandbox", plain, "ms",
+               note="`engine.processes.spawn` in the bench process (the floor)"),
+        Result("start and wait for `/bin/true` in the sandbox", confined, "ms",
+               note="the same, through the policy's spawner thread"),
+        Result("what the sandbox adds to starting a process", [c - p for c, p in zip(confined, plain, strict=True)],
+               "ms", 0.005, "≤ 5 ms", "per alternating pair"),
+        Result("`terminal` call, sandbox off", perCommand["off"], "ms",
+               note=f"turn of {COMMANDS} `true` commands ÷ {COMMANDS} (a model request each)"),
+        Result("`terminal` call in the Landlock sandbox", perCommand["auto"], "ms",
+               note=f"the same turn with HERMES_ACP_SANDBOX=auto (ABI {support.abi})"),
+        Result("what the sandbox adds to a command", added, "ms", 0.005, "≤ 5 ms",
+               "per alternating pair of agents: sandboxed − off"),
+    ]
+
+
+def spawnPairs(workspace: Path, runs: int) -> tuple[list[float], list[float]]:
+    """Seconds to start and reap `/bin/true`, without and with the session's sandbox, alternating."""
+    import os
+    import subprocess
+
+    from hermes_acp.engine import processes
+    from hermes_acp.engine.sandbox import policyFor
+
+    policy = policyFor([str(workspace)])
+
+    def once(policy: Any) -> float:
+        started = time.perf_counter()
+        process, _ = processes.spawn(["/bin/true"], str(workspace), dict(os.environ), policy,
+                                     stdout=subprocess.DEVNULL)
+        process.wait(30)
+        processes.release(process)
+        return time.perf_counter() - started
+
+    once(policy)  # the spawner thread confines itself once
+    plain, confined = [], []
+    for _ in range(runs):
+        plain.append(once(None))
+        confined.append(once(policy))
+    return plain, confined
+
+
 async def caseStream(b: Bench) -> list[Result]:
     agent = await b.ready()
     samples, chunks = [], []
@@ -366,6 +434,7 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "session": caseSessionNew,
     "turn": caseTurn,
     "tools": caseTools,
+    "sandbox": caseSandbox,
     "stream": caseStream,
     "concurrent": caseConcurrent,
     "cancel": caseCancel,

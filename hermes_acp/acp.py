@@ -63,7 +63,7 @@ class ACPServer:
         self.store = store
         self.workers = workers
         self.endpointSource = endpointSource
-        self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, store.searchNow)
+        self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, store.searchNow, settings)
         self.client = ClientInfo()
         self.loggedOut = False
         self._warm = False
@@ -80,7 +80,7 @@ class ACPServer:
         options = SessionOptions(store, updates, catalog, self.agentFactory)
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
-        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings.contextWindow)
+        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings)
 
         def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
             return ClientWorkspace(reactor, state.sessionId, request, readFiles=client.fs("readTextFile"),
@@ -145,7 +145,7 @@ class ACPServer:
                 {
                     "id": endpoint.provider,
                     "name": f"Use the configured {endpoint.provider} endpoint",
-                    "description": f"Model {endpoint.model} at {endpoint.baseURL}, "
+                    "description": f"Model {endpoint.model} at {endpoint.shownURL}, "
                     "configured in $HERMES_HOME/.env or the environment.",
                 }
             )

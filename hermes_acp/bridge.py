@@ -25,7 +25,7 @@ from .threads import callInReactor
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
-    from .engine.edits import EditProposal
+    from .engine.access import EditProposal
 
 log = Logger()
 
@@ -140,6 +140,8 @@ class TurnEvents(Protocol):
 
     def askEdit(self, callId: str, proposal: EditProposal) -> Deferred[str]: ...
 
+    def askRead(self, callId: str, path: str, reason: str) -> Deferred[str]: ...
+
 
 @implementer(ITurnObserver)
 @attrs.frozen
@@ -171,4 +173,8 @@ class BridgedObserver:
 
     def approveEdit(self, callId: str, proposal: EditProposal) -> str:
         answer: str = self.bridge.call(self.turn.askEdit, callId, proposal)
+        return answer
+
+    def approveRead(self, callId: str, path: str, reason: str) -> str:
+        answer: str = self.bridge.call(self.turn.askRead, callId, path, reason)
         return answer

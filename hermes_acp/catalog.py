@@ -62,7 +62,7 @@ class ModelCatalog:
         def failed(failure: Any) -> None:
             if self._asked == url:
                 self._asked = None  # try again with the next session
-            log.warn("could not list models at {url}: {error}", url=url, error=failure.getErrorMessage())
+            log.warn("could not list models at {url}: {error}", url=endpoint.shownURL, error=failure.getErrorMessage())
 
         def settled(_: Any) -> None:
             if self._fetching is fetching:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 from . import __version__
+from .engine.sandbox import describe
 from .config import ConfigError, Settings, envFile, hermesHome, resolveEndpoint, stateDatabase
 
 
@@ -44,18 +45,20 @@ def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
     if stateIssue:
         problems.append(stateIssue)
     try:
-        Settings.fromEnv(env)
+        settings = Settings.fromEnv(env)
     except ConfigError as e:
         problems.append(str(e))
+        settings = Settings()
     rows = [
         ("version", __version__),
         ("home", str(hermesHome(env))),
         ("config file", f"{dotenv} ({'found' if dotenv.is_file() else 'not found'})"),
         ("provider", endpoint.provider),
-        ("endpoint", endpoint.baseURL or "(none)"),
+        ("endpoint", endpoint.shownURL),
         ("model", endpoint.model or "(none)"),
         ("API key", "present" if endpoint.keyPresent else "not set"),
         ("state.db", f"{state} ({'not writable' if stateIssue else 'writable'})"),
+        ("commands", describe(settings.sandbox != "off", settings.sandboxNetwork)),
     ]
     for name, value in rows:
         out.write(f"{name + ':':13}{value}\n")

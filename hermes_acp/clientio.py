@@ -12,7 +12,7 @@ import json
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
@@ -30,6 +30,10 @@ from .engine.workspace import (
 )
 from .jsonrpc import RemoteError
 from .threads import callInReactor
+
+if TYPE_CHECKING:
+    from .engine.processes import Limits
+    from .engine.sandbox import Policy
 
 log = Logger()
 
@@ -82,6 +86,11 @@ class ClientWorkspace:
         except FAILURES as e:
             raise WorkspaceError(f"{method} did not complete ({type(e).__name__})") from e
 
+    @property
+    def localCommands(self) -> bool:
+        """Commands run here when the editor has no terminals; else the editor confines them."""
+        return not self.terminals
+
     def readText(self, path: str) -> str:
         if not self.readFiles:
             return self.local.readText(path)
@@ -108,9 +117,10 @@ class ClientWorkspace:
     def runCommand(
         self, command: str, cwd: str, timeout: float, cancelEvent: threading.Event,
         outputLimit: int = DEFAULT_OUTPUT_LIMIT, onStarted: Callable[[str], object] | None = None,
+        policy: Policy | None = None, limits: Limits | None = None,
     ) -> CommandResult:
         if not self.terminals:
-            return self.local.runCommand(command, cwd, timeout, cancelEvent, outputLimit)
+            return self.local.runCommand(command, cwd, timeout, cancelEvent, outputLimit, None, policy, limits)
         if cancelEvent.is_set():
             return CommandResult(output="", exitCode=None, cancelled=True)
         terminalId = callInReactor(self.reactor, lambda: Deferred.fromCoroutine(self._create(command, cwd, outputLimit)))

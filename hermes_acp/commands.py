@@ -17,8 +17,8 @@ import attrs
 from . import __version__
 from .catalog import ModelCatalog
 from .client import ClientInfo
-from .config import Endpoint, stateDatabase
-from .engine.edits import EDIT_MODES
+from .config import Endpoint, Settings, stateDatabase
+from .engine.access import EDIT_MODES
 from .interfaces import ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import JSONRPCError
 from .options import MODE_INFO
@@ -78,7 +78,7 @@ class Commands:
     catalog: ModelCatalog
     client: ClientInfo
     endpointSource: Callable[[], Endpoint]
-    contextWindow: int
+    settings: Settings
 
     async def run(self, state: SessionState, name: str, argument: str) -> str:
         """The command's reply text; a bad argument is explained, not raised."""
@@ -129,7 +129,7 @@ class Commands:
         roles: dict[str, int] = {}
         for message in state.history:
             roles[message.get("role", "?")] = roles.get(message.get("role", "?"), 0) + 1
-        size, used = self.contextWindow, state.contextUsed
+        size, used = self.settings.contextWindow, state.contextUsed
         counts = ", ".join(f"{n} {role}" for role, n in sorted(roles.items()))
         return "\n".join([
             "| | |",
@@ -142,7 +142,7 @@ class Commands:
     async def _reset(self, state: SessionState, argument: str) -> str:
         await self.store.replaceHistory(state, [])
         state.contextUsed = 0
-        self.updates.send(state, {"sessionUpdate": "usage_update", "used": 0, "size": self.contextWindow})
+        self.updates.send(state, {"sessionUpdate": "usage_update", "used": 0, "size": self.settings.contextWindow})
         return "Conversation history cleared. The model starts fresh; the transcript above stays for you."
 
     async def _title(self, state: SessionState, argument: str) -> str:
@@ -160,17 +160,27 @@ class Commands:
         lines = ["Token usage since the agent started:", "", "| tokens | count |", "|---|---|"]
         return "\n".join(lines + [f"| {k} | {v:,} |" for k, v in totals.items()])
 
+    def _protection(self) -> str:
+        from .engine.sandbox import describe
+
+        local = describe(self.settings.sandbox != "off", self.settings.sandboxNetwork)
+        if self.client.terminal:
+            return ("run in the editor's terminals, which the editor confines (dangerous ones still ask); "
+                    f"searches: {local}")
+        return local
+
     async def _doctor(self, state: SessionState, argument: str) -> str:
         endpoint = self.endpointSource()
         key = "present" if endpoint.keyPresent else "not set"
         rows = [
             ("Version", f"hermes-acp {__version__} on Python {platform.python_version()} ({sys.platform})"),
             ("Libraries", f"Twisted {_version('twisted')}, openai {_version('openai')}"),
-            ("Endpoint", f"{endpoint.baseURL or '(none)'} (provider {endpoint.provider}, key {key})"),
+            ("Endpoint", f"{endpoint.shownURL} (provider {endpoint.provider}, key {key})"),
             ("Model", f"`{state.model}`"),
             ("Problems", "; ".join(endpoint.problems()) or "none"),
             ("Client", f"{self.client.info.get('name', 'unknown')} {self.client.info.get('version', '')}".rstrip()),
             ("Client offers", ", ".join(self.client.offers()) or "nothing beyond the basics"),
+            ("Commands", self._protection()),
             ("Session state", str(stateDatabase())),
             ("Logs", "stderr of this process (your editor's agent log); `hermes-acp --check` from a terminal"),
         ]

@@ -1,16 +1,23 @@
-"""Where hermes-acp keeps its state and which model endpoint it talks to.
+"""Where hermes-acp keeps its state (private to the user: ``privateFolder``,
+``privateFile``) and which model endpoint it talks to.
 
 Pure Python (no Twisted): the agent engine, ``--check`` and ``--setup`` all use it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
+
+from .engine.secrets import redactURL
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
 DEFAULT_THREADS = 16
@@ -45,6 +52,53 @@ def stateDatabase(env: Mapping[str, str] | None = None) -> Path:
     return hermesHome(env) / "state.db"
 
 
+def privateFolder(path: Path) -> None:
+    """Make the folder ``path`` (and its missing parents) exist, private to the
+    user: a new one is made 0700 whatever the umask, an existing one that the
+    group or others can use is tightened (``tightenIfShared``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        tightenIfShared(path)
+    else:
+        os.chmod(path, 0o700)
+
+
+def privateFile(path: Path) -> None:
+    """Make the file ``path`` exist, private to the user: a new one is made
+    (empty) 0600 whatever the umask, an existing one that the group or others
+    can use is tightened (``tightenIfShared``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        tightenIfShared(path)
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+def tightenIfShared(path: Path) -> None:
+    """Take the group's and others' access to ``path`` away, if it exists and
+    has any, and log that it had; a failure to is logged as a warning."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:  # not there (or not ours to look at): nothing to tighten
+        return
+    if not mode & 0o077:
+        return
+    try:
+        os.chmod(path, mode & 0o700)
+    except OSError as e:
+        log.warning("%s can be read by others (mode %04o) and could not be made private: %s", path, mode, e)
+    else:
+        log.info("%s could be read by others (mode %04o); it is now private to you (%04o)", path, mode, mode & 0o700)
+
+
 def loadDotenv(env: Mapping[str, str] | None = None) -> Path | None:
     """Load ``$HERMES_HOME/.env`` into ``os.environ`` (it wins over the shell).
 
@@ -64,7 +118,7 @@ class Endpoint:
     """An OpenAI-compatible endpoint, its key and the default model."""
 
     provider: str
-    baseURL: str | None
+    baseURL: str | None = attrs.field(repr=lambda url: repr(url and redactURL(url)))
     apiKey: str | None = attrs.field(repr=False, default=None)
     model: str | None = None
     models: tuple[str, ...] = ()
@@ -72,6 +126,11 @@ class Endpoint:
     @property
     def keyPresent(self) -> bool:
         return bool(self.apiKey)
+
+    @property
+    def shownURL(self) -> str:
+        """The base URL as it may be shown or logged: a password in it redacted."""
+        return redactURL(self.baseURL) if self.baseURL else "(none)"
 
     def problems(self) -> list[str]:
         """What stops a turn from running, in words a user can act on."""
@@ -109,6 +168,16 @@ def envInt(env: Mapping[str, str], name: str, default: int, minimum: int = 1) ->
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def envChoice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (case-insensitive; missing or empty gives the first)."""
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return choices[0]
+    if raw not in choices:
+        raise ConfigError(f"{name} must be {' or '.join(choices)}, got {raw!r}")
+    return raw
 
 
 def envSeconds(env: Mapping[str, str], name: str, default: float) -> float:
@@ -158,6 +227,13 @@ class Settings:
     threads: int = DEFAULT_THREADS
     permissionTimeout: float = DEFAULT_PERMISSION_TIMEOUT
     contextWindow: int = DEFAULT_CONTEXT_WINDOW
+    #: Commands: sandboxed where the machine can ("auto") or never ("off"); with
+    #: the network or without; extra writable folders; per-command limits.
+    sandbox: str = "auto"
+    sandboxNetwork: bool = True
+    sandboxWritable: tuple[str, ...] = ()
+    commandProcesses: int | None = None
+    commandCpuSeconds: int | None = None
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -168,4 +244,10 @@ class Settings:
             threads=envInt(env, "HERMES_ACP_THREADS", DEFAULT_THREADS),
             permissionTimeout=envSeconds(env, "HERMES_ACP_PERMISSION_TIMEOUT", DEFAULT_PERMISSION_TIMEOUT),
             contextWindow=envInt(env, "HERMES_CONTEXT_WINDOW", DEFAULT_CONTEXT_WINDOW, minimum=1024),
+            sandbox=envChoice(env, "HERMES_ACP_SANDBOX", ("auto", "off")),
+            sandboxNetwork=envChoice(env, "HERMES_ACP_SANDBOX_NETWORK", ("on", "off")) == "on",
+            sandboxWritable=tuple(os.path.abspath(os.path.expanduser(p))
+                                  for p in env.get("HERMES_ACP_SANDBOX_WRITABLE", "").split(os.pathsep) if p.strip()),
+            commandProcesses=envInt(env, "HERMES_ACP_COMMAND_MAX_PROCESSES", 0, minimum=1) or None,
+            commandCpuSeconds=envInt(env, "HERMES_ACP_COMMAND_CPU_SECONDS", 0, minimum=1) or None,
         )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from zope.interface import implementer
 
-from .config import Endpoint
+from .config import Endpoint, Settings
 from .interfaces import IAgentFactory
 from .options import reasoningEffort
 from .session_state import SessionState
@@ -23,23 +23,34 @@ if TYPE_CHECKING:  # the engine is imported with the first agent, not with this 
 class EngineAgentFactory:
     """The built-in engine, bound to the configured endpoint.
 
-    ``sessionSearch(query, limit)`` backs the ``session_search`` tool; it is
-    called from the agent's tool threads.
+    ``sessionSearch(query, limit, cwd)`` (``ISessionStore.searchNow``) backs the
+    ``session_search`` tool; it is called from the agent's tool threads. Each agent
+    gets it bound to its session's folder (``projectSearch``), so a search stays in
+    the session's project unless the model asks for all projects.
     """
 
     endpointSource: Callable[[], Endpoint]
-    sessionSearch: Callable[[str, int], list[dict[str, Any]]] | None = None
+    sessionSearch: Callable[[str, int, str | None], list[dict[str, Any]]] | None = None
+    settings: Settings = Settings()
 
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
+        from .engine.processes import Limits
+        from .engine.sandbox import policyFor, probe
+
+        settings = self.settings
+        folders = (session.cwd, *session.additionalDirectories)
 
         agent = AIAgent(
             endpoint=self.endpointSource(),
             cwd=session.cwd,
             model=session.model,
             additionalDirectories=session.additionalDirectories,
-            sessionSearch=self.sessionSearch,
+            sessionSearch=projectSearch(self.sessionSearch, session.cwd),
             reasoningEffort=reasoningEffort(session),
+            sandbox=policyFor(folders, settings.sandboxNetwork, settings.sandboxWritable)
+            if settings.sandbox != "off" and probe().available else None,
+            limits=Limits(settings.commandProcesses, settings.commandCpuSeconds),
         )
         agent.setEditMode(session.mode)
         return agent
@@ -49,3 +60,13 @@ class EngineAgentFactory:
         agent.model = session.model or agent.model
         agent.reasoningEffort = reasoningEffort(session)
         agent.setEditMode(session.mode)
+
+
+def projectSearch(
+    search: Callable[[str, int, str | None], list[dict[str, Any]]] | None, cwd: str
+) -> Callable[[str, int, bool], list[dict[str, Any]]] | None:
+    """``search`` as the ``session_search`` tool calls it, ``(query, limit, allProjects)``:
+    in the sessions under ``cwd`` (the session's project), or in all of them."""
+    if search is None:
+        return None
+    return lambda query, limit, allProjects: search(query, limit, None if allProjects else cwd)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # for annotations only; none of these imports this module
 
     from twisted.internet.defer import Deferred
 
-    from .engine.edits import EditProposal
+    from .engine.access import EditProposal
     from .engine.result import TurnResult
     from .engine.tools.registry import Tool
     from .engine.workspace import Workspace
@@ -49,6 +49,10 @@ class ITurnObserver(Interface):
 
     def approveEdit(callId: str, proposal: EditProposal) -> str:
         """Ask the user about an edit; an answer of ``ANSWERS``."""
+
+    def approveRead(callId: str, path: str, reason: str) -> str:
+        """Ask the user whether the model may read ``path`` (``reason`` says why it
+        asks: a secret, or outside the workspace); an answer of ``ANSWERS``."""
 
     def terminalStarted(callId: str, terminalId: str) -> None:
         """The editor made a terminal for the call's command."""
@@ -214,8 +218,9 @@ class ISessionStore(Interface):
     def replaceHistory(state: SessionState, messages: list[dict[str, Any]]) -> Awaitable[None]:
         """Replace the conversation the model sees."""
 
-    def searchNow(query: str, limit: int) -> list[dict[str, Any]]:
-        """Full-text search over stored messages; blocks, so only from a worker thread."""
+    def searchNow(query: str, limit: int, cwd: str | None = None) -> list[dict[str, Any]]:
+        """Full-text search over stored messages; blocks, so only from a worker thread.
+        ``cwd`` keeps the sessions in that folder or below it (one project); None, all."""
 
     def close() -> Deferred[None]:
         """Flush every journal and close the database (at shutdown)."""

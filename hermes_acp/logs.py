@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
-import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import IO
 
 from twisted.logger import (
@@ -19,22 +17,7 @@ from twisted.logger import (
 )
 from zope.interface import implementer
 
-_SECRET_NAME = re.compile(r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD)$")
-REDACTED = "[REDACTED]"
-
-
-def secretValues(env: Mapping[str, str] | None = None) -> list[str]:
-    """Values of environment variables that hold credentials."""
-    env = os.environ if env is None else env
-    return sorted(
-        {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 8}, key=len, reverse=True
-    )
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, REDACTED)
-    return text
+from .engine.secrets import redact, secretValues
 
 
 @implementer(ILogObserver)

@@ -11,7 +11,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from .catalog import ModelCatalog
-from .engine.edits import EDIT_MODES as MODES
+from .engine.access import EDIT_MODES as MODES
 from .interfaces import IAgentFactory, IEngineAgent, ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import InvalidParams
 from .session_state import SessionState
@@ -19,9 +19,9 @@ from .session_state import SessionState
 log = Logger()
 
 MODE_INFO = {
-    "default": ("Default", "Ask before every file edit and every dangerous command."),
-    "accept_edits": ("Accept Edits", "Edit files inside the workspace without asking; sensitive paths still ask."),
-    "dont_ask": ("Don't Ask", "Edit files without asking; sensitive paths and dangerous commands still ask."),
+    "default": ("Default", "Ask before every file edit, every read outside the workspace and every dangerous command."),
+    "accept_edits": ("Accept Edits", "Edit files inside the workspace without asking; secrets and protected files still ask."),
+    "dont_ask": ("Don't Ask", "Edit and read files without asking; secrets, protected files and dangerous commands still ask."),
 }
 THOUGHT_LEVELS = {
     "default": "The model's default reasoning",

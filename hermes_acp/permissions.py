@@ -29,6 +29,12 @@ _NAMES = {
         REJECT_ONCE: "Reject",
         REJECT_ALWAYS: "Reject edits to this file for this session",
     },
+    "read": {
+        ALLOW_ONCE: "Allow this read",
+        ALLOW_ALWAYS: "Allow reads in this folder for this session (secrets still ask)",
+        REJECT_ONCE: "Reject",
+        REJECT_ALWAYS: "Reject reads of this path for this session",
+    },
     "execute": {
         ALLOW_ONCE: "Run once",
         ALLOW_ALWAYS: "Always allow this command in this session",

@@ -131,12 +131,14 @@ class Renderer:
             glob = f" ({args['file_glob']})" if args.get("file_glob") else ""
             return f"Search {what} {_oneLine(str(args.get('pattern', '')), 60)!r} in {path}{glob}"
         if name == "terminal":
-            return f"Run {_oneLine(str(args.get('command', '')))}"
+            outside = " outside the sandbox" if args.get("outside_sandbox") is True else ""
+            return f"Run{outside} {_oneLine(str(args.get('command', '')))}"
         if name == "todo":
             count = len(args.get("todos") or [])
             return f"Update plan ({count} item{'s' if count != 1 else ''})"
         if name == "session_search":
-            return f"Search past sessions for {_oneLine(str(args.get('query', '')), 60)!r}"
+            where = " in all projects" if args.get("all_projects") is True else ""
+            return f'Search past sessions{where}: "{_oneLine(str(args.get("query", "")), 60)}"'
         return name
 
     def locations(self, name: str, args: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]]:
@@ -196,6 +198,8 @@ class Renderer:
             body = str(extras["output"])
             shown = fenced(truncateMiddle(body, CONTENT_LIMIT)) if body.strip() else "(no output)"
             content.append(textContent(f"{shown}\n{_commandStatus(text, failed, extras)}"))
+            if extras.get("sandboxNote"):
+                content.append(textContent(str(extras["sandboxNote"])))
         elif failed or name != "todo":
             summary = text if failed or name not in ("write_file", "patch") else text.split("\n", 1)[0]
             content.append(textContent(fenced(truncateMiddle(summary, CONTENT_LIMIT))))
@@ -214,6 +218,10 @@ class Renderer:
         if "newText" in detail:
             call["content"] = [self.diff(detail)]
             call["locations"] = [{"path": self.absolute(detail["path"])}]
+        elif "command" not in detail:  # a read: which path, and why it asks
+            path = self.absolute(detail["path"])
+            call["content"] = [textContent(f"This {detail['reason']}:\n{fenced(path)}")]
+            call["locations"] = [{"path": path}]
         else:
             command = str(detail.get("command", ""))
             call["content"] = [textContent(f"{detail.get('reason', 'This command needs approval')}\n{fenced(command, 'sh')}")]

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 from twisted.internet.interfaces import IDelayedCall
 
-from .engine.edits import EDIT_MODES
+from .engine.access import EDIT_MODES
 from .store import SessionRecord, timestamp
 
 

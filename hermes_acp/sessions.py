@@ -255,7 +255,8 @@ class SessionManager:
         state.history = list(messages)
         await self.call("replaceMessages", state.sessionId, messages)
 
-    def searchNow(self, query: str, limit: int) -> list[dict[str, Any]]:
-        """Full-text search over stored messages, from a worker thread (blocks)."""
-        return self._database().searchMessages(query, limit)
+    def searchNow(self, query: str, limit: int, cwd: str | None = None) -> list[dict[str, Any]]:
+        """Full-text search over stored messages, from a worker thread (blocks); ``cwd``
+        keeps the sessions in that folder or below it (one project), None keeps all."""
+        return self._database().searchMessages(query, limit, cwd)
 

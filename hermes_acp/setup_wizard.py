@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from .config import PROVIDERS, envFile
+from .config import PROVIDERS, envFile, privateFolder
+from .engine.secrets import redactURL
 
 CHOICES = [
     ("openrouter", "OpenRouter"),
@@ -42,7 +43,7 @@ def checkURL(provider: str, url: str | None) -> str:
     if not url:
         raise SetupError("a custom provider needs a base URL (e.g. http://localhost:11434/v1)")
     if not re.match(r"^https?://[^/\s]", url):
-        raise SetupError(f"the base URL must start with http:// or https:// and a host, got {url!r}")
+        raise SetupError(f"the base URL must start with http:// or https:// and a host, got {redactURL(url)!r}")
     return url.rstrip("/")
 
 
@@ -84,8 +85,9 @@ def _quote(value: str) -> str:
 
 
 def writeEnv(path: Path, values: Mapping[str, str]) -> None:
-    """Merge ``values`` into the file, dropping our stale keys; mode 0600, atomic."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Merge ``values`` into the file, dropping our stale keys; mode 0600, atomic,
+    in a folder private to the user (``config.privateFolder``)."""
+    privateFolder(path.parent)
     kept = []
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -95,9 +97,9 @@ def writeEnv(path: Path, values: Mapping[str, str]) -> None:
     kept += [f"{key}={_quote(value)}" for key, value in values.items()]
     temporary = path.with_name(path.name + ".tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # before the key is in it: a stale file may have been 0644, and the umask counts
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write("\n".join(kept) + "\n")
-    os.chmod(temporary, 0o600)
     os.replace(temporary, path)
 
 

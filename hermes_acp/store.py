@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 
 from hermes_acp import migrations, safejson
+from hermes_acp.config import privateFile, privateFolder, tightenIfShared
 from hermes_acp.migrations import cwdKey
 
 __all__ = [
@@ -207,6 +208,18 @@ def _record(row: tuple[Any, ...]) -> SessionRecord:
     )
 
 
+def _projectFilter(cwd: str | None) -> tuple[str, tuple[str, ...]]:
+    """The SQL condition (on ``s.cwd_key``) and its parameters that keep sessions in
+    ``cwd`` or below it; nothing for None. "Below" is a range of keys, not ``LIKE``, so
+    no character of a folder's name is a wildcard: keys under ``/a/b`` start with
+    ``/a/b/``, and ``0`` is the character after ``/``."""
+    if cwd is None:
+        return "", ()
+    key = cwdKey(cwd)
+    below = key.rstrip("/") + "/"
+    return " AND (s.cwd_key = ? OR (s.cwd_key >= ? AND s.cwd_key < ?))", (key, below, below[:-1] + "0")
+
+
 def _checkUpdates(updates: Iterable[Any]) -> list[dict[str, Any]]:
     updates = list(updates)
     for update in updates:
@@ -286,18 +299,24 @@ class SessionDB:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         """Open or create the file (and its folders) and migrate it to the current schema.
 
+        The file holds every conversation, so it is private to the user: its folder 0700,
+        the file and its ``-wal``/``-shm`` companions 0600 (made so whatever the umask, and
+        tightened when an older one was not).
+
         Raises ``StoreError`` when the file cannot be used: damaged, not SQLite, written by a
         newer hermes-acp, or in a place we cannot write.
         """
         self.path = Path(path)
         self._lock = threading.RLock()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            privateFolder(self.path.parent)
         except OSError as e:
             raise StoreError(
                 f"cannot create the folder for {self.path} ({e.strerror or e}). "
                 "Make it writable, or set HERMES_HOME to a writable folder."
             ) from e
+        with contextlib.suppress(OSError):  # not a file, say: SQLite explains below
+            privateFile(self.path)  # SQLite gives -wal and -shm the mode of the database
         with self._translated():
             self._connection = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False
@@ -307,6 +326,8 @@ class SessionDB:
         except BaseException:
             self._connection.close()
             raise
+        for companion in ("", "-wal", "-shm"):  # left by an older process, perhaps
+            tightenIfShared(self.path.with_name(self.path.name + companion))
 
     def _open(self) -> None:
         with self._translated():
@@ -635,13 +656,15 @@ class SessionDB:
             cursor.execute("DELETE FROM acp_messages WHERE session_id = ?", (sessionId,))
             return self._insertMessages(cursor, sessionId, 0, messages)
 
-    def searchMessages(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
+    def searchMessages(self, query: str, limit: int = 10, cwd: str | None = None) -> list[dict[str, Any]]:
         """Messages whose text has every word of ``query``, best match (bm25) first.
 
         Only the words count: punctuation is ignored and FTS5's operator words (AND, OR, NOT,
-        NEAR) are dropped, so any text is a valid query. Each hit: sessionId, title, role, seq
-        (its index in the history), snippet (matches in ``**``) and the session's updatedAt.
-        ValueError for a limit below 1.
+        NEAR) are dropped, so any text is a valid query. ``cwd`` keeps the sessions of one
+        project: those whose working directory is that folder or one below it (compared after
+        ``os.path.realpath``); None searches them all. Each hit: sessionId, title, cwd, role,
+        seq (its index in the history), snippet (matches in ``**``) and the session's
+        updatedAt. ValueError for a limit below 1.
         """
         if limit < 1:
             raise ValueError(f"limit must be at least 1, not {limit}")
@@ -649,17 +672,18 @@ class SessionDB:
         if not words:
             return []
         match = " ".join(f'"{word}"' for word in words)  # \w has no quote to escape
+        where, params = _projectFilter(cwd)
         with self._read() as cursor:
             rows = cursor.execute(
-                "SELECT m.session_id, s.title, m.role, m.seq, "
+                "SELECT m.session_id, s.title, s.cwd, m.role, m.seq, "
                 "snippet(acp_messages_fts, 0, '**', '**', '…', 16), s.updated_at "
                 "FROM acp_messages_fts "
                 "JOIN acp_messages AS m ON m.id = acp_messages_fts.rowid "
                 "JOIN acp_sessions AS s ON s.session_id = m.session_id "
-                "WHERE acp_messages_fts MATCH ? ORDER BY rank LIMIT ?",
-                (match, limit),
+                f"WHERE acp_messages_fts MATCH ?{where} ORDER BY rank LIMIT ?",
+                (match, *params, limit),
             ).fetchall()
-        keys = ("sessionId", "title", "role", "seq", "snippet", "updatedAt")
+        keys = ("sessionId", "title", "cwd", "role", "seq", "snippet", "updatedAt")
         return [dict(zip(keys, row)) for row in rows]
 
     # -- journal ----------------------------------------------------------------------------

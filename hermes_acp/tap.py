@@ -152,11 +152,20 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     # and the database thread last.
     sessions.dbThread.setServiceParent(top)
     workers.setServiceParent(top)
+    ShutdownHook(endCommands).setServiceParent(top)  # after the turns were cancelled
     ShutdownHook(server.shutdown).setServiceParent(top)
     if trace is not None:
         ShutdownHook(trace.close).setServiceParent(top)  # stops after the connection
     StdioService(buildProtocol, onDone or stopReactor, reactor).setServiceParent(top)
     return top
+
+
+def endCommands() -> None:
+    """End every process the agent's commands left behind (none were started
+    when the engine never loaded its process module)."""
+    processes = sys.modules.get("hermes_acp.engine.processes")
+    if processes is not None:
+        processes.endAll()
 
 
 def installSignalHandlers(reactor: Any) -> None:
@@ -173,7 +182,10 @@ def armWatchdog(seconds: float = SHUTDOWN_DEADLINE) -> None:
 
     def expired() -> None:
         os.write(2, f"hermes-acp: shutdown did not finish within {seconds:g} s; exiting now\n".encode())
-        os._exit(EX_SOFTWARE)
+        try:
+            endCommands()
+        finally:
+            os._exit(EX_SOFTWARE)
 
     timer = threading.Timer(seconds, expired)
     timer.daemon = True

@@ -2,8 +2,9 @@
 
 Each frame becomes one JSON line ``{"t": <unix time>, "dir": "in"|"out",
 "frame": <the message, or the raw text of a line that is not JSON>}`` appended to
-FILE. Known credentials (the values of ``*_API_KEY``/``*_TOKEN``/... variables)
-are replaced wherever they appear, and so is every string under a key that
+FILE. Known credentials (the values of ``*_API_KEY``/``*_TOKEN``/... variables
+and the password in the endpoint URL: ``hermes_acp.engine.secrets``) are
+replaced wherever they appear, and so is every string under a key that
 names a credential (``apiKey``, ``accessToken``, ``Authorization``, an MCP
 server's ``{"name": "GITHUB_TOKEN", "value": ...}`` pair). Token *counts*
 (``inputTokens``) are kept. The file is never the protocol's stdout, and a
@@ -21,7 +22,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from . import safejson
-from .logs import REDACTED, redact, secretValues
+from .engine.secrets import REDACTED, redact, secretValues
 
 log = Logger()
 

@@ -40,7 +40,7 @@ from .bridge import BridgedObserver, EventBridge
 from .commands import Commands, slashCommand
 from .config import Endpoint
 from .engine.approval import CANCELLED
-from .engine.edits import EditProposal, modeAfter
+from .engine.access import EditProposal, modeAfter
 from .interfaces import IEngineAgent, IPermissionBroker, IRenderer, ISessionOptions, ISessionStore, IUpdateChannel
 from .intake import checkPrompt, promptText, toModelContent
 from .jsonrpc import AuthRequired, InternalError, JSONRPCError
@@ -367,6 +367,11 @@ class Turn:
         toolCallId, _, arguments = self.cards[callId]
         detail = {"command": command, "reason": reason}
         return self._ask(self.renderer.permissionToolCall(toolCallId, "terminal", arguments, detail), "execute")
+
+    def askRead(self, callId: str, path: str, reason: str) -> Deferred[str]:
+        toolCallId, name, arguments = self.cards[callId]
+        detail = {"path": path, "reason": reason}
+        return self._ask(self.renderer.permissionToolCall(toolCallId, name, arguments, detail), "read")
 
     def _ask(self, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
         if self.cancelled or self.phase == ANSWERED:

@@ -8,25 +8,29 @@ from typing import Any
 
 from zope.interface import implementer
 
-from hermes_acp.engine.approval import REJECT_ONCE
+from hermes_acp.engine.approval import ALLOW_ONCE, REJECT_ONCE
 from hermes_acp.interfaces import ITurnObserver
 
 
 @implementer(ITurnObserver)
 class RecordingObserver:
     """Records the run; answers approval questions with ``commandAnswer`` and
-    ``editAnswer`` (a word of ``engine.approval``, or a function of the question)."""
+    ``editAnswer``, and reads with ``readAnswer`` (a word of ``engine.approval``, or a
+    function of the question)."""
 
-    def __init__(self, commandAnswer: Any = REJECT_ONCE, editAnswer: Any = REJECT_ONCE) -> None:
+    def __init__(self, commandAnswer: Any = REJECT_ONCE, editAnswer: Any = REJECT_ONCE,
+                 readAnswer: Any = ALLOW_ONCE) -> None:
         self.lock = threading.Lock()
         self.texts: list[str] = []
         self.thoughts: list[str] = []
         self.events: list[tuple[str, str, str, Any, dict[str, Any]]] = []
         self.commands: list[tuple[str, str, str]] = []
         self.edits: list[tuple[str, Any]] = []
+        self.reads: list[tuple[str, str, str]] = []
         self.terminals: list[tuple[str, str]] = []
         self.commandAnswer = commandAnswer
         self.editAnswer = editAnswer
+        self.readAnswer = readAnswer
         self.gotText = threading.Event()
         self.startedTool = threading.Event()
 
@@ -55,6 +59,11 @@ class RecordingObserver:
         with self.lock:
             self.edits.append((callId, proposal))
         return _answer(self.editAnswer, proposal)
+
+    def approveRead(self, callId: str, path: str, reason: str) -> str:
+        with self.lock:
+            self.reads.append((callId, path, reason))
+        return _answer(self.readAnswer, path)
 
     def terminalStarted(self, callId: str, terminalId: str) -> None:
         self.terminals.append((callId, terminalId))

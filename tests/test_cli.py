@@ -55,6 +55,15 @@ class CheckTests(SynchronousTestCase):
         self.assertIn("writable", out.stdout)
         self.assertNotIn(SECRET, out.stdout + out.stderr)
 
+    def test_urlPasswordIsNeverShown(self) -> None:
+        """A password in HERMES_BASE_URL is shown as [REDACTED], even at debug level."""
+        home = tempfile.mkdtemp()
+        out = cli("--check", "--log-level", "debug", home=home,
+                  HERMES_BASE_URL="http://user:s3cretpass@127.0.0.1:1/v1", HERMES_MODEL="m")
+        self.assertEqual(out.returncode, 0, out.stdout)
+        self.assertIn("endpoint:    http://user:[REDACTED]@127.0.0.1:1/v1\n", out.stdout)
+        self.assertNotIn("s3cretpass", out.stdout + out.stderr)
+
     def test_unwritableStateIsReported(self) -> None:
         """A state.db that cannot be written makes --check fail with the reason."""
         home = tempfile.mkdtemp()
@@ -63,6 +72,14 @@ class CheckTests(SynchronousTestCase):
         out = cli("--check", home=home)
         self.assertEqual(out.returncode, 1)
         self.assertIn("not writable", out.stdout)
+
+    def test_endpointShowsNoPassword(self) -> None:
+        """An Endpoint's repr and shownURL redact a password in its URL; baseURL keeps it (to connect)."""
+        endpoint = resolveEndpoint({"HERMES_BASE_URL": "http://user:s3cretpass@127.0.0.1:1/v1/", "HERMES_MODEL": "m"})
+        self.assertEqual(endpoint.baseURL, "http://user:s3cretpass@127.0.0.1:1/v1")
+        self.assertEqual(endpoint.shownURL, "http://user:[REDACTED]@127.0.0.1:1/v1")
+        self.assertNotIn("s3cretpass", repr(endpoint))
+        self.assertEqual(resolveEndpoint({}).shownURL, "(none)")
 
     def test_providerKeyFallback(self) -> None:
         """OPENROUTER_API_KEY alone picks OpenRouter's endpoint."""
@@ -165,6 +182,27 @@ class SetupTests(SynchronousTestCase):
                 del os.environ["HERMES_HOME"]
             else:
                 os.environ["HERMES_HOME"] = old
+
+    def test_writeEnvKeepsTheHomePrivate(self) -> None:
+        """.env is 0600 in a home made 0700 whatever the umask; a home others could
+        read is tightened, and a stale 0644 .env.tmp leaves no trace."""
+        top = Path(tempfile.mkdtemp())
+        old = os.umask(0o000)
+        try:
+            writeEnv(top / "new" / ".env", {"HERMES_API_KEY": SECRET})
+        finally:
+            os.umask(old)
+        self.assertEqual(stat.S_IMODE((top / "new").stat().st_mode), 0o700)
+        self.assertEqual(stat.S_IMODE((top / "new" / ".env").stat().st_mode), 0o600)
+        shared = top / "shared"
+        shared.mkdir(mode=0o755)
+        shared.chmod(0o755)
+        (shared / ".env.tmp").write_text("stale")
+        (shared / ".env.tmp").chmod(0o644)
+        writeEnv(shared / ".env", {"HERMES_API_KEY": SECRET})
+        self.assertEqual(stat.S_IMODE(shared.stat().st_mode), 0o700)
+        self.assertEqual(stat.S_IMODE((shared / ".env").stat().st_mode), 0o600)
+        self.assertEqual(sorted(p.name for p in shared.iterdir()), [".env"])
 
     def test_writeEnvQuotesValues(self) -> None:
         """Values with quotes and backslashes survive a round trip through python-dotenv."""

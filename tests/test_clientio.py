@@ -393,5 +393,5 @@ class WorkerSideTests(SynchronousTestCase):
 
         text, _, result = self.reactor.runInWorker(work)
         self.assertEqual((text, result.output), ("local text", "local"))
-        self.assertEqual(self.local.calls, [("readText", "/w/a"), ("writeText", "/w/b", "x"), ("runCommand", "ls", "/w", 5.0, event, 99)])
+        self.assertEqual(self.local.calls, [("readText", "/w/a"), ("writeText", "/w/b", "x"), ("runCommand", "ls", "/w", 5.0, event, 99, None, None, None)])
         self.assertEqual(self.editor.requests, [])

@@ -1,10 +1,15 @@
 """Sessions end to end: restart survival and exact replay, fork, list, close,
-delete, unknown ids, modes and config options, crash recovery."""
+delete, unknown ids, modes and config options, crash recovery, private state
+files, and session_search kept to the session's project."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import stat
+import sys
 import tempfile
+from pathlib import Path
 
 import acp
 import pytest
@@ -257,3 +262,84 @@ async def test_killedMidTurnLoadsWithNothingSpinning(scriptedServer, tmp_path) -
     assert len(calls) == 1
     assert list(calls.values())[0]["status"] == "failed"
     assert response.stop_reason == "end_turn"
+
+
+def modes(home: Path) -> dict[str, int]:
+    """The permission bits of ``home`` and of everything in it."""
+    found = {"home": stat.S_IMODE(home.stat().st_mode)}
+    found.update((path.name, stat.S_IMODE(path.stat().st_mode)) for path in home.iterdir())
+    return found
+
+
+@pytest_twisted.ensureDeferred
+async def test_stateIsPrivate(scriptedServer, tmp_path) -> None:
+    """Under umask 022, the agent makes HERMES_HOME 0700 and state.db, -wal and -shm
+    0600 once a session exists; a later agent finds them opened up and tightens them
+    again, saying so in its log."""
+    server, url = scriptedServer
+    home = tmp_path / "home"  # the agent creates it
+    argv = ["/bin/sh", "-c", 'umask 022 && exec "$0" -m hermes_acp', sys.executable]
+    private = {"home": 0o700, "state.db": 0o600, "state.db-wal": 0o600, "state.db-shm": 0o600}
+    log = tmp_path / "agent.log"
+
+    async def life():
+        with open(log, "wb") as stderr:
+            async with connect(env=modelEnv(url, str(home)), argv=argv, stderr=stderr) as (conn, client, wire, process):
+                await initialized(conn)
+                await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+                return modes(home), wire.problems()
+
+    found, problems = await onLoop(life())
+    assert problems == []
+    assert found == private
+    assert "could be read by others" not in log.read_text()
+    home.chmod(0o755)
+    (home / "state.db").chmod(0o644)
+    found, problems = await onLoop(life())
+    assert problems == []
+    assert found == private
+    said = log.read_text()
+    assert f"{home} could be read by others (mode 0755); it is now private to you (0700)" in said
+    assert f"{home / 'state.db'} could be read by others (mode 0644); it is now private to you (0600)" in said
+
+
+@pytest_twisted.ensureDeferred
+async def test_sessionSearchStaysInTheProject(scriptedServer, tmp_path) -> None:
+    """A session in project B searching past sessions does not find project A's
+    words, unless the model asks for all projects; the card then says so."""
+    server, url = scriptedServer
+    projectA, projectB = tmp_path / "a", tmp_path / "b"
+    projectA.mkdir()
+    projectB.mkdir()
+    server.addRule("remember", [[{"text": "noted"}]])
+    for words, arguments in (("search here", {"query": "aardvark"}),
+                             ("search everywhere", {"query": "aardvark", "all_projects": True})):
+        server.addRule(words, [[{"tool_calls": [{"id": "s", "name": "session_search", "arguments": arguments}]}],
+                               [{"text": "searched"}]])
+
+    def searched() -> dict:
+        """What the last session_search told the model."""
+        return json.loads([m["content"] for m in server.chatRequests[-1]["messages"] if m["role"] == "tool"][-1])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            await initialized(conn)
+            a = (await conn.new_session(cwd=str(projectA), mcp_servers=[])).session_id
+            await conn.prompt(session_id=a, prompt=[text("remember the aardvark")])
+            b = (await conn.new_session(cwd=str(projectB), mcp_servers=[])).session_id
+            await conn.prompt(session_id=b, prompt=[text("search here")])
+            here = searched()
+            await conn.prompt(session_id=b, prompt=[text("search everywhere")])
+            everywhere = searched()
+            return a, here, everywhere, toolCalls(updates(wire, b)), wire.problems()
+
+    a, here, everywhere, cards, problems = await onLoop(scenario())
+    assert problems == []
+    assert here["scope"] == "this project" and a not in {hit["sessionId"] for hit in here["results"]}
+    assert everywhere["scope"] == "all projects"
+    [hit] = [hit for hit in everywhere["results"] if hit["sessionId"] == a]
+    assert hit["cwd"] == str(projectA) and "aardvark" in hit["snippet"]
+    assert [card["title"] for card in cards.values()] == [
+        'Search past sessions: "aardvark"', 'Search past sessions in all projects: "aardvark"',
+    ]
+    assert all(card["status"] == "completed" for card in cards.values())

@@ -424,7 +424,8 @@ async def test_slashCommands(scriptedServer, tmp_path) -> None:
     assert "read_file" in replies[6]
     # Markdown lists, one item a line, so that editors do not run them together.
     assert sum(line.startswith("- `/") for line in replies[0].splitlines()) == 9
-    assert sum(line.startswith("- **") for line in replies[4].splitlines()) == 9
+    assert sum(line.startswith("- **") for line in replies[4].splitlines()) == 10
+    assert "- **Commands:** " in replies[4] and ("sandboxed (Landlock" in replies[4] or "asks before it runs" in replies[4])
     assert sum(line.startswith("- `") for line in replies[6].splitlines()) >= 6
 
 
@@ -515,11 +516,11 @@ async def test_everyToolInOneTurn(scriptedServer, tmp_path) -> None:
     server, url = scriptedServer
     server.addRule("earlier", [[{"text": "noted the zebra"}]])
     calls = [
-        ("write_file", {"path": "src/app.py", "content": "def greet():\n    return 'hi'\n"}),
+        ("write_file", {"path": "src/app.py", "content": "def greet():\n    return 'hi'\n\nprint(greet())\n"}),
         ("patch", {"path": "src/app.py", "old_string": "return 'hi'", "new_string": "return 'hello'"}),
         ("read_file", {"path": "src/app.py"}),
         ("search_files", {"pattern": "hello", "path": "src"}),
-        ("terminal", {"command": "python3 -c 'import sys; sys.path.insert(0, \"src\"); import app; print(app.greet())'"}),
+        ("terminal", {"command": "python3 src/app.py"}),
         ("todo", {"todos": [{"id": "1", "content": "greet politely", "status": "completed"}, {"id": "2", "content": "ship", "status": "pending"}]}),
         ("session_search", {"query": "zebra"}),
     ]
@@ -536,7 +537,7 @@ async def test_everyToolInOneTurn(scriptedServer, tmp_path) -> None:
     response, found, problems = await onLoop(scenario())
     assert problems == []
     assert response.stop_reason == "end_turn"
-    assert (tmp_path / "src" / "app.py").read_text() == "def greet():\n    return 'hello'\n"
+    assert (tmp_path / "src" / "app.py").read_text() == "def greet():\n    return 'hello'\n\nprint(greet())\n"
     cards = list(toolCalls(found).values())
     assert [c["status"] for c in cards] == ["completed"] * 7
     assert [c["kind"] for c in cards] == ["edit", "edit", "read", "search", "execute", "think", "search"]

@@ -37,3 +37,89 @@ class LogTests(SynchronousTestCase):
         observer({"log_format": "calling with {key}", "key": "sk-abcdefgh12345", "log_level": LogLevel.info, "log_time": 0.0, "log_namespace": "t"})
         self.assertNotIn("sk-abcdefgh12345", stream.getvalue())
         self.assertIn("[REDACTED]", stream.getvalue())
+
+
+URL = "http://user:s3cretpass@127.0.0.1:1/v1"
+
+
+class SecretsTests(SynchronousTestCase):
+    """``hermes_acp.engine.secrets``: the one home of what a secret is."""
+
+    def test_urlPasswordIsASecretValue(self) -> None:
+        """The password in HERMES_BASE_URL or OPENAI_BASE_URL is a known secret value
+        (also percent-decoded); a plain user name or a URL without credentials adds none."""
+        self.assertEqual(secretValues({"HERMES_BASE_URL": URL}), ["s3cretpass"])
+        self.assertEqual(sorted(secretValues({"OPENAI_BASE_URL": "https://me:p%40ssw0rd!@h/v1"})),
+                         ["p%40ssw0rd!", "p@ssw0rd!"])
+        self.assertEqual(secretValues({"HERMES_BASE_URL": "https://alice@host/v1"}), [])
+        self.assertEqual(secretValues({"HERMES_BASE_URL": "http://127.0.0.1:1/v1", "OTHER_URL": URL}), [])
+        token = "ghp_0123456789abcdefABCDEF"
+        self.assertEqual(secretValues({"HERMES_BASE_URL": f"https://{token}@host/v1"}), [token])
+
+    def test_redactURL(self) -> None:
+        """The password, or a token-like user name without one, becomes [REDACTED];
+        everything else of the URL stays as it was."""
+        from hermes_acp.engine.secrets import redactURL
+
+        cases = [
+            (URL, "http://user:[REDACTED]@127.0.0.1:1/v1"),
+            ("https://ghp_0123456789abcdefABCDEF@host/v1", "https://[REDACTED]@host/v1"),
+            ("https://u:p@ss:w/rd@host/v1", "https://u:[REDACTED]@ss:w/rd@host/v1"),  # "/" ends the host
+            ("https://u:p@ss@host/v1?q=a:b@c", "https://u:[REDACTED]@host/v1?q=a:b@c"),
+            ("user:pw@host:8080/v1", "user:[REDACTED]@host:8080/v1"),
+            ("https://alice@host/v1", "https://alice@host/v1"),
+            ("http://127.0.0.1:11434/v1", "http://127.0.0.1:11434/v1"),
+            ("https://[::1]:8080/v1", "https://[::1]:8080/v1"),
+            ("", ""),
+        ]
+        for url, shown in cases:
+            self.assertEqual(redactURL(url), shown, url)
+
+    def test_childEnvironment(self) -> None:
+        """A child gets the user's variables, not the agent's credentials; the
+        endpoint URLs keep their user name and lose the password."""
+        from hermes_acp.engine.secrets import AGENT_CREDENTIALS, childEnvironment
+
+        env = {name: "sk-0123456789" for name in AGENT_CREDENTIALS}
+        env.update(HERMES_BASE_URL=URL, OPENAI_BASE_URL="https://ghp_0123456789abcdefABCDEF@h/v1",
+                   GITHUB_TOKEN="ghp_users_own_token", PATH="/usr/bin", HERMES_MODEL="m")
+        child = childEnvironment(env)
+        self.assertEqual(child, {
+            "HERMES_BASE_URL": "http://user@127.0.0.1:1/v1", "OPENAI_BASE_URL": "https://h/v1",
+            "GITHUB_TOKEN": "ghp_users_own_token", "PATH": "/usr/bin", "HERMES_MODEL": "m",
+        })
+        self.assertEqual(set(env) - set(child), set(AGENT_CREDENTIALS))
+        self.assertEqual(AGENT_CREDENTIALS, ("HERMES_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "NOUS_API_KEY"))
+
+    def test_childEnvironmentDefaultsToThisProcess(self) -> None:
+        """Without an argument it starts from os.environ, and changes nothing there."""
+        import os
+
+        from hermes_acp.engine.secrets import childEnvironment
+
+        self.patch(os, "environ", {"HERMES_API_KEY": "sk-0123456789", "HOME": "/home/u", "HERMES_BASE_URL": URL})
+        self.assertEqual(childEnvironment(), {"HOME": "/home/u", "HERMES_BASE_URL": "http://user@127.0.0.1:1/v1"})
+        self.assertEqual(os.environ["HERMES_API_KEY"], "sk-0123456789")
+
+    def test_redactAll(self) -> None:
+        """Every string inside dicts, lists and tuples is redacted; keys, numbers and
+        None stay; nothing to redact gives the value itself back."""
+        from hermes_acp.engine.secrets import REDACTED, redactAll
+
+        value = {"output": "key s3cretpass!", "exitCode": 0, "items": [("s3cretpass", None)],
+                 "nested": {"newText": "a s3cretpass b"}}
+        self.assertEqual(redactAll(value, ["s3cretpass"]), {
+            "output": f"key {REDACTED}!", "exitCode": 0, "items": [(REDACTED, None)],
+            "nested": {"newText": f"a {REDACTED} b"},
+        })
+        self.assertEqual(value["output"], "key s3cretpass!")  # a copy
+        self.assertIs(redactAll(value, []), value)
+
+    def test_logsUseTheOneHome(self) -> None:
+        """hermes_acp.logs scrubs with the engine's definitions, not copies of them."""
+        from hermes_acp import logs, trace
+        from hermes_acp.engine import secrets
+
+        self.assertIs(logs.secretValues, secrets.secretValues)
+        self.assertIs(logs.redact, secrets.redact)
+        self.assertIs(trace.REDACTED, secrets.REDACTED)

@@ -18,7 +18,7 @@ from hermes_acp.options import (
     modeState,
 )
 from hermes_acp.catalog import ModelCatalog
-from hermes_acp.engine.edits import EDIT_MODES as MODES
+from hermes_acp.engine.access import EDIT_MODES as MODES
 from hermes_acp.session_state import SessionState
 
 from .acpschema import problems, unknownKeys

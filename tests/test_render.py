@@ -73,7 +73,10 @@ class TitleAndKindTests(SynchronousTestCase):
             ("todo", {"todos": [{}, {}]}, "Update plan (2 items)"),
             ("todo", {"todos": [{}]}, "Update plan (1 item)"),
             ("todo", {}, "Update plan (0 items)"),
-            ("session_search", {"query": "flaky test"}, "Search past sessions for 'flaky test'"),
+            ("session_search", {"query": "flaky test"}, 'Search past sessions: "flaky test"'),
+            ("session_search", {"query": "flaky test", "all_projects": False}, 'Search past sessions: "flaky test"'),
+            ("session_search", {"query": "flaky test", "all_projects": True},
+             'Search past sessions in all projects: "flaky test"'),
             ("browser_click", {"selector": "#go"}, "browser_click"),
         ]
         for name, args, title in cases:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -133,6 +135,13 @@ def unprivileged(function):
     return json.loads(text)
 
 
+def modes(home: Path) -> dict[str, int]:
+    """The permission bits of ``home`` and of everything in it."""
+    found = {"home": stat.S_IMODE(home.stat().st_mode)}
+    found.update((path.name, stat.S_IMODE(path.stat().st_mode)) for path in home.iterdir())
+    return found
+
+
 class StoreTestCase(SynchronousTestCase):
     def tempDir(self) -> Path:
         """A fresh folder removed after the test (mktemp would write below the cwd)."""
@@ -219,6 +228,41 @@ class OpenTests(StoreTestCase):
         for path, result in zip(paths, unprivileged(tryOpening)):
             self.assertIn(str(path), result)
             self.assertIn("writable", result)
+
+    def test_privateWhateverTheUmask(self) -> None:
+        """A new home is 0700, state.db and its -wal and -shm 0600, under a permissive
+        umask or none at all; folders above the home are left to the umask."""
+        for umask in (0o022, 0o000, 0o277):
+            home = self.tempDir() / "above" / "home"
+            old = os.umask(umask)
+            try:
+                db = self.openStore(home / "state.db")
+                self.newSession(db)
+            finally:
+                os.umask(old)
+            self.assertEqual(modes(home), {"home": 0o700, "state.db": 0o600, "state.db-wal": 0o600,
+                                           "state.db-shm": 0o600}, oct(umask))
+            self.assertEqual(stat.S_IMODE(home.parent.stat().st_mode), 0o777 & ~umask)
+
+    def test_sharedStateIsTightened(self) -> None:
+        """An older home, state.db, -wal and -shm that others could read are made
+        private on open, and the log says so once for each."""
+        home = self.tempDir() / "home"
+        with SessionDB(home / "state.db") as db:
+            self.newSession(db)
+            for path in home.iterdir():  # while it is open, the -wal and -shm exist
+                path.chmod(0o664)
+            home.chmod(0o755)
+            with self.assertLogs("hermes_acp.config", logging.INFO) as logged:
+                self.assertEqual(self.openStore(home / "state.db").getSession("s1").sessionId, "s1")
+            self.assertEqual(modes(home), {"home": 0o700, "state.db": 0o600, "state.db-wal": 0o600,
+                                           "state.db-shm": 0o600})
+        said = [record.getMessage() for record in logged.records]
+        self.assertEqual(len(said), 4, said)
+        self.assertTrue(all("it is now private" in line for line in said), said)
+        self.assertIn(f"{home / 'state.db-wal'} could be read by others (mode 0664)", said[2])
+        with self.assertNoLogs("hermes_acp.config", logging.INFO):
+            self.openStore(home / "state.db")
 
     def test_closedStore(self) -> None:
         """Using a closed store raises StoreError, not a raw sqlite3 error."""
@@ -329,6 +373,35 @@ class SearchTests(StoreTestCase):
         self.assertEqual(self.db.searchMessages('"* ( ) : ^ -'), [])
         self.assertEqual(self.db.searchMessages(""), [])
         self.assertEqual(len(self.db.searchMessages("NEAR(foo station)")), 1)
+
+
+    def test_projectScope(self) -> None:
+        """With a cwd, only sessions in that folder or below it are searched (after
+        realpath); a sibling whose name merely starts the same is another project, and
+        LIKE wildcards in a folder name are plain characters. Hits name their cwd."""
+        top = self.tempDir()
+        folders = {name: top / name for name in ("a", "a/sub", "ab", "a-b", "a_", "a%")}
+        for folder in folders.values():
+            folder.mkdir(parents=True)
+        (top / "link").symlink_to(folders["a"])
+        for name, folder in folders.items():
+            self.newSession(self.db, f"in {name}", cwd=str(folder))
+            self.db.appendMessages(f"in {name}", [{"role": "user", "content": "the aardvark"}])
+
+        def found(cwd: object) -> set[str]:
+            hits = self.db.searchMessages("aardvark", 50, None if cwd is None else str(cwd))
+            return {hit["sessionId"] for hit in hits}
+
+        self.assertEqual(found(folders["a"]), {"in a", "in a/sub"})
+        self.assertEqual(found(top / "link"), {"in a", "in a/sub"})
+        self.assertEqual(found(folders["a/sub"]), {"in a/sub"})
+        self.assertEqual(found(folders["a_"]), {"in a_"})
+        self.assertEqual(found(folders["a%"]), {"in a%"})
+        self.assertEqual(found(top), {f"in {name}" for name in folders})
+        self.assertEqual(found("/"), found(None))
+        self.assertEqual(found(top / "elsewhere"), set())
+        [hit] = self.db.searchMessages("aardvark", 50, str(folders["ab"]))
+        self.assertEqual(hit["cwd"], str(folders["ab"]))
 
 
 class JournalTests(StoreTestCase):

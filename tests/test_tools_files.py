@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_acp.engine.edits import EDIT_MODES, EditApprovals, EditProposal, isSensitive, modeAfter
+from hermes_acp.engine.access import EDIT_MODES, EditProposal, PathApprovals, modeAfter
+from hermes_acp.engine.sensitive import protectedKind
 from hermes_acp.engine.tools import files
 
 
@@ -159,7 +160,7 @@ def test_neverRefusesThatPathWithoutAsking(bench, tmp_path: Path) -> None:
 
 def test_acceptEditsStillAsksOutsideTheWorkspace(tmp_path: Path) -> None:
     work = tmp_path / "work"
-    approvals = EditApprovals(roots=(str(work),), mode="accept_edits")
+    approvals = PathApprovals(roots=(str(work),), mode="accept_edits")
     inside = EditProposal("write_file", str(work / "a.txt"), None, "x")
     outside = EditProposal("write_file", str(tmp_path / "elsewhere.txt"), None, "x")
     assert approvals.decide(inside, None).allowed
@@ -168,14 +169,14 @@ def test_acceptEditsStillAsksOutsideTheWorkspace(tmp_path: Path) -> None:
 
 
 def test_dontAskAllowsAnywhere(tmp_path: Path) -> None:
-    approvals = EditApprovals(roots=(str(tmp_path / "work"),), mode="dont_ask")
+    approvals = PathApprovals(roots=(str(tmp_path / "work"),), mode="dont_ask")
     assert approvals.decide(EditProposal("patch", "/somewhere/else.txt", "a", "b"), None).allowed
 
 
 @pytest.mark.parametrize("name", [".git/config", ".ssh/config", ".env", ".env.production", "id_rsa", "server.pem"])
 @pytest.mark.parametrize("mode", ["accept_edits", "dont_ask"])
 def test_sensitivePathsAlwaysAsk(tmp_path: Path, name: str, mode: str) -> None:
-    approvals = EditApprovals(roots=(str(tmp_path),), mode=mode)
+    approvals = PathApprovals(roots=(str(tmp_path),), mode=mode)
     proposal = EditProposal("write_file", str(tmp_path / name), None, "x")
     assert not approvals.decide(proposal, None).allowed
     assert approvals.decide(proposal, lambda p: "allow_once").allowed
@@ -186,8 +187,8 @@ def test_symlinkToSensitiveFileAsks(tmp_path: Path) -> None:
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh" / "id_ed25519").write_text("KEY")
     (tmp_path / "notes.txt").symlink_to(tmp_path / ".ssh" / "id_ed25519")
-    assert isSensitive(str(tmp_path / "notes.txt"))
-    approvals = EditApprovals(roots=(str(tmp_path),), mode="dont_ask")
+    assert protectedKind(str(tmp_path / "notes.txt"))
+    approvals = PathApprovals(roots=(str(tmp_path),), mode="dont_ask")
     assert not approvals.decide(EditProposal("write_file", str(tmp_path / "notes.txt"), "KEY", "x"), None).allowed
 
 
@@ -197,12 +198,12 @@ def test_symlinkOutOfTheWorkspaceAsks(tmp_path: Path) -> None:
     work.mkdir()
     outside.mkdir()
     (work / "link.txt").symlink_to(outside / "target.txt")
-    approvals = EditApprovals(roots=(str(work),), mode="accept_edits")
+    approvals = PathApprovals(roots=(str(work),), mode="accept_edits")
     assert not approvals.decide(EditProposal("write_file", str(work / "link.txt"), None, "x"), None).allowed
 
 
 def test_workspaceIncludesAdditionalDirectories(tmp_path: Path) -> None:
-    approvals = EditApprovals.forWorkspace(str(tmp_path / "a"), [str(tmp_path / "b")], mode="accept_edits")
+    approvals = PathApprovals.forWorkspace(str(tmp_path / "a"), [str(tmp_path / "b")], mode="accept_edits")
     assert approvals.insideWorkspace(str(tmp_path / "b" / "x.txt"))
     assert approvals.insideWorkspace(os.path.join(tempfile.gettempdir(), "scratch.txt"))
     assert not approvals.insideWorkspace("/usr/local/share/x.txt")

@@ -96,16 +96,37 @@ def test_todoValidation(bench, todos, words: str) -> None:
 
 
 def test_sessionSearchUsesTheSessionLayer(bench) -> None:
+    """The search gets the scope: this project unless the model asks for all."""
     calls = []
 
-    def searcher(query: str, limit: int) -> list[dict]:
-        calls.append((query, limit))
+    def searcher(query: str, limit: int, allProjects: bool) -> list[dict]:
+        calls.append((query, limit, allProjects))
         return [{"session_id": "s1", "title": "Fix parser", "snippet": "the [parser] bug"}]
 
     bench.agent.sessionSearch = searcher
     outcome = bench.call("session_search", query="parser")
-    assert json.loads(outcome.text)["results"][0]["session_id"] == "s1"
-    assert calls == [("parser", 10)]
+    body = json.loads(outcome.text)
+    assert body["results"][0]["session_id"] == "s1" and body["scope"] == "this project"
+    outcome = bench.call("session_search", query="parser", limit=3, all_projects=True)
+    assert json.loads(outcome.text)["scope"] == "all projects"
+    assert calls == [("parser", 10, False), ("parser", 3, True)]
+
+
+def test_engineFactoryBindsTheSessionsProject(tmp_path) -> None:
+    """Each agent's search is the store's, bound to its session's folder; all
+    projects means no folder at all."""
+    from hermes_acp.config import Endpoint
+    from hermes_acp.engine_factory import EngineAgentFactory
+    from hermes_acp.session_state import SessionState
+
+    calls = []
+    factory = EngineAgentFactory(lambda: Endpoint("custom", "http://127.0.0.1:9/v1", None, "m"),
+                                 lambda query, limit, cwd: calls.append((query, limit, cwd)) or [])
+    agent = factory.buildAgent(SessionState(sessionId="s", cwd=str(tmp_path)))
+    agent.sessionSearch("q", 5, False)
+    agent.sessionSearch("q", 5, True)
+    assert calls == [("q", 5, str(tmp_path)), ("q", 5, None)]
+    assert EngineAgentFactory(factory.endpointSource).buildAgent(SessionState(sessionId="t", cwd="/")).sessionSearch is None
 
 
 def test_sessionSearchWithoutAStore(bench) -> None:
@@ -115,7 +136,7 @@ def test_sessionSearchWithoutAStore(bench) -> None:
 
 
 def test_sessionSearchFailureIsReported(bench) -> None:
-    def broken(query: str, limit: int) -> list[dict]:
+    def broken(query: str, limit: int, allProjects: bool) -> list[dict]:
         raise RuntimeError("database is locked")
 
     bench.agent.sessionSearch = broken
@@ -140,3 +161,50 @@ def test_specialNumbersAreNotJSON() -> None:
         parseArguments("[" * 5000 + "]" * 5000)
     assert parseArguments('{"limit": 5}') == {"limit": 5}
     assert parseArguments('{"query": "a\\ud800b"}') == {"query": "a\ufffdb"}
+
+
+def test_knownSecretsNeverLeaveATool(monkeypatch) -> None:
+    """runTool redacts the known secret values (read when the call ends, so a key
+    set at runtime counts) from the text and from every string in the extras,
+    for outcomes, ToolErrors and crashes alike."""
+    from hermes_acp.engine.tools.registry import Tool, ToolOutcome, parameters, runTool
+
+    key, password = "sk-live-0123456789abcdef", "s3cretpass"
+    monkeypatch.setenv("HERMES_API_KEY", key)
+    monkeypatch.setenv("HERMES_BASE_URL", f"http://user:{password}@127.0.0.1:1/v1")
+
+    def leaky(ctx, mode: str) -> ToolOutcome:
+        if mode == "error":
+            raise ToolError(f"refused {key}", {"output": f"log: {password}"})
+        if mode == "crash":
+            raise RuntimeError(f"boom {key}")
+        return ToolOutcome(f"HERMES_API_KEY={key}\n", {"output": f"{key} and {password}", "exitCode": 0,
+                                                        "diff": [{"newText": f"pw={password}"}]})
+
+    tool = Tool("leaky", "leaks", parameters(["mode"], mode={"type": "string"}), leaky)
+    found = {mode: runTool(tool, None, {"mode": mode}) for mode in ("ok", "error", "crash")}  # type: ignore[arg-type]
+    assert found["ok"].text == "HERMES_API_KEY=[REDACTED]\n"
+    assert found["ok"].extras == {"output": "[REDACTED] and [REDACTED]", "exitCode": 0, "diff": [{"newText": "pw=[REDACTED]"}]}
+    assert found["error"].failed and found["error"].text == "Error: refused [REDACTED]"
+    assert found["error"].extras == {"output": "log: [REDACTED]"}
+    assert found["crash"].failed and found["crash"].text.endswith("boom [REDACTED]")
+    assert key not in repr(found) and password not in repr(found)
+    monkeypatch.setenv("HERMES_API_KEY", "sk-rotated-0123456789")
+    assert runTool(tool, None, {"mode": "ok"}).text == f"HERMES_API_KEY={key}\n"  # type: ignore[arg-type]
+
+
+def test_redactionCostsLittle(monkeypatch) -> None:
+    """Redacting a 50 KB output (its text and the same again in extras) is cheap:
+    about 0.1 ms a call where this was written; the bound leaves room for slow machines."""
+    import time
+
+    from hermes_acp.engine.tools.registry import Tool, ToolOutcome, parameters, runTool
+
+    monkeypatch.setenv("HERMES_API_KEY", "sk-live-0123456789abcdef")
+    output = ("ordinary build output, nothing secret 0123456789\n" * 1100)[:50_000]
+    tool = Tool("big", "big", parameters(), lambda ctx: ToolOutcome(output, {"output": output}))
+    runTool(tool, None, {})  # type: ignore[arg-type]
+    began = time.perf_counter()
+    for _ in range(100):
+        runTool(tool, None, {})  # type: ignore[arg-type]
+    assert (time.perf_counter() - began) / 100 < 0.005

@@ -157,3 +157,16 @@ def test_ripgrepIsBoundedWithinOneBigFile(bench, tmp_path: Path) -> None:
     result = run(bench, pattern="x")
     assert result["note"].startswith("stopped counting at 5000")
     assert len(result["matches"]) == 50
+
+
+def test_matchesInSecretFilesAreLeftOut(bench, tmp_path) -> None:
+    """A search shows no line of a key or credentials file (read_file asks for those)."""
+    (tmp_path / "app.py").write_text("TOKEN = load()\n")
+    (tmp_path / "deploy.pem").write_text("TOKEN-PRIVATE-KEY-MATERIAL\n")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "credentials.json").write_text('{"TOKEN": "s3cr3t"}\n')
+    outcome = bench.call("search_files", pattern="TOKEN", context=5)
+    report = json.loads(outcome.text)
+    assert [m["path"] for m in report["matches"]] == ["app.py"]
+    assert "PRIVATE-KEY" not in outcome.text and "s3cr3t" not in outcome.text
+    assert "2 match(es) in 2 secret file(s)" in report["secrets"]

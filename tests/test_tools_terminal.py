@@ -49,15 +49,15 @@ def test_stdinIsEmpty(bench) -> None:
     assert result(outcome)["output"] == "read=1\n"
 
 
-def test_ownProcessGroup(bench) -> None:
-    script = "import os; print(os.getpgrp() == os.getpid(), os.getpgrp() != %d)" % os.getpgrp()
-    outcome = bench.call("terminal", command=f"exec {sys.executable} -c '{script}'")
+def test_ownProcessGroup(bench, tmp_path: Path) -> None:
+    (tmp_path / "group.py").write_text("import os; print(os.getpgrp() == os.getpid(), os.getpgrp() != %d)" % os.getpgrp())
+    outcome = bench.call("terminal", command=f"exec {sys.executable} group.py")
     assert result(outcome)["output"] == "True True\n"
 
 
-def test_outputKeepsHeadAndTail(bench) -> None:
-    command = f"{sys.executable} -c \"print('A' * 1000); print('B' * 200000); print('Z' * 1000)\""
-    outcome = bench.call("terminal", command=command)
+def test_outputKeepsHeadAndTail(bench, tmp_path: Path) -> None:
+    (tmp_path / "loud.py").write_text("print('A' * 1000); print('B' * 200000); print('Z' * 1000)")
+    outcome = bench.call("terminal", command=f"{sys.executable} loud.py")
     output = result(outcome)["output"]
     assert output.startswith("A" * 1000)
     assert output.rstrip().endswith("Z" * 1000)

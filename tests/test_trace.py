@@ -13,8 +13,8 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
+from hermes_acp.engine.secrets import REDACTED
 from hermes_acp.jsonrpc import JSONRPCConnection
-from hermes_acp.logs import REDACTED
 from hermes_acp.trace import FrameTrace, TraceError, openTrace, scrub, secretKey
 
 from .agentproc import ENTRY_POINTS, agentEnv, frame, initialize, runAgent
@@ -202,3 +202,13 @@ class ProcessTests(SynchronousTestCase):
             self.assertEqual(out.returncode, 64, target)
             self.assertEqual(out.stdout, b"", target)
             self.assertIn(b"stdout", out.stderr, target)
+
+
+class URLPasswordTests(SynchronousTestCase):
+    def test_urlPasswordIsRedacted(self) -> None:
+        """The password in HERMES_BASE_URL is a known secret value to the trace."""
+        from hermes_acp.engine.secrets import secretValues
+
+        secrets = secretValues({"HERMES_BASE_URL": "http://user:s3cretpass@127.0.0.1:1/v1"})
+        self.assertEqual(scrub({"text": "url http://user:s3cretpass@127.0.0.1:1/v1"}, secrets),
+                         {"text": f"url http://user:{REDACTED}@127.0.0.1:1/v1"})

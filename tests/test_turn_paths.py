@@ -22,7 +22,7 @@ from zope.interface import implementer
 
 from hermes_acp.acp import ACPServer
 from hermes_acp.config import Endpoint, Settings
-from hermes_acp.engine.edits import EditProposal
+from hermes_acp.engine.access import EditProposal
 from hermes_acp.engine.result import TurnResult, TurnUsage
 from hermes_acp.interfaces import IAgentFactory, IEngineAgent
 from hermes_acp.sessions import SessionManager
@@ -370,3 +370,34 @@ async def test_aTurnFailingWithCancelledErrorStillAnswers() -> None:
     finally:
         await h.stop()
     assert response["error"]["code"] == -32603 and "stopped unexpectedly" in response["error"]["message"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_noQuestionAfterTheTurnWasCancelled() -> None:
+    """A tool thread that asks after its turn was cancelled (a late approval, a
+    read, a command) is answered "cancelled" at once; the editor is never asked."""
+    answers: list[str] = []
+
+    def late(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        observer.toolStarted("1.0", "terminal", {"command": "rm -rf x"}, {})
+        observer.toolStarted("1.1", "read_file", {"path": "/etc/x"}, {"path": "/etc/x"})
+        assert agent.interrupted.wait(10)
+        answers.append(observer.approveCommand("1.0", "rm -rf x", "recursive delete"))
+        answers.append(observer.approveRead("1.1", "/etc/x", "reads outside the workspace"))
+        return TurnResult("", [{"role": "user", "content": "go"}], TurnUsage(), "cancelled")
+
+    h = Harness(late)
+    try:
+        h.send("initialize", {"protocolVersion": 1})
+        created = await h.answer(h.send("session/new", {"cwd": tempfile.gettempdir(), "mcpServers": []}))
+        sessionId = created["result"]["sessionId"]
+        prompt = h.send("session/prompt", {"sessionId": sessionId, "prompt": [{"type": "text", "text": "go"}]})
+        await h.transport.when(lambda: sum(f.get("method") == "session/update" for f in h.frames()) >= 2)
+        frame = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sessionId}}
+        h.connection.dataReceived(json.dumps(frame).encode() + b"\n")
+        response = await h.answer(prompt)
+    finally:
+        await h.stop()
+    assert response["result"]["stopReason"] == "cancelled"
+    assert answers == ["cancelled", "cancelled"]
+    assert not any(f.get("method") == "session/request_permission" for f in h.frames())

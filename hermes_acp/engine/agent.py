@@ -19,11 +19,13 @@ from zope.interface import implementer
 
 from hermes_acp import safejson
 from hermes_acp.config import Endpoint
+from hermes_acp.engine.access import PathApprovals
 from hermes_acp.engine.cancel import CANCELLED as _WOKEN
 from hermes_acp.engine.cancel import Cancellation
-from hermes_acp.engine.edits import EditApprovals
 from hermes_acp.engine.guard import CommandApprovals
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ToolCallRequest
+from hermes_acp.engine.processes import Limits
+from hermes_acp.engine.sandbox import Policy, policyFor, probe
 from hermes_acp.engine.result import TurnResult, TurnUsage
 from hermes_acp.engine.tools.builtin import selectTools
 from hermes_acp.engine.tools.registry import (
@@ -78,6 +80,10 @@ def _assistantMessage(reply: ModelReply, calls: Sequence[ToolCallRequest]) -> di
     return message
 
 
+def _defaultSandbox(cwd: str, extra: Sequence[str]) -> Policy | None:
+    return policyFor((cwd, *extra)) if probe().available else None
+
+
 def defaultSystemPrompt(cwd: str, extra: Sequence[str] = ()) -> str:
     folders = f"\nOther folders you may work in: {', '.join(extra)}" if extra else ""
     return (
@@ -112,26 +118,31 @@ class AIAgent:
     maxTokens: int | None = None
     reasoningEffort: str | None = None
     client: ModelClient | None = None
+    #: The sandbox of the session's local commands (None: none; by default the
+    #: machine's, over the session's folders), and their resource limits.
+    sandbox: Policy | None = attrs.field(
+        default=attrs.Factory(lambda self: _defaultSandbox(self.cwd, self.additionalDirectories), takes_self=True))
+    limits: Limits = Limits()
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
     commandApprovals: CommandApprovals = attrs.field(factory=CommandApprovals)
-    editApprovals: EditApprovals = attrs.field(init=False)
+    pathApprovals: PathApprovals = attrs.field(init=False)
     _locks: PathLocks = attrs.field(factory=PathLocks, init=False)
     _runLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _run: Cancellation | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.editApprovals = EditApprovals.forWorkspace(self.cwd, self.additionalDirectories)
+        self.pathApprovals = PathApprovals.forWorkspace(self.cwd, self.additionalDirectories)
         if self.model is None:
             self.model = self.endpoint.model
 
     @property
     def editMode(self) -> str:
-        return self.editApprovals.mode
+        return self.pathApprovals.mode
 
     def setEditMode(self, mode: str) -> None:
-        """"default", "accept_edits" or "dont_ask" (see ``hermes_acp.engine.edits``)."""
-        self.editApprovals.mode = mode
+        """"default", "accept_edits" or "dont_ask" (see ``hermes_acp.engine.access``)."""
+        self.pathApprovals.mode = mode
 
     def interrupt(self) -> None:
         """Cancel the run in progress, if any (thread-safe; a no-op when idle)."""
@@ -188,10 +199,13 @@ class AIAgent:
         cancelled run asks that run, never the next)."""
         return ToolContext(
             cwd=self.cwd, workspace=workspace, cancelEvent=cancelEvent,
-            approveCommand=lambda command: self.commandApprovals.decide(
-                command, lambda c, reason: observer.approveCommand(callId, c, reason)),
-            approveEdit=lambda proposal: self.editApprovals.decide(proposal, lambda p: observer.approveEdit(callId, p)),
+            approveCommand=lambda command, confined, escalation, cwd: self.commandApprovals.decide(
+                command, lambda c, reason: observer.approveCommand(callId, c, reason), confined, escalation, cwd),
+            approveEdit=lambda proposal: self.pathApprovals.decide(proposal, lambda p: observer.approveEdit(callId, p)),
+            approveRead=lambda path: self.pathApprovals.decideRead(
+                path, lambda p, reason: observer.approveRead(callId, p, reason)),
             todos=self.todos, locks=self._locks, searchSessions=self.sessionSearch,
+            sandbox=self.sandbox, limits=self.limits,
             terminalStarted=lambda terminalId: _notify(observer.terminalStarted, callId, terminalId),
         )
 

@@ -133,7 +133,7 @@ class _Accumulator:
 
 
 def _statusMessage(status: int, detail: str, endpoint: Endpoint, model: str) -> ModelError:
-    where = endpoint.baseURL
+    where = endpoint.shownURL
     if status == 401:
         return ModelError(f"The model endpoint {where} rejected the API key (HTTP 401): {detail}. "
                           "Check HERMES_API_KEY (or your provider's key) or run `hermes-acp --setup`.", auth=True)
@@ -179,15 +179,15 @@ def classify(error: BaseException, endpoint: Endpoint, model: str) -> ModelError
         result.retryAfter = _retryAfter(error.response.headers)
         return result
     if isinstance(error, openai.APITimeoutError):
-        return ModelError(f"The model endpoint {endpoint.baseURL} timed out.", retryable=True)
+        return ModelError(f"The model endpoint {endpoint.shownURL} timed out.", retryable=True)
     if isinstance(error, openai.APIConnectionError):
         cause = error.__cause__ or error.__context__
         reason = f": {cause}" if cause else ""
-        return ModelError(f"Cannot reach the model endpoint {endpoint.baseURL}{reason}", retryable=True)
+        return ModelError(f"Cannot reach the model endpoint {endpoint.shownURL}{reason}", retryable=True)
     if isinstance(error, openai.APIError):
-        return ModelError(f"The model endpoint {endpoint.baseURL} reported an error: {error.message}")
+        return ModelError(f"The model endpoint {endpoint.shownURL} reported an error: {error.message}")
     if isinstance(error, (ValueError, KeyError, TypeError, AttributeError)):
-        return ModelError(f"The model endpoint {endpoint.baseURL} sent a malformed response: {error}")
+        return ModelError(f"The model endpoint {endpoint.shownURL} sent a malformed response: {error}")
     if isinstance(error, openai.OpenAIError):
         return ModelError(f"The model client failed: {error}")
     return ModelError(f"Model request failed: {type(error).__name__}: {error}")
@@ -369,11 +369,11 @@ def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[str]:
         raise _statusMessage(e.code, detail, endpoint, endpoint.model or "") from e
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise ModelError(f"Cannot reach the model endpoint {endpoint.baseURL}: {reason}", retryable=True) from e
+        raise ModelError(f"Cannot reach the model endpoint {endpoint.shownURL}: {reason}", retryable=True) from e
     except ValueError as e:
-        raise ModelError(f"The model endpoint {endpoint.baseURL} sent a malformed model list: {e}") from e
+        raise ModelError(f"The model endpoint {endpoint.shownURL} sent a malformed model list: {e}") from e
     data = body.get("data") if isinstance(body, dict) else body
     if not isinstance(data, list):
-        raise ModelError(f"The model endpoint {endpoint.baseURL} sent a malformed model list")
+        raise ModelError(f"The model endpoint {endpoint.shownURL} sent a malformed model list")
     return [item["id"] if isinstance(item, dict) else str(item) for item in data
             if not isinstance(item, dict) or isinstance(item.get("id"), str)]

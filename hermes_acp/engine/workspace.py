@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import attrs
+
+if TYPE_CHECKING:  # the process machinery loads with the first command, not at startup
+    from hermes_acp.engine.processes import Limits
+    from hermes_acp.engine.sandbox import Policy
 
 DEFAULT_OUTPUT_LIMIT = 50_000
 # Give the shell's last output this long to arrive after it exits; a background
@@ -47,6 +50,10 @@ class CommandResult:
 class Workspace(Protocol):
     """File text and command execution for the tools (called in worker threads).
 
+    ``localCommands`` says whether ``runCommand`` runs on this machine, where
+    the agent confines it (``policy``: the sandbox, None for none; ``limits``),
+    or in the editor's terminal, which the editor confines.
+
     Paths are absolute. ``readText`` raises ``FileNotFoundError`` for a missing
     file and ``WorkspaceError`` (or another ``OSError``) for anything it cannot
     read; ``writeText`` creates missing parent directories. ``runCommand`` runs
@@ -57,6 +64,9 @@ class Workspace(Protocol):
     one of the editor's terminals, ``onStarted(terminalId)`` is called (in the
     caller's thread) as soon as the terminal exists.
     """
+
+    @property
+    def localCommands(self) -> bool: ...
 
     def readText(self, path: str) -> str: ...
 
@@ -70,6 +80,8 @@ class Workspace(Protocol):
         cancelEvent: threading.Event,
         outputLimit: int = DEFAULT_OUTPUT_LIMIT,
         onStarted: Callable[[str], object] | None = None,
+        policy: Policy | None = None,
+        limits: Limits | None = None,
     ) -> CommandResult: ...
 
 
@@ -106,19 +118,29 @@ class OutputCap:
         return f"{head}\n\n... [{self.dropped} bytes of output omitted] ...\n\n{tail}"
 
 
-def _killGroup(process: subprocess.Popen[bytes]) -> None:
+def _opened(path: str, flags: int) -> BinaryIO:
+    """``path`` opened where it is, not where a link leads: the tools judged the
+    real path, and a link swapped into it since (or into a folder above it)
+    fails instead of leading the read or the write elsewhere."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        where = os.readlink(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") else path
+    except OSError:
+        where = path
+    if where != path:
+        os.close(fd)
+        raise WorkspaceError(f"{path} changed while it was opened (it now leads to {where}); nothing was done")
+    return os.fdopen(fd, "rb" if flags == os.O_RDONLY else "wb")
 
 
 @attrs.frozen
 class LocalWorkspace:
     """The local file system and a local ``/bin/sh``."""
 
+    localCommands = True
+
     def readText(self, path: str) -> str:
-        with open(path, "rb") as f:
+        with _opened(path, os.O_RDONLY) as f:
             data = f.read()
         if looksBinary(data):
             raise WorkspaceError(f"{path} is a binary file")
@@ -126,8 +148,9 @@ class LocalWorkspace:
 
     def writeText(self, path: str, content: str) -> None:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.write(content)
+        with _opened(path, os.O_WRONLY | os.O_CREAT) as f:
+            f.truncate()
+            f.write(content.encode("utf-8"))
 
     def runCommand(
         self,
@@ -137,23 +160,25 @@ class LocalWorkspace:
         cancelEvent: threading.Event,
         outputLimit: int = DEFAULT_OUTPUT_LIMIT,
         onStarted: Callable[[str], object] | None = None,
+        policy: Policy | None = None,
+        limits: Limits | None = None,
     ) -> CommandResult:
-        """Run ``command`` in its own process group with stdin from /dev/null.
+        """Run ``command`` in its own process group with stdin from /dev/null,
+        sandboxed by ``policy`` when given, without the agent's credentials.
 
-        A timeout or ``cancelEvent`` kills the whole group.
+        A timeout or ``cancelEvent`` kills the whole group, and whatever left it.
         """
+        from hermes_acp.engine import processes
+        from hermes_acp.engine.secrets import childEnvironment
+
         try:
-            process = subprocess.Popen(
-                ["/bin/sh", "-c", command],
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={**os.environ, **_CHILD_ENV},
+            process, mark = processes.spawn(
+                ["/bin/sh", "-c", command], cwd, {**childEnvironment(), **_CHILD_ENV}, policy,
+                limits or processes.Limits(),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             )
         except OSError as e:
-            raise WorkspaceError(f"cannot start the command in {cwd}: {e}") from e
+            raise WorkspaceError(f"cannot start the command in {cwd}: {e.strerror or e}") from e
         assert process.stdout is not None
         fd = process.stdout.fileno()
         cap = OutputCap(outputLimit)
@@ -184,9 +209,10 @@ class LocalWorkspace:
                         break
         finally:
             if cancelled or timedOut or process.poll() is None:
-                _killGroup(process)
+                processes.end(process, mark)
             process.stdout.close()
             exitCode = process.wait()
+            processes.release(process)
         return CommandResult(
             output=cap.text(),
             exitCode=None if (cancelled or timedOut) else exitCode,

@@ -8,7 +8,7 @@ import re
 import stat
 from typing import Any
 
-from hermes_acp.engine.edits import EditProposal
+from hermes_acp.engine.access import EditProposal
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, parameters
 from hermes_acp.engine.workspace import WorkspaceError
 
@@ -62,8 +62,16 @@ def readText(ctx: ToolContext, path: str) -> str | None:
         raise ToolError(f"cannot read {path}: {e}") from e
 
 
+def approvedRead(ctx: ToolContext, path: str) -> None:
+    """Go on only if the session's policy, or the user, lets the model see ``path``."""
+    verdict = ctx.approveRead(path)
+    if not verdict.allowed:
+        raise ToolError(verdict.message, {"path": path, "denied": True})
+
+
 def readFile(ctx: ToolContext, path: str, offset: int, limit: int) -> ToolOutcome:
-    absPath = ctx.resolve(path)
+    absPath = ctx.resolveReal(path)
+    approvedRead(ctx, absPath)
     if os.path.splitext(absPath)[1].lower() in _BINARY_SUFFIXES:
         raise ToolError(f"{absPath} looks like a binary file; read_file only reads text")
     info = checkTextPath(absPath)  # None: not on disk, though the editor may hold it in a buffer
@@ -130,7 +138,7 @@ def writeApproved(ctx: ToolContext, toolName: str, path: str, old: str | None, n
 
 
 def writeFile(ctx: ToolContext, path: str, content: str) -> ToolOutcome:
-    absPath = ctx.resolve(path)
+    absPath = ctx.resolveReal(path)
     checkTextPath(absPath)
     lines = content.splitlines()
     if len(lines) >= 3 and all(_NUMBERED_LINE.match(line) for line in lines):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import attrs
 
-from hermes_acp.engine.tools.files import checkTextPath, readText, unifiedDiff, writeApproved
+from hermes_acp.engine.tools.files import approvedRead, checkTextPath, readText, unifiedDiff, writeApproved
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, parameters
 
 _UNICODE = str.maketrans({
@@ -200,12 +200,13 @@ def _lineOf(content: str, offset: int) -> int:
 
 
 def patchFile(ctx: ToolContext, path: str, old_string: str, new_string: str, replace_all: bool) -> ToolOutcome:
-    absPath = ctx.resolve(path)
+    absPath = ctx.resolveReal(path)
     if not old_string:
         raise ToolError("old_string is empty; use write_file to create or replace a whole file")
     if old_string == new_string:
         raise ToolError("old_string and new_string are identical; nothing to change")
     checkTextPath(absPath)
+    approvedRead(ctx, absPath)  # a failed match shows parts of the file to the model
     name = ctx.display(absPath)
     with ctx.locks.held(absPath):
         content = readText(ctx, absPath)

@@ -14,12 +14,15 @@ import attrs
 
 from hermes_acp import safejson
 from hermes_acp.engine.approval import Verdict
-from hermes_acp.engine.edits import EditProposal
+from hermes_acp.engine.access import EditProposal
+from hermes_acp.engine.processes import Limits
+from hermes_acp.engine.sandbox import Policy
+from hermes_acp.engine.secrets import redact, redactAll, secretValues
 from hermes_acp.engine.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-SessionSearch = Callable[[str, int], list[dict[str, Any]]]
+SessionSearch = Callable[[str, int, bool], list[dict[str, Any]]]  # (query, limit, allProjects)
 
 
 class ToolError(Exception):
@@ -58,16 +61,22 @@ class PathLocks:
 class ToolContext:
     """What one tool call may use: the session's folder, I/O, approvals and state.
 
-    ``approveCommand``, ``approveEdit`` and ``terminalStarted`` are bound to the
-    call, so the user is asked about this call and no other."""
+    ``approveCommand(command, confined, escalation, cwd)``, ``approveEdit``,
+    ``approveRead(path)`` and ``terminalStarted`` are bound to the call, so the
+    user is asked about this call and no other. ``sandbox`` is the policy that
+    confines the session's local commands (None: this machine has no sandbox,
+    or the user turned it off); ``limits`` bound each command's resources."""
 
     cwd: str
     workspace: Workspace
     cancelEvent: threading.Event
-    approveCommand: Callable[[str], Verdict]
+    approveCommand: Callable[[str, bool, str | None, str], Verdict]
     approveEdit: Callable[[EditProposal], Verdict]
+    approveRead: Callable[[str], Verdict]
     todos: list[dict[str, str]]
     locks: PathLocks
+    sandbox: Policy | None = None
+    limits: Limits = Limits()
     searchSessions: SessionSearch | None = None
     terminalStarted: Callable[[str], object] = lambda terminalId: None
 
@@ -75,6 +84,12 @@ class ToolContext:
         """An absolute, normalised path; relative paths start at the session's folder."""
         path = os.path.expanduser(path)
         return os.path.normpath(os.path.join(self.cwd, path))
+
+    def resolveReal(self, path: str) -> str:
+        """``resolve(path)`` with its symlinks followed: the file a read or an
+        edit is judged by, and then touches (the workspace opens it without
+        following a link, so a link swapped in meanwhile fails the call)."""
+        return os.path.realpath(self.resolve(path))
 
     def display(self, path: str) -> str:
         """``path`` relative to the session's folder when it is inside it."""
@@ -179,14 +194,23 @@ def parseArguments(raw: str) -> Any:
 
 
 def runTool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
-    """Run one checked call; errors become a failed outcome, never an exception."""
+    """Run one checked call; errors become a failed outcome, never an exception.
+
+    Known secret values (``hermes_acp.engine.secrets``, read anew each call: a
+    setup may change them) are redacted from the outcome's text and from every
+    string in its extras, so no tool output carries one to the model, the
+    editor, the journal or the search index."""
     try:
-        return tool.handler(ctx, **arguments)
+        outcome = tool.handler(ctx, **arguments)
     except ToolError as e:
-        return ToolOutcome(f"Error: {e}", e.extras, failed=True)
+        outcome = ToolOutcome(f"Error: {e}", e.extras, failed=True)
     except Exception as e:
         log.exception("tool %s failed", tool.name)
-        return ToolOutcome(f"Error: {tool.name} failed unexpectedly: {type(e).__name__}: {e}", failed=True)
+        outcome = ToolOutcome(f"Error: {tool.name} failed unexpectedly: {type(e).__name__}: {e}", failed=True)
+    secrets = secretValues()
+    if not secrets:
+        return outcome
+    return attrs.evolve(outcome, text=redact(outcome.text, secrets), extras=redactAll(outcome.extras, secrets))
 
 
 def jsonText(value: Any) -> str:

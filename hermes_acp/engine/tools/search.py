@@ -26,7 +26,11 @@ from typing import Any
 
 import attrs
 
+from hermes_acp.engine import processes
+from hermes_acp.engine.secrets import childEnvironment
+from hermes_acp.engine.sensitive import secretKind
 from hermes_acp.engine.tools import grep
+from hermes_acp.engine.tools.files import approvedRead
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
 
 COLLECT_LIMIT = 5000
@@ -59,12 +63,12 @@ class _Child:
         ``ToolError`` (a bad pattern) when it printed nothing; with results, its
         complaints about single files (permissions) do not spoil them."""
         try:
-            process = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True,
+            process, _ = processes.spawn(
+                self.argv, None, childEnvironment(), self.ctx.sandbox, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
         except OSError as e:
-            raise ToolError(f"cannot start the search: {e}") from e
+            raise ToolError(f"cannot start the search: {e.strerror or e}") from e
         assert process.stdout is not None and process.stderr is not None
         out, err = process.stdout.fileno(), process.stderr.fileno()
         pending, error = bytearray(), bytearray()
@@ -99,6 +103,7 @@ class _Child:
             except (ProcessLookupError, PermissionError):
                 pass
             code = process.wait()
+            processes.release(process)
             if err in streams:  # the child is gone: what it wrote is all there is
                 while chunk := os.read(err, 65536):
                     error = (error + chunk)[-_STDERR_KEEP:]
@@ -189,6 +194,7 @@ def searchFiles(
     root = ctx.resolve(path)
     if not os.path.exists(root):
         raise ToolError(f"path not found: {root}")
+    approvedRead(ctx, root)
     useRg = shutil.which("rg") is not None
     if target == "files":
         glob = grep.nameGlob(pattern)
@@ -206,10 +212,14 @@ def searchFiles(
     child = _Child(argv, ctx, time.monotonic() + SEARCH_TIMEOUT)
     with closing(child.lines()) as lines:  # the child is killed as soon as we have enough
         found, capped = _collect(parse(lines))
+    hidden = 0
     if target == "files":
         found.sort(key=lambda p: (-_mtime(p), p))
         result: dict[str, Any] = {"files": [ctx.display(p) for p in found[offset : offset + limit]]}
     else:
+        secret = {path for path in {hit[0] for hit in found} if secretKind(path)}
+        hidden = sum(1 for hit in found if hit[0] in secret)
+        found = [hit for hit in found if hit[0] not in secret]
         found.sort(key=lambda hit: (hit[0], hit[1]))
         shown = found[offset : offset + limit]
         around = _contexts(ctx, shown, context) if context else {}
@@ -226,6 +236,9 @@ def searchFiles(
         result["note"] = f"stopped counting at {COLLECT_LIMIT} results; narrow the search"
     elif child.timedOut:
         result["note"] = f"the search stopped after {SEARCH_TIMEOUT:.0f} s; these are the results so far. Narrow the path or the pattern"
+    if hidden:
+        result["secrets"] = (f"{hidden} match(es) in {len(secret)} secret file(s) (keys, credentials, .env) "
+                             "are not shown; read_file asks the user for them")
     if offset + limit < len(found):
         result["hint"] = f"Results truncated. Use offset={offset + limit} to see more."
     return ToolOutcome(jsonText(result), {"path": root, "result": result})

@@ -1,33 +1,60 @@
-"""``terminal``: run a shell command after the command guard lets it through."""
+"""``terminal``: run a shell command after the command guard lets it through.
+
+A local command runs in the session's sandbox when the machine has one; the
+model may ask to run one outside it (``outside_sandbox`` with a
+``justification``), which is always a question to the user.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
 from hermes_acp.engine.workspace import WorkspaceError
 
 DEFAULT_TIMEOUT = 180
 MAX_TIMEOUT = 600
+# What a program prints when the sandbox refused it something (EACCES, EPERM, EROFS, EXDEV).
+_DENIED = re.compile(r"permission denied|operation not permitted|read-only file system|invalid cross-device link",
+                     re.IGNORECASE)
 
 
-def runTerminal(ctx: ToolContext, command: str, timeout: int, workdir: str | None = None) -> ToolOutcome:
+def sandboxNote(ctx: ToolContext) -> str:
+    assert ctx.sandbox is not None
+    return ("The command failed and its output suggests the sandbox denied it something: it may write only "
+            f"in {', '.join(ctx.sandbox.writable)}, cannot read the user's secret files"
+            f"{'' if ctx.sandbox.network else ', has no network'} and cannot signal other processes. If the "
+            "command really needs more, run it again with outside_sandbox=true and a justification; the user "
+            "will be asked.")
+
+
+def runTerminal(ctx: ToolContext, command: str, timeout: int, workdir: str | None = None,
+                outside_sandbox: bool = False, justification: str | None = None) -> ToolOutcome:
     if not command.strip():
         raise ToolError("command is empty")
     cwd = ctx.resolve(workdir) if workdir else ctx.cwd
     if not os.path.isdir(cwd):
         raise ToolError(f"workdir {cwd} is not a directory")
-    verdict = ctx.approveCommand(command)
+    local = ctx.workspace.localCommands
+    leaving = local and ctx.sandbox is not None and outside_sandbox
+    policy = ctx.sandbox if local and not leaving else None
+    # An editor's terminal is the editor's to confine; a local command without a sandbox is not.
+    verdict = ctx.approveCommand(command, not local or policy is not None,
+                                 (justification or "no reason given").strip() if leaving else None, cwd)
     if not verdict.allowed:
         raise ToolError(verdict.message, {"command": command, "denied": True})
     timeout = min(timeout, MAX_TIMEOUT)
     try:
-        result = ctx.workspace.runCommand(command, cwd, float(timeout), ctx.cancelEvent, onStarted=ctx.terminalStarted)
+        result = ctx.workspace.runCommand(command, cwd, float(timeout), ctx.cancelEvent,
+                                          onStarted=ctx.terminalStarted, policy=policy, limits=ctx.limits)
     except (WorkspaceError, OSError) as e:
         raise ToolError(f"cannot run the command: {e}") from e
     extras = {"command": command, "cwd": cwd, "exitCode": result.exitCode,
               "output": result.output, "truncated": result.truncated, **result.meta}
     report = {"output": result.output, "exit_code": result.exitCode}
+    if policy is not None and result.exitCode not in (0, None) and _DENIED.search(result.output):
+        report["sandbox"] = extras["sandboxNote"] = sandboxNote(ctx)
     if result.cancelled:
         raise ToolError(f"the command was interrupted by the user; output so far:\n{result.output}", extras)
     if result.timedOut:
@@ -40,12 +67,18 @@ TERMINAL = Tool(
     "Run a shell command (sh -c) in the session's working directory, or in workdir, with no "
     "input. Output is capped (the start and the end are kept). Dangerous commands need the "
     f"user's approval. Default timeout {DEFAULT_TIMEOUT} s, at most {MAX_TIMEOUT} s. For a "
-    "long-running server, background it with its output sent to a file (cmd > log 2>&1 &).",
+    "long-running server, background it with its output sent to a file (cmd > log 2>&1 &). "
+    "Commands run in a sandbox where there is one: they may write only in the session's folders, the "
+    "temp folder and build caches, and cannot read the user's secrets; if a command needs more, set "
+    "outside_sandbox with a justification and the user will be asked.",
     parameters(
         ["command"],
         command={"type": "string", "description": "The shell command"},
         timeout={"type": "integer", "minimum": 1, "default": DEFAULT_TIMEOUT, "description": "Seconds"},
         workdir={"type": "string", "description": "Folder to run in (default: the working directory)"},
+        outside_sandbox={"type": "boolean", "default": False,
+                         "description": "Run without the sandbox (the user is asked first)"},
+        justification={"type": "string", "description": "Why the command must run outside the sandbox"},
     ),
     runTerminal,
 )

@@ -1,4 +1,11 @@
-"""Edit approval: who decides before ``write_file`` or ``patch`` touches disk."""
+"""Who decides before a tool reads or writes a path: the session's policy, or the user.
+
+Writes (``write_file``, ``patch``): the mode decides inside the workspace; a
+secret or protected path (``engine.sensitive``) asks in every mode. Reads
+(``read_file``, ``search_files``): inside the workspace they go through;
+outside it they ask in the ``default`` and ``accept_edits`` modes; a secret
+asks in every mode.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +17,10 @@ from collections.abc import Callable, Iterable
 import attrs
 
 from hermes_acp.engine.approval import ALLOW_ALWAYS, ALLOWED, REJECT_ALWAYS, Verdict, ask, refusal
+from hermes_acp.engine.sensitive import protectedKind, secretKind
 
 # default: ask for every edit; accept_edits: edits inside the workspace go
-# through; dont_ask: every edit goes through. Sensitive paths always ask.
+# through; dont_ask: every edit goes through. Protected paths always ask.
 EDIT_MODES = ("default", "accept_edits", "dont_ask")
 
 
@@ -24,12 +32,6 @@ def modeAfter(mode: str, answer: str) -> str:
     changes its own mode: a mode the user set in the meantime would be lost)."""
     return "accept_edits" if answer == ALLOW_ALWAYS and mode == "default" else mode
 
-_SENSITIVE_DIRS = {".git", ".ssh", ".gnupg", ".aws", ".hermes"}
-_SENSITIVE_NAMES = {"id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "authorized_keys", "known_hosts",
-                    ".netrc", ".pgpass", ".npmrc", ".pypirc", ".git-credentials"}
-_KEY_SUFFIXES = (".pem", ".key", ".p12", ".pfx")
-
-
 @attrs.frozen
 class EditProposal:
     """An edit about to be written: ``oldText`` is None for a new file."""
@@ -40,38 +42,24 @@ class EditProposal:
     newText: str
 
 
-def _sensitive(path: str) -> bool:
-    parts = path.split(os.sep)
-    name = parts[-1]
-    return (
-        bool(_SENSITIVE_DIRS.intersection(parts[:-1]))
-        or name in _SENSITIVE_NAMES
-        or name == ".env"
-        or name.startswith(".env.")
-        or name.endswith(_KEY_SUFFIXES)
-    )
-
-
-def isSensitive(path: str) -> bool:
-    """Whether ``path``, or the file it really names after symlinks, needs a human."""
-    return _sensitive(os.path.abspath(path)) or _sensitive(os.path.realpath(path))
-
-
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 @attrs.define(eq=False)
-class EditApprovals:
-    """One session's edit policy and its memory of "reject always" answers."""
+class PathApprovals:
+    """One session's read and edit policy, and its memory of "always" answers."""
 
     roots: tuple[str, ...]
     mode: str = attrs.field(default="default", validator=attrs.validators.in_(EDIT_MODES))
     refusedPaths: set[str] = attrs.field(factory=set)
+    #: Reads: paths refused for the session; folders outside the workspace allowed for it.
+    refusedReads: set[str] = attrs.field(factory=set)
+    readableRoots: set[str] = attrs.field(factory=set)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, repr=False)
 
     @classmethod
-    def forWorkspace(cls, cwd: str, extra: Iterable[str] = (), mode: str = "default") -> EditApprovals:
+    def forWorkspace(cls, cwd: str, extra: Iterable[str] = (), mode: str = "default") -> PathApprovals:
         """Edits under ``cwd``, the ``extra`` folders or the temp folder count as inside."""
         roots = (cwd, *extra, tempfile.gettempdir())
         return cls(tuple(os.path.realpath(root) for root in roots), mode)
@@ -87,7 +75,7 @@ class EditApprovals:
             if path in self.refusedPaths:
                 return Verdict(False, f"Edit refused: the user refused edits to {proposal.path} "
                                       "for the rest of the session; the file was not modified.")
-            if not isSensitive(proposal.path) and (
+            if protectedKind(proposal.path) is None and (
                 self.mode == "dont_ask" or (self.mode == "accept_edits" and self.insideWorkspace(path))
             ):
                 return Verdict(True)
@@ -98,3 +86,25 @@ class EditApprovals:
         if answer in ALLOWED:
             return Verdict(True)
         return Verdict(False, f"Edit not approved ({refusal(answer)}); {proposal.path} was not modified.")
+
+    def decideRead(self, path: str, question: Callable[[str, str], str] | None) -> Verdict:
+        """Allow reading ``path`` (a file, or a folder to search), or ask
+        ``question(path, reason)`` when the policy says so."""
+        real = os.path.realpath(path)
+        secret = secretKind(path)
+        with self._lock:
+            if real in self.refusedReads:
+                return Verdict(False, f"Read refused: the user refused reading {path} for the rest of the session.")
+            outside = not self.insideWorkspace(real) and not any(_inside(real, root) for root in self.readableRoots)
+            if secret is None and (not outside or self.mode == "dont_ask"):
+                return Verdict(True)
+        reason = f"reads {secret}" if secret else "reads outside the workspace"
+        answer = ask(question, path, reason)
+        with self._lock:
+            if answer == REJECT_ALWAYS:
+                self.refusedReads.add(real)
+            elif answer == ALLOW_ALWAYS and secret is None:
+                self.readableRoots.add(real if os.path.isdir(real) else os.path.dirname(real))
+        if answer in ALLOWED:
+            return Verdict(True)
+        return Verdict(False, f"Read not approved ({reason}: {refusal(answer)}); the content of {path} was not read.")
