@@ -101,6 +101,20 @@ class SetupTests(SynchronousTestCase):
         self.assertIn('HERMES_BASE_URL="http://localhost:11434/v1"', env.read_text())
         self.assertEqual(cli("--check", home=home).returncode, 0)
 
+    def test_checkSaysWhichProtectionCommandsGet(self) -> None:
+        """--check names the protection of commands: the sandbox with its ABI where
+        the kernel has Landlock, the asking fallback when it is turned off."""
+        from hermes_acp.engine.sandbox import probe
+
+        line = next(row for row in cli("--check", home=tempfile.mkdtemp()).stdout.splitlines() if row.startswith("commands:"))
+        support = probe()
+        if support.available:
+            self.assertIn(f"sandboxed (Landlock ABI {support.abi})", line)
+        else:
+            self.assertIn(support.reason, line)
+        off = cli("--check", home=tempfile.mkdtemp(), HERMES_ACP_SANDBOX="off").stdout
+        self.assertIn("commands:    off (HERMES_ACP_SANDBOX=off): every command that is not a known read-only", off)
+
     def test_setupThenCheck(self) -> None:
         """--setup --check writes .env and then checks it: one command, one exit code."""
         home = tempfile.mkdtemp()
