@@ -190,6 +190,8 @@ async def test_outsideSurvivesWhenTheUserRejects(scriptedServer, machine: Machin
                      for m in server.chatRequests[-1]["messages"] if m["role"] == "tool")
     why = json.dumps(first)
     assert "BLOCKED" in why or "sandbox denied" in why, why
+    if "sandbox denied" in why:  # the user's card says so too
+        assert "sandbox denied" in json.dumps([u.get("content") for u in found if u["sessionUpdate"] == "tool_call_update"])
     escalation = askedAbout(client)[-1]
     assert "outside the sandbox: cleanup of an old build" in escalation
     assert json.dumps(command)[1:-1] in escalation
