@@ -169,10 +169,12 @@ def _needs(name: str) -> None:
 @needsLandlock
 @pytest.mark.parametrize("name", sorted(DISGUISED))
 @pytest_twisted.ensureDeferred
-async def test_outsideSurvivesWhenTheUserRejects(scriptedServer, machine: Machine, name: str) -> None:
-    """The disguised command is stopped (the guard asks, or the sandbox denies and
-    says why); asking to leave the sandbox is a question naming the command and
-    the reason; rejected, the folder outside the workspace is untouched."""
+async def test_outsideSurvivesUnlessTheUserApproves(scriptedServer, machine: Machine, name: str) -> None:
+    """In a session whose editor rejects, the disguised command is stopped (the
+    guard asks, or the sandbox denies and the model and the card say why); asking
+    to leave the sandbox is a question naming the command and the reason; the
+    folder outside the workspace is untouched. Then, in a session whose editor
+    approves, the very same command run outside the sandbox does what it says."""
     _needs(name)
     server, url = scriptedServer
     command = disguised(name, machine)
@@ -180,40 +182,40 @@ async def test_outsideSurvivesWhenTheUserRejects(scriptedServer, machine: Machin
         terminal(command),
         terminal(command, outside_sandbox=True, justification="cleanup of an old build"),
         [{"text": "done"}],
-    ]
-    client = RecordingClient(permission=reject)
-    response, found, problems = await onLoop(turn(url, machine, client))
-    assert problems == []
-    assert response.stop_reason == "end_turn"
-    assert machine.outsideIntact()
-    first, second = (json.loads(m["content"]) if m["content"].startswith("{") else m["content"]
-                     for m in server.chatRequests[-1]["messages"] if m["role"] == "tool")
-    why = json.dumps(first)
-    assert "BLOCKED" in why or "sandbox denied" in why, why
-    if "sandbox denied" in why:  # the user's card says so too
-        assert "sandbox denied" in json.dumps([u.get("content") for u in found if u["sessionUpdate"] == "tool_call_update"])
-    escalation = askedAbout(client)[-1]
-    assert "outside the sandbox: cleanup of an old build" in escalation
-    assert json.dumps(command)[1:-1] in escalation
-    assert "BLOCKED" in json.dumps(second)
-
-
-@needsLandlock
-@pytest.mark.parametrize("name", sorted(DISGUISED))
-@pytest_twisted.ensureDeferred
-async def test_theSameCommandRunsWhenTheUserApproves(scriptedServer, machine: Machine, name: str) -> None:
-    """Approved to leave the sandbox, the very same command does what it says."""
-    _needs(name)
-    server, url = scriptedServer
-    command = disguised(name, machine)
-    server.default.responses += [
         terminal(command, outside_sandbox=True, justification="the user asked for it"),
         [{"text": "done"}],
     ]
-    client = RecordingClient(permission=approve)
-    response, found, problems = await onLoop(turn(url, machine, client))
-    assert problems == [] and response.stop_reason == "end_turn"
-    assert len(client.permissionRequests) >= 1
+    answers: dict[str, Any] = {}
+    client = RecordingClient(permission=lambda request: answers[request["sessionId"]](request))
+
+    async def scenario() -> tuple[list[Any], list[dict[str, Any]], list[str]]:
+        async with connect(client, env=machine.env(url)) as (conn, _, wire, process):
+            await initialized(conn)
+            stopReasons = []
+            for answer in (reject, approve):
+                sid = (await conn.new_session(cwd=str(machine.work), mcp_servers=[])).session_id
+                answers[sid] = answer
+                response = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("go")]), 60)
+                stopReasons.append(response.stop_reason)
+                if answer is reject:
+                    rejected, intact = updates(wire, sid), machine.outsideIntact()
+                    results = toolResults(server)
+                    asked = len(client.permissionRequests)
+            return [stopReasons, rejected, intact, results, asked], updates(wire), wire.problems()
+
+    (stopReasons, found, intact, results, asked), _, problems = await onLoop(scenario())
+    assert problems == []
+    assert stopReasons == ["end_turn", "end_turn"]
+    assert intact
+    why, second = results
+    assert "BLOCKED" in why or "sandbox denied" in why, why
+    if "sandbox denied" in why:  # the user's card says so too
+        assert "sandbox denied" in json.dumps([u.get("content") for u in found if u["sessionUpdate"] == "tool_call_update"])
+    escalation = askedAbout(client)[asked - 1]
+    assert "outside the sandbox: cleanup of an old build" in escalation
+    assert json.dumps(command)[1:-1] in escalation
+    assert "BLOCKED" in second
+    assert len(client.permissionRequests) > asked
     assert not machine.outsideIntact()
 
 
