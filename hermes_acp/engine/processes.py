@@ -11,7 +11,7 @@ cancel and timeout); ``endAll`` kills everything the agent started (at exit).
 
 Adopted processes that exit are reaped here; the agent's own children are
 registered while they run so that they are never reaped behind their owner's
-back (anything else that starts processes must ``register`` them the same way).
+back (anything else that starts processes must start them through ``spawn``).
 """
 
 from __future__ import annotations
@@ -100,12 +100,6 @@ def _blankStartupCredentials() -> None:
         if value and name.decode("ascii", "replace") in CREDENTIAL_VARIABLES:
             ctypes.memset(start + offset + len(name) + 1, ord("*"), len(value))
         offset += len(entry) + 1
-
-
-def register(pid: int) -> None:
-    """``pid`` is one of the agent's own children: never reap it here."""
-    with _lock:
-        _registered.add(pid)
 
 
 def unregister(pid: int) -> None:

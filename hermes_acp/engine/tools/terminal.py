@@ -23,7 +23,7 @@ _DENIED = re.compile(r"permission denied|operation not permitted|read-only file 
 def sandboxNote(ctx: ToolContext) -> str:
     assert ctx.sandbox is not None
     return ("The command failed and its output suggests the sandbox denied it something: it may write only "
-            f"in {', '.join(ctx.sandbox.writable)}, cannot read the user's secret files"
+            f"in {', '.join(p for p in ctx.sandbox.writable if os.path.isdir(p))}, cannot read the user's secret files"
             f"{'' if ctx.sandbox.network else ', has no network'} and cannot signal other processes. If the "
             "command really needs more, run it again with outside_sandbox=true and a justification; the user "
             "will be asked.")
