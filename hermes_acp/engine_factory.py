@@ -36,7 +36,7 @@ class EngineAgentFactory:
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
         from .engine.processes import Limits
-        from .engine.sandbox import policyFor, probe
+        from .engine.sandbox import policyFor
 
         settings = self.settings
         folders = (session.cwd, *session.additionalDirectories)
@@ -48,8 +48,8 @@ class EngineAgentFactory:
             additionalDirectories=session.additionalDirectories,
             sessionSearch=projectSearch(self.sessionSearch, session.cwd),
             reasoningEffort=reasoningEffort(session),
-            sandbox=policyFor(folders, settings.sandboxNetwork, settings.sandboxWritable)
-            if settings.sandbox != "off" and probe().available else None,
+            sandbox=None if settings.sandbox == "off" else policyFor(
+                folders, settings.sandboxNetwork, settings.sandboxWritable),
             limits=Limits(settings.commandProcesses, settings.commandCpuSeconds),
         )
         agent.setEditMode(session.mode)

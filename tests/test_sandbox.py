@@ -122,6 +122,7 @@ def test_unavailableSandboxSaysWhy(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(sandbox.SandboxError, match="no Landlock in this test"):
         runConfined(Policy(("/tmp",)), lambda: None)
     assert "asks before it runs" in sandbox.describe(True)
+    assert sandbox.policyFor(["/tmp"]) is None  # so a session's commands fall back to asking
 
 
 @needsLandlock

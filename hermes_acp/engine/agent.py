@@ -25,7 +25,7 @@ from hermes_acp.engine.cancel import Cancellation
 from hermes_acp.engine.guard import CommandApprovals
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ToolCallRequest
 from hermes_acp.engine.processes import Limits
-from hermes_acp.engine.sandbox import Policy, policyFor, probe
+from hermes_acp.engine.sandbox import Policy, policyFor
 from hermes_acp.engine.result import TurnResult, TurnUsage
 from hermes_acp.engine.tools.builtin import selectTools
 from hermes_acp.engine.tools.registry import (
@@ -80,10 +80,6 @@ def _assistantMessage(reply: ModelReply, calls: Sequence[ToolCallRequest]) -> di
     return message
 
 
-def _defaultSandbox(cwd: str, extra: Sequence[str]) -> Policy | None:
-    return policyFor((cwd, *extra)) if probe().available else None
-
-
 def defaultSystemPrompt(cwd: str, extra: Sequence[str] = ()) -> str:
     folders = f"\nOther folders you may work in: {', '.join(extra)}" if extra else ""
     return (
@@ -121,7 +117,7 @@ class AIAgent:
     #: The sandbox of the session's local commands (None: none; by default the
     #: machine's, over the session's folders), and their resource limits.
     sandbox: Policy | None = attrs.field(
-        default=attrs.Factory(lambda self: _defaultSandbox(self.cwd, self.additionalDirectories), takes_self=True))
+        default=attrs.Factory(lambda self: policyFor((self.cwd, *self.additionalDirectories)), takes_self=True))
     limits: Limits = Limits()
 
     todos: list[dict[str, str]] = attrs.field(factory=list)

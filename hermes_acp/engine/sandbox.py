@@ -361,13 +361,16 @@ TOOL_CACHES = (".cache", ".npm", ".yarn", ".pnpm-store", ".local/share/pnpm", ".
 
 
 def policyFor(folders: Iterable[str], network: bool = True, extraWritable: Iterable[str] = (),
-              env: Any = None) -> Policy:
+              env: Any = None) -> Policy | None:
     """The policy of a session whose folders are ``folders``: writes there, in
-    the temp folder, the tool caches and ``extraWritable``; secrets hidden."""
+    the temp folder, the tool caches and ``extraWritable``; secrets hidden.
+    None where this machine has no sandbox (its commands then ask instead)."""
     import tempfile
 
     from hermes_acp.engine.sensitive import SHELL_STARTUP, hiddenPaths
 
+    if not probe().available:
+        return None
     home = os.path.expanduser("~")
     temporary = (os.path.realpath(tempfile.gettempdir()),)
     caches = tuple(os.path.join(home, name) for name in TOOL_CACHES)
