@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 import attrs
 
 from hermes_acp.engine.approval import ALLOW_ALWAYS, ALLOWED, REJECT_ALWAYS, Verdict, ask, refusal
-from hermes_acp.engine.sensitive import protectedKind, secretKind
+from hermes_acp.engine.sensitive import inside, protectedKind, secretKind
 
 # default: ask for every edit; accept_edits: edits inside the workspace go
 # through; dont_ask: every edit goes through. Protected paths always ask.
@@ -42,10 +42,6 @@ class EditProposal:
     newText: str
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
 @attrs.define(eq=False)
 class PathApprovals:
     """One session's read and edit policy, and its memory of "always" answers."""
@@ -66,7 +62,7 @@ class PathApprovals:
 
     def insideWorkspace(self, path: str) -> bool:
         real = os.path.realpath(path)
-        return any(_inside(real, root) for root in self.roots)
+        return any(inside(real, root) for root in self.roots)
 
     def decide(self, proposal: EditProposal, question: Callable[[EditProposal], str] | None) -> Verdict:
         """Allow the edit, or ask ``question(proposal)`` when the policy says so."""
@@ -95,7 +91,7 @@ class PathApprovals:
         with self._lock:
             if real in self.refusedReads:
                 return Verdict(False, f"Read refused: the user refused reading {path} for the rest of the session.")
-            outside = not self.insideWorkspace(real) and not any(_inside(real, root) for root in self.readableRoots)
+            outside = not self.insideWorkspace(real) and not any(inside(real, root) for root in self.readableRoots)
             if secret is None and (not outside or self.mode == "dont_ask"):
                 return Verdict(True)
         reason = f"reads {secret}" if secret else "reads outside the workspace"

@@ -43,7 +43,7 @@ from collections.abc import Callable
 
 import attrs
 
-from hermes_acp.engine.sensitive import hiddenPaths, secretKind
+from hermes_acp.engine.sensitive import hiddenPaths, inside, secretKind
 
 # A blank, a quoted string with nothing that expands, an operator, or plain characters.
 _TOKEN = re.compile(r"""(?P<blank>[ \t]+)|'(?P<single>[^']*)'|"(?P<double>[^"$`\\]*)"|(?P<op>&&|\|\||[|;\n])"""
@@ -204,9 +204,5 @@ def isReadOnly(command: str, cwd: str | None = None) -> bool:
     operands = {os.path.join(cwd or os.getcwd(), word) for words in commands for word in words[1:]
                 if not word.startswith("-")}
     hidden = hiddenPaths()
-    return not any(secretKind(path) or _holds(os.path.realpath(path), hidden) for path in operands)
-
-
-def _holds(folder: str, hidden: tuple[str, ...]) -> bool:
-    prefix = folder.rstrip("/") + "/"
-    return any(path.startswith(prefix) for path in hidden)
+    return not any(secretKind(path) or any(inside(secret, os.path.realpath(path)) for secret in hidden)
+                   for path in operands)

@@ -25,12 +25,15 @@ import errno
 import os
 import queue
 import sys
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import attrs
+
+from hermes_acp.engine.sensitive import SHELL_STARTUP, hiddenPaths, inside
 
 T = TypeVar("T")
 
@@ -162,12 +165,6 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowedAccess", ctypes.c_uint64), ("parentFd", ctypes.c_int32)]
 
 
-def _beneath(path: str, hidden: tuple[str, ...]) -> bool:
-    """Whether one of ``hidden`` is ``path`` or lies beneath it."""
-    prefix = path.rstrip("/") + "/"
-    return any(h == path or h.startswith(prefix) for h in hidden)
-
-
 def grants(root: str, hidden: tuple[str, ...]) -> Iterator[tuple[str, bool]]:
     """The rules that cover ``root`` except ``hidden``, as ``(path, whole)``:
     ``(root, True)`` when nothing hidden lies beneath it; else ``(root, False)``
@@ -178,7 +175,7 @@ def grants(root: str, hidden: tuple[str, ...]) -> Iterator[tuple[str, bool]]:
     lead to a hidden path are ever split."""
     if root in hidden:
         return
-    if not _beneath(root, hidden):
+    if not any(inside(path, root) for path in hidden):
         yield root, True
         return
     yield root, False
@@ -365,10 +362,6 @@ def policyFor(folders: Iterable[str], network: bool = True, extraWritable: Itera
     """The policy of a session whose folders are ``folders``: writes there, in
     the temp folder, the tool caches and ``extraWritable``; secrets hidden.
     None where this machine has no sandbox (its commands then ask instead)."""
-    import tempfile
-
-    from hermes_acp.engine.sensitive import SHELL_STARTUP, hiddenPaths
-
     if not probe().available:
         return None
     home = os.path.expanduser("~")

@@ -58,16 +58,17 @@ def hiddenPaths(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     return tuple(os.path.realpath(p) for p in paths)
 
 
-def _inside(path: str, root: str) -> bool:
+def inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or lies beneath it (both absolute, normalised)."""
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _secretByName(path: str, env: Mapping[str, str] | None) -> str | None:
     home = _home(env)
     for name, kind in HOME_SECRETS.items():
-        if _inside(path, os.path.join(home, name)):
+        if inside(path, os.path.join(home, name)):
             return kind
-    if _inside(path, os.path.realpath(hermesHome(env))):
+    if inside(path, os.path.realpath(hermesHome(env))):
         return "the agent's own settings and conversations ($HERMES_HOME)"
     parts = path.split(os.sep)[:-1]
     for folder, kind in _SECRET_DIRS.items():
