@@ -27,6 +27,15 @@ _MODEL_VARS = (
 )
 
 
+def processGone(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie waiting to be reaped counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def agentEnv(home: str | os.PathLike[str] | None = None, **extra: str) -> dict[str, str]:
     """The test process's environment minus model settings, with its own HERMES_HOME."""
     env = {k: v for k, v in os.environ.items() if k not in _MODEL_VARS and not k.startswith("HERMES_ACP_")}

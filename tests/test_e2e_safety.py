@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from acp.schema import AllowedOutcome, RequestPermissionResponse
 
 from hermes_acp.engine import sandbox
 
+from .agentproc import processGone
 from .e2e import modelEnv, text, toolCalls, updates
 from .sdkclient import RecordingClient, connect, initialized, onLoop, until
 
@@ -305,12 +305,10 @@ async def test_dontAskNeverRewritesAStartupFileSilently(scriptedServer, machine:
     assert (machine.home / ".bashrc").read_text() == "# rc\n"
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
+async def writtenPid(pidFile: Path) -> int:
+    """The pid a command writes to ``pidFile``, once it has (at most 30 s)."""
+    await until(lambda: pidFile.exists() and pidFile.read_text().strip() != "", 30, f"a pid in {pidFile.name}")
+    return int(pidFile.read_text())
 
 
 @pytest.mark.parametrize("escape", ["", "env -i "])
@@ -330,12 +328,11 @@ async def test_anEscapedProcessEndsWithItsCancelledCommand(scriptedServer, machi
             await initialized(conn)
             sid = (await conn.new_session(cwd=str(machine.work), mcp_servers=[])).session_id
             prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("go")]))
-            await until(lambda: pidFile.exists() and pidFile.read_text().strip() != "", 30, "the escaped pid")
-            pid = int(pidFile.read_text())
-            assert not _gone(pid)
+            pid = await writtenPid(pidFile)
+            assert not processGone(pid)
             await conn.cancel(session_id=sid)
             assert (await asyncio.wait_for(prompt, 30)).stop_reason == "cancelled"
-            await until(lambda: _gone(pid), 10, "the escaped process to end")
+            await until(lambda: processGone(pid), 10, "the escaped process to end")
             return pid
 
     await onLoop(scenario())
@@ -356,19 +353,17 @@ async def test_processesLeftBehindEndWithTheAgent(scriptedServer, machine: Machi
             await initialized(conn)
             sid = (await conn.new_session(cwd=str(machine.work), mcp_servers=[])).session_id
             await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("go")]), 60)
-            await until(lambda: pidFile.exists() and pidFile.read_text().strip() != "", 30, "the server pid")
-            pid = int(pidFile.read_text())
-            assert not _gone(pid)
+            pid = await writtenPid(pidFile)
+            assert not processGone(pid)
         await asyncio.wait_for(process.wait(), 30)
         return pid
 
     pid = await onLoop(scenario())
-    deadline = time.monotonic() + 10
-    while not _gone(pid) and time.monotonic() < deadline:
-        await onLoop(asyncio.sleep(0.05))
-    if not _gone(pid):
-        os.kill(pid, signal.SIGKILL)
-        raise AssertionError("the server outlived the agent")
+    try:
+        await onLoop(until(lambda: processGone(pid), 10, "the server to end with the agent"))
+    finally:
+        if not processGone(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest_twisted.ensureDeferred

@@ -12,13 +12,11 @@ import pytest
 
 from hermes_acp.engine import processes
 
+from .agentproc import processGone
+
 
 def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return not processGone(pid)
 
 
 def waitFor(condition, timeout: float = 10) -> bool:

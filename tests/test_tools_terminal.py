@@ -11,6 +11,8 @@ from pathlib import Path
 
 from hermes_acp.engine.workspace import OutputCap
 
+from .agentproc import processGone
+
 
 def result(outcome) -> dict:
     return json.loads(outcome.text)
@@ -20,11 +22,7 @@ def gone(pid: int, within: float = 3.0) -> bool:
     """Whether ``pid`` died (a zombie waiting for init to reap it counts as dead)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
+        if processGone(pid):
             return True
         time.sleep(0.05)
     return False
