@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TextIO
 
 from . import __version__
-from .engine.sandbox import describe
 from .config import ConfigError, Settings, envFile, hermesHome, resolveEndpoint, stateDatabase
+from .engine.sandbox import describe
 
 
 def stateProblem(path: Path) -> str | None:

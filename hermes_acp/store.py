@@ -326,7 +326,7 @@ class SessionDB:
         except BaseException:
             self._connection.close()
             raise
-        for companion in ("", "-wal", "-shm"):  # left by an older process, perhaps
+        for companion in ("-wal", "-shm"):  # left by an older process, perhaps (privateFile did the file)
             tightenIfShared(self.path.with_name(self.path.name + companion))
 
     def _open(self) -> None:
