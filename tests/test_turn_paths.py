@@ -137,13 +137,21 @@ class Harness:
         await self.sessions.dbThread.stopService()
 
 
+async def sessionOn(h: Harness) -> str:
+    h.send("initialize", {"protocolVersion": 1})
+    created = await h.answer(h.send("session/new", {"cwd": tempfile.gettempdir(), "mcpServers": []}))
+    return created["result"]["sessionId"]
+
+
+def prompt(h: Harness, sessionId: str, text: str = "go") -> int:
+    return h.send("session/prompt", {"sessionId": sessionId, "prompt": [{"type": "text", "text": text}]})
+
+
 async def runTurn(behaviour: Any) -> tuple[Harness, dict[str, Any], list[dict[str, Any]]]:
     h = Harness(behaviour)
     try:
-        h.send("initialize", {"protocolVersion": 1})
-        created = await h.answer(h.send("session/new", {"cwd": tempfile.gettempdir(), "mcpServers": []}))
-        sessionId = created["result"]["sessionId"]
-        response = await h.answer(h.send("session/prompt", {"sessionId": sessionId, "prompt": [{"type": "text", "text": "go"}]}))
+        sessionId = await sessionOn(h)
+        response = await h.answer(prompt(h, sessionId))
         updates = [f["params"]["update"] for f in h.frames() if f.get("method") == "session/update"]
         return h, response, updates
     finally:
@@ -224,10 +232,8 @@ async def test_longSessionReplaysItsTailWithANotice(monkeypatch: Any) -> None:
 
     h = Harness(busy)
     try:
-        h.send("initialize", {"protocolVersion": 1})
-        created = await h.answer(h.send("session/new", {"cwd": tempfile.gettempdir(), "mcpServers": []}))
-        sessionId = created["result"]["sessionId"]
-        await h.answer(h.send("session/prompt", {"sessionId": sessionId, "prompt": [{"type": "text", "text": "go"}]}))
+        sessionId = await sessionOn(h)
+        await h.answer(prompt(h, sessionId))
         live = [f["params"]["update"] for f in h.frames() if f.get("method") == "session/update"]
         mark = len(h.frames())
         await h.answer(h.send("session/load", {"sessionId": sessionId, "cwd": tempfile.gettempdir(), "mcpServers": []}))
@@ -253,28 +259,15 @@ async def test_turnEndRefusedByTheStoreDoesNotWedge() -> None:
 
     harness = h = Harness(meddled)
     try:
-        h.send("initialize", {"protocolVersion": 1})
-        created = await h.answer(h.send("session/new", {"cwd": tempfile.gettempdir(), "mcpServers": []}))
-        ids["session"] = sessionId = created["result"]["sessionId"]
-        prompt = {"sessionId": sessionId, "prompt": [{"type": "text", "text": "go"}]}
-        first = await h.answer(h.send("session/prompt", prompt))
-        second = await h.answer(h.send("session/prompt", prompt))
+        ids["session"] = sessionId = await sessionOn(h)
+        first = await h.answer(prompt(h, sessionId))
+        second = await h.answer(prompt(h, sessionId))
         stored = await h.sessions.call("loadMessages", sessionId)
     finally:
         await h.stop()
     assert first["result"]["stopReason"] == "end_turn"
     assert second["result"]["stopReason"] == "end_turn"
     assert [m["content"] for m in stored] == ["go", "ok", "go", "ok"]
-
-
-async def sessionOn(h: Harness) -> str:
-    h.send("initialize", {"protocolVersion": 1})
-    created = await h.answer(h.send("session/new", {"cwd": tempfile.gettempdir(), "mcpServers": []}))
-    return created["result"]["sessionId"]
-
-
-def prompt(h: Harness, sessionId: str, text: str = "go") -> int:
-    return h.send("session/prompt", {"sessionId": sessionId, "prompt": [{"type": "text", "text": text}]})
 
 
 @pytest_twisted.ensureDeferred
@@ -388,14 +381,12 @@ async def test_noQuestionAfterTheTurnWasCancelled() -> None:
 
     h = Harness(late)
     try:
-        h.send("initialize", {"protocolVersion": 1})
-        created = await h.answer(h.send("session/new", {"cwd": tempfile.gettempdir(), "mcpServers": []}))
-        sessionId = created["result"]["sessionId"]
-        prompt = h.send("session/prompt", {"sessionId": sessionId, "prompt": [{"type": "text", "text": "go"}]})
+        sessionId = await sessionOn(h)
+        running = prompt(h, sessionId)
         await h.transport.when(lambda: sum(f.get("method") == "session/update" for f in h.frames()) >= 2)
         frame = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sessionId}}
         h.connection.dataReceived(json.dumps(frame).encode() + b"\n")
-        response = await h.answer(prompt)
+        response = await h.answer(running)
     finally:
         await h.stop()
     assert response["result"]["stopReason"] == "cancelled"
