@@ -23,11 +23,13 @@ from .catalog import ModelCatalog
 from .client import ClientInfo
 from .clientio import ClientWorkspace
 from .commands import Commands
-from .config import Endpoint, Settings, loadDotenv, resolveEndpoint
+from .config import Endpoint, Settings, hermesHome, loadDotenv, resolveEndpoint
 from .engine_factory import EngineAgentFactory
 from .interfaces import IAgentFactory, ISessionStore
 from .jsonrpc import AuthRequired, InvalidParams, JSONRPCConnection
 from .lifecycle import Lifecycle
+from .mcp.registry import MCPServers
+from .mcp.specs import ConfiguredServers, configFile
 from .options import SessionOptions
 from .params import field, lenientObject
 from .permissions import PermissionBroker
@@ -44,6 +46,8 @@ SETUP_METHOD_ID = "hermes-setup"
 AGENT_INFO = {"name": "hermes-acp", "title": "Hermes ACP", "version": __version__}
 #: On shutdown, how long running turns get to answer "cancelled".
 SHUTDOWN_GRACE = 1.0
+#: On shutdown, how long MCP servers get to exit after their stdin closes.
+MCP_STOP_GRACE = 1.5
 
 
 class ACPServer:
@@ -68,6 +72,7 @@ class ACPServer:
         self.loggedOut = False
         self._warm = False
         self._prompts: Prompts | None = None
+        self._mcp: MCPServers | None = None
 
     def buildProtocol(self) -> JSONRPCConnection:
         """The connection, with every part wired to the parts it uses."""
@@ -80,7 +85,8 @@ class ACPServer:
         options = SessionOptions(store, updates, catalog, self.agentFactory)
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
-        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings)
+        mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
+        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp)
 
         def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
             return ClientWorkspace(reactor, state.sessionId, request, readFiles=client.fs("readTextFile"),
@@ -89,21 +95,23 @@ class ACPServer:
         prompts = Prompts(TurnServices(
             reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
             lambda state: Renderer(state.cwd), self.requireAuthenticated, self.settings.contextWindow,
-            connection.callRemote,
+            connection.callRemote, mcp,
         ))  # fmt: skip
-        lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, self.warmUp)
+        lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated,
+                              self.warmUp, mcp)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)
             permissions.forget(state.sessionId)
             prompts.forget(state)
+            mcp.detach(state)
 
         store.onForget = forgotten
         requests.update(lifecycle.handlers())
         requests.update(prompts.handlers())
         notifications.update(prompts.notifications())
         connection.onInputEnded = prompts.cancelEverything
-        self._prompts = prompts
+        self._prompts, self._mcp = prompts, mcp
         return connection
 
     # -- initialize and auth ---------------------------------------------
@@ -125,7 +133,7 @@ class ACPServer:
         return {
             "loadSession": True,
             "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
-            "mcpCapabilities": {"http": False, "sse": False},
+            "mcpCapabilities": {"http": True, "sse": False},
             "sessionCapabilities": {
                 "list": {},
                 "delete": {},
@@ -204,12 +212,22 @@ class ACPServer:
     # -- shutdown ----------------------------------------------------------
 
     def shutdown(self) -> Deferred[Any]:
-        """Cancel every turn, give them a moment to answer, then flush state."""
+        """Cancel every turn, give them a moment to answer, then stop the MCP
+        servers and flush state."""
         d = self._prompts.cancelEverything() if self._prompts is not None else succeed(None)
         d.addTimeout(SHUTDOWN_GRACE, self.reactor)
         d.addErrback(lambda f: log.warn("turns still running at shutdown"))
+        d.addCallback(lambda _: self._stopServers())
         d.addCallback(lambda _: self.store.close())
         return d
+
+    def _stopServers(self) -> Deferred[Any]:
+        """Every MCP server, within MCP_STOP_GRACE (the rest are killed with the commands)."""
+        if self._mcp is None:
+            return succeed(None)
+        d = self._mcp.stopAll()
+        d.addTimeout(MCP_STOP_GRACE, self.reactor)
+        return d.addErrback(lambda f: log.warn("MCP servers still stopping at shutdown; they are killed"))
 
 
 def fetchModels(endpoint: Endpoint) -> list[str]:

@@ -142,6 +142,8 @@ class TurnEvents(Protocol):
 
     def askRead(self, callId: str, path: str, reason: str) -> Deferred[str]: ...
 
+    def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> Deferred[tuple[str, bool, dict[str, Any]]]: ...
+
 
 @implementer(ITurnObserver)
 @attrs.frozen
@@ -178,3 +180,7 @@ class BridgedObserver:
     def approveRead(self, callId: str, path: str, reason: str) -> str:
         answer: str = self.bridge.call(self.turn.askRead, callId, path, reason)
         return answer
+
+    def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
+        outcome: tuple[str, bool, dict[str, Any]] = self.bridge.call(self.turn.callTool, callId, name, arguments)
+        return outcome

@@ -21,6 +21,7 @@ from .config import Endpoint, Settings, stateDatabase
 from .engine.access import EDIT_MODES
 from .interfaces import ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import JSONRPCError
+from .mcp.registry import MCPServers
 from .options import MODE_INFO
 from .session_state import SessionState
 from .store import timestamp
@@ -32,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "model": ("Show or switch the model", "model name to switch to"),
     "mode": ("Show or switch the edit mode", "default, accept_edits or dont_ask"),
     "tools": ("List the tools the agent can use", None),
+    "mcp": ("List this session's MCP servers, their state and tools", None),
     "context": ("Show how much of the context window the conversation uses", None),
     "reset": ("Clear the conversation history (the transcript stays)", None),
     "title": ("Show or set this session's title", "new title"),
@@ -79,6 +81,7 @@ class Commands:
     client: ClientInfo
     endpointSource: Callable[[], Endpoint]
     settings: Settings
+    mcp: MCPServers
 
     async def run(self, state: SessionState, name: str, argument: str) -> str:
         """The command's reply text; a bad argument is explained, not raised."""
@@ -118,10 +121,13 @@ class Commands:
         return "\n".join(lines)
 
     async def _tools(self, state: SessionState, argument: str) -> str:
-        tools = self.options.agentFor(state).activeTools()
+        tools = {**self.options.agentFor(state).activeTools(), **self.mcp.toolsFor(state)}
         lines = [f"**Tools** ({len(tools)})", ""]
         lines += [f"- `{tool.name}`: {tool.description.split('. ')[0][:100]}" for tool in tools.values()]
         return "\n".join(lines)
+
+    async def _mcp(self, state: SessionState, argument: str) -> str:
+        return self.mcp.describe(state)
 
     async def _context(self, state: SessionState, argument: str) -> str:
         if not state.history:

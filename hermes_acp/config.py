@@ -23,6 +23,8 @@ DEFAULT_MAX_LINE = 64 * 1024 * 1024
 DEFAULT_THREADS = 16
 DEFAULT_PERMISSION_TIMEOUT = 60.0
 DEFAULT_CONTEXT_WINDOW = 128_000
+DEFAULT_MCP_STARTUP_TIMEOUT = 30.0
+DEFAULT_MCP_CALL_TIMEOUT = 300.0
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -234,6 +236,12 @@ class Settings:
     sandboxWritable: tuple[str, ...] = ()
     commandProcesses: int | None = None
     commandCpuSeconds: int | None = None
+    #: MCP servers: how long the first prompt waits for their handshakes; how
+    #: long a tool call may go without an answer or progress; the servers whose
+    #: tool annotations are believed (by name; config.yaml can also say so).
+    mcpStartupTimeout: float = DEFAULT_MCP_STARTUP_TIMEOUT
+    mcpCallTimeout: float = DEFAULT_MCP_CALL_TIMEOUT
+    mcpTrusted: frozenset[str] = frozenset()
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -250,4 +258,7 @@ class Settings:
                                   for p in env.get("HERMES_ACP_SANDBOX_WRITABLE", "").split(os.pathsep) if p.strip()),
             commandProcesses=envInt(env, "HERMES_ACP_COMMAND_MAX_PROCESSES", 0, minimum=1) or None,
             commandCpuSeconds=envInt(env, "HERMES_ACP_COMMAND_CPU_SECONDS", 0, minimum=1) or None,
+            mcpStartupTimeout=envSeconds(env, "HERMES_ACP_MCP_STARTUP_TIMEOUT", DEFAULT_MCP_STARTUP_TIMEOUT),
+            mcpCallTimeout=envSeconds(env, "HERMES_ACP_MCP_CALL_TIMEOUT", DEFAULT_MCP_CALL_TIMEOUT),
+            mcpTrusted=frozenset(_split(env.get("HERMES_ACP_MCP_TRUSTED", ""))),
         )

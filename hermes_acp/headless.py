@@ -19,17 +19,14 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any, TextIO
 
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.error import ConnectionDone, ConnectionLost, ProcessExitedAlready
-from twisted.internet.protocol import ProcessProtocol
 from twisted.python import usage
-from twisted.python.failure import Failure
 
+from .child import RPCChild
 from .engine.approval import ALLOW_ALWAYS, ALLOW_ONCE, REJECT_ALWAYS, REJECT_ONCE
-from .oneshot import OneShot
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # the agent answered with an error, died, or the model endpoint failed
@@ -262,42 +259,6 @@ class Terminal:
                     self.note(f"  ... {len(lines) - PREVIEW_LINES} more lines")
 
 
-class AgentProcess(ProcessProtocol):
-    """Puts a JSON-RPC connection on a child's stdin and stdout; its stderr goes to ``onStderr``."""
-
-    def __init__(self, connection: Any, onStderr: Callable[[bytes], None]) -> None:
-        self.connection = connection
-        self.onStderr = onStderr
-        self.status: Failure | None = None
-        self._ended: OneShot[None] = OneShot()
-
-    def connectionMade(self) -> None:
-        self.connection.makeConnection(self.transport)
-
-    def outReceived(self, data: bytes) -> None:
-        self.connection.dataReceived(data)
-
-    def errReceived(self, data: bytes) -> None:
-        self.onStderr(data)
-
-    def outConnectionLost(self) -> None:
-        self.connection.readConnectionLost()
-
-    def processEnded(self, reason: Failure) -> None:
-        self.status = reason
-        self.connection.connectionLost(reason)
-        self._ended.fire(None)
-
-    def whenEnded(self) -> Deferred[None]:
-        return self._ended.when()
-
-    def describeEnd(self) -> str:
-        value = self.status.value if self.status is not None else None
-        if getattr(value, "signal", None):
-            return f"killed by signal {value.signal}"  # type: ignore[union-attr]
-        return f"exit status {getattr(value, 'exitCode', None)}"
-
-
 class PromptClient:
     """One headless run: spawn, handshake, one prompt, clean exit."""
 
@@ -333,7 +294,7 @@ class PromptClient:
             reactor,
             trace=(lambda direction, line, message: direction == "in" and ui.frame(line)) if ui.raw else None,
         )
-        self.process = AgentProcess(self.connection, ui.stderrBytes)
+        self.process = RPCChild(self.connection, ui.stderrBytes)
         self._questions: list[Deferred[str | None]] = []
         self._line: Deferred[bytes] | None = None
 

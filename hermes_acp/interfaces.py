@@ -13,7 +13,7 @@ from zope.interface import Attribute, Interface
 
 if TYPE_CHECKING:  # for annotations only; none of these imports this module
     import threading
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Mapping
 
     from twisted.internet.defer import Deferred
 
@@ -57,6 +57,10 @@ class ITurnObserver(Interface):
     def terminalStarted(callId: str, terminalId: str) -> None:
         """The editor made a terminal for the call's command."""
 
+    def callTool(callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
+        """Run a tool that lives outside the engine (an MCP server's), asking the
+        user first where that is the rule; (what the model reads, failed, extras)."""
+
 
 class IEngineAgent(Interface):
     """One session's synchronous agent. ``run_conversation`` runs on a worker thread;
@@ -68,9 +72,11 @@ class IEngineAgent(Interface):
         observer: ITurnObserver,
         workspace: Workspace | None = None,
         cancelEvent: threading.Event | None = None,
+        extraTools: Mapping[str, Tool] | None = None,
     ) -> TurnResult:
         """Run one turn to its end, reporting to ``observer``, with files and
-        commands through ``workspace``; a set ``cancelEvent`` cancels it."""
+        commands through ``workspace``; a set ``cancelEvent`` cancels it;
+        ``extraTools`` join the agent's own for this run."""
 
     def interrupt() -> None:
         """Cancel the run in progress, if any."""
@@ -96,7 +102,7 @@ class IPermissionBroker(Interface):
     """Asks the editor about one tool call. Called in the reactor thread."""
 
     def requestPermission(sessionId: str, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
-        """Ask about ``toolCall`` (a ToolCallUpdate); ``kind`` is "edit" or "execute".
+        """Ask about ``toolCall`` (a ToolCallUpdate); ``kind`` is "edit", "read", "execute" or "tool" (an MCP tool).
 
         Returns a Deferred firing with one of ``engine.approval.ANSWERS``; anything but
         an allow denies. Requests for one session are serialized.

@@ -117,6 +117,9 @@ def _validId(requestId: Any) -> bool:
 class JSONRPCConnection(LineProtocol):
     """One JSON-RPC peer on the other end of stdio."""
 
+    #: The notification that cancels a request, both ways (ACP's; MCP has its own).
+    cancelMethod = "$/cancel_request"
+
     def __init__(
         self,
         requests: Mapping[str, Handler],
@@ -315,7 +318,7 @@ class JSONRPCConnection(LineProtocol):
         if not isinstance(params, dict):
             log.warn("ignoring notification {method} with non-object params", method=method)
             return
-        if method == "$/cancel_request":
+        if method == self.cancelMethod:
             self.cancelIncoming(params.get("requestId"))
             return
         handler = self._notifications.get(method)
@@ -422,10 +425,22 @@ class JSONRPCConnection(LineProtocol):
         """Send a notification."""
         self._write({"jsonrpc": "2.0", "method": method, "params": params})
 
+    def failOutgoing(self, requestId: Any, error: Exception) -> None:
+        """Fail our request ``requestId`` from below: the transport knows no answer
+        will come (an HTTP error, say). Nothing happens if it was answered."""
+        d = self._outgoing.pop(requestId, None) if isinstance(requestId, int) else None
+        if d is not None:
+            self._began.pop(f"our {requestId}", None)
+            d.errback(error)
+
+    def cancelParams(self, requestId: int) -> dict[str, Any]:
+        """What the cancel notification for our request ``requestId`` says."""
+        return {"requestId": requestId}
+
     def callRemote(
         self, method: str, params: Mapping[str, Any], timeout: float | None = None
     ) -> Deferred[Any]:
-        """Send a request; cancelling the Deferred tells the peer with ``$/cancel_request``."""
+        """Send a request; cancelling the Deferred tells the peer (``cancelMethod``)."""
         if self._closed or self._draining:
             return fail(ConnectionDone("connection closed"))
         requestId = self._nextId
@@ -434,7 +449,7 @@ class JSONRPCConnection(LineProtocol):
         def cancel(d: Deferred[Any]) -> None:
             self._began.pop(f"our {requestId}", None)
             if self._outgoing.pop(requestId, None) is not None:
-                self.notify("$/cancel_request", {"requestId": requestId})
+                self.notify(self.cancelMethod, self.cancelParams(requestId))
 
         d: Deferred[Any] = Deferred(cancel)
         self._outgoing[requestId] = d

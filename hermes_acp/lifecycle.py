@@ -19,6 +19,8 @@ from .commands import availableCommands
 from .config import Endpoint
 from .interfaces import ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import InvalidParams, Reply
+from .mcp.registry import MCPServers
+from .mcp.specs import ServerSpec, fromRequest
 from .options import checkMode, modeState
 from .params import field
 from .session_state import SessionState
@@ -51,14 +53,6 @@ def existingFolder(path: str, name: str = "cwd") -> str:
     return path
 
 
-def mcpServers(params: dict[str, Any]) -> list[Any]:
-    """Accepted and ignored: connecting MCP servers is not supported yet (and not advertised)."""
-    servers = field(params, "mcpServers", list, default=[])
-    if servers:
-        log.info("ignoring {n} MCP server(s): not supported yet", n=len(servers))
-    return servers
-
-
 @attrs.define(eq=False)
 class Lifecycle:
     """The session methods of one connection."""
@@ -73,6 +67,8 @@ class Lifecycle:
     requireEndpoint: Callable[[], Endpoint]
     #: Start importing the engine while the user types.
     warmUp: Callable[[], None]
+    #: The sessions' MCP servers.
+    mcp: MCPServers
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {
@@ -88,36 +84,43 @@ class Lifecycle:
             "session/set_model": self.setModel,
         }
 
-    def setupResult(self, state: SessionState, sessionId: bool = False) -> Reply:
+    def servers(self, params: dict[str, Any]) -> list[ServerSpec] | None:
+        """The request's MCP servers (checked: -32602 naming a bad entry); None when
+        it lists none at all (a resume may leave them out: the session keeps its own)."""
+        if params.get("mcpServers") is None:
+            return None
+        return fromRequest(params["mcpServers"], self.mcp.settings.mcpTrusted)
+
+    def setupResult(self, state: SessionState, servers: list[ServerSpec] | None, sessionId: bool = False) -> Reply:
         """The answer that makes a session known to the editor; updates about it may
-        follow only once it is written."""
+        follow only once it is written, and its MCP servers start then."""
         result: dict[str, Any] = {"modes": modeState(state), "configOptions": self.options.configOptions(state)}
         if sessionId:
             result = {"sessionId": state.sessionId, **result}
-        return Reply(result, lambda: self.announced(state))
+        return Reply(result, lambda: self.announced(state, servers))
 
-    def announced(self, state: SessionState) -> None:
+    def announced(self, state: SessionState, servers: list[ServerSpec] | None) -> None:
         state.announced = True
         update = {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}
         self.updates.send(state, update, journal=False)
+        self.mcp.attach(state, servers)
 
     async def new(self, params: dict[str, Any]) -> Reply:
         cwd = existingFolder(absolutePath(params, "cwd"))
         extra = directories(params)
-        mcpServers(params)
+        servers = self.servers(params)
         endpoint = self.requireEndpoint()
         state = await self.store.create(cwd, extra, model=endpoint.model)
         log.debug("session {id} created in {cwd} (model {model})", id=state.sessionId, cwd=cwd, model=state.model)
         self.catalog.refresh()
         self.warmUp()
-        return self.setupResult(state, sessionId=True)
+        return self.setupResult(state, servers, sessionId=True)
 
     async def restored(self, params: dict[str, Any]) -> SessionState:
         """The session of a load or resume, moved to the folders the request names."""
         sessionId = field(params, "sessionId", str)
         cwd = absolutePath(params, "cwd")
         extra = directories(params) if "additionalDirectories" in params else None
-        mcpServers(params)
         state = await self.store.get(sessionId)
         if cwd != state.cwd or (extra is not None and tuple(extra) != state.additionalDirectories):
             state.cwd = existingFolder(cwd)
@@ -128,6 +131,7 @@ class Lifecycle:
         return state
 
     async def load(self, params: dict[str, Any]) -> Reply:
+        servers = self.servers(params)
         state = await self.restored(params)
         replay = await self.store.replay(state)
         if replay.truncated:
@@ -143,21 +147,22 @@ class Lifecycle:
             self.updates.send(state, update, journal=False)
         log.debug("session {id} loaded: {n} updates replayed, {m} left out", id=state.sessionId,
                   n=len(replay.updates), m=replay.omittedCount)
-        return self.setupResult(state)
+        return self.setupResult(state, servers)
 
     async def resume(self, params: dict[str, Any]) -> Reply:
+        servers = self.servers(params)
         state = await self.restored(params)
         log.debug("session {id} resumed", id=state.sessionId)
-        return self.setupResult(state)
+        return self.setupResult(state, servers)
 
     async def fork(self, params: dict[str, Any]) -> Reply:
         sessionId = field(params, "sessionId", str)
         cwd = existingFolder(absolutePath(params, "cwd"))
         extra = directories(params)
-        mcpServers(params)
+        servers = self.servers(params)
         state = await self.store.fork(sessionId, cwd, extra)
         log.debug("session {id} forked from {source} into {cwd}", id=state.sessionId, source=sessionId, cwd=cwd)
-        return self.setupResult(state, sessionId=True)
+        return self.setupResult(state, servers, sessionId=True)
 
     async def list(self, params: dict[str, Any]) -> dict[str, Any]:
         cwd = absolutePath(params, "cwd", required=False)

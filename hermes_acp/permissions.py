@@ -35,6 +35,12 @@ _NAMES = {
         REJECT_ONCE: "Reject",
         REJECT_ALWAYS: "Reject reads of this path for this session",
     },
+    "tool": {
+        ALLOW_ONCE: "Allow this call",
+        ALLOW_ALWAYS: "Always allow this tool in this session",
+        REJECT_ONCE: "Reject",
+        REJECT_ALWAYS: "Always reject this tool in this session",
+    },
     "execute": {
         ALLOW_ONCE: "Run once",
         ALLOW_ALWAYS: "Always allow this command in this session",

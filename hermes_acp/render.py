@@ -143,7 +143,7 @@ class Renderer:
 
     def locations(self, name: str, args: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]]:
         path = extras.get("path") or (args.get("path") if "path" in args else None)
-        if name in ("terminal", "todo", "session_search") or path is None:
+        if name not in KINDS or name in ("terminal", "todo", "session_search") or path is None:
             return []
         location: dict[str, Any] = {"path": self.absolute(path)}
         line = extras.get("line") or (args.get("offset") if name == "read_file" else None)
@@ -152,14 +152,15 @@ class Renderer:
         return [location]
 
     def toolStarted(self, callId: str, name: str, args: dict[str, Any], extras: dict[str, Any] | None = None) -> dict[str, Any]:
+        extras = extras or {}
         update: dict[str, Any] = {
             "sessionUpdate": "tool_call",
             "toolCallId": callId,
-            "title": self.title(name, args),
-            "kind": KINDS.get(name, "other"),
+            "title": extras.get("title") or self.title(name, args),
+            "kind": extras.get("kind") or KINDS.get(name, "other"),
             "status": "pending",
             "rawInput": args,
-            "locations": self.locations(name, args, extras or {}),
+            "locations": self.locations(name, args, extras),
         }
         if name == "terminal" and args.get("command"):
             update["content"] = [textContent(fenced(str(args["command"]), "sh"))]
@@ -189,6 +190,8 @@ class Renderer:
         return {"type": "diff", "path": self.absolute(edit["path"]), "oldText": edit.get("oldText"), "newText": edit["newText"]}
 
     def finishedContent(self, name: str, text: str, failed: bool, extras: dict[str, Any]) -> list[dict[str, Any]]:
+        if isinstance(extras.get("content"), list):  # already ACP content (an MCP tool's result)
+            return extras["content"]
         content: list[dict[str, Any]] = []
         if "newText" in extras and "path" in extras and not failed:
             content.append(self.diff(extras))
@@ -210,12 +213,14 @@ class Renderer:
         exact command and why it needs approval."""
         call: dict[str, Any] = {
             "toolCallId": callId,
-            "title": self.title(name, args),
-            "kind": KINDS.get(name, "other"),
+            "title": detail.get("title") or self.title(name, args),
+            "kind": detail.get("kind") or KINDS.get(name, "other"),
             "status": "pending",
             "rawInput": args,
         }
-        if "newText" in detail:
+        if "text" in detail:  # said in full by the caller (an MCP tool's call)
+            call["content"] = [textContent(detail["text"])]
+        elif "newText" in detail:
             call["content"] = [self.diff(detail)]
             call["locations"] = [{"path": self.absolute(detail["path"])}]
         elif "command" not in detail:  # a read: which path, and why it asks

@@ -39,11 +39,14 @@ from twisted.python.failure import Failure
 from .bridge import BridgedObserver, EventBridge
 from .commands import Commands, slashCommand
 from .config import Endpoint
-from .engine.approval import CANCELLED
+from .engine.approval import ALLOWED, CANCELLED, refusal
 from .engine.access import EditProposal, modeAfter
 from .interfaces import IEngineAgent, IPermissionBroker, IRenderer, ISessionOptions, ISessionStore, IUpdateChannel
 from .intake import checkPrompt, promptText, toModelContent
 from .jsonrpc import AuthRequired, InternalError, JSONRPCError
+from .mcp import toolset
+from .mcp.registry import ASK, DENY, MCPServers
+from .mcp.wire import CallFailed
 from .oneshot import OneShot
 from .params import field
 from .render import planEntries, textContent
@@ -106,6 +109,8 @@ class TurnServices:
     contextWindow: int
     #: Send a request to the editor (the connection's ``callRemote``).
     callRemote: Callable[..., Deferred[Any]]
+    #: The sessions' MCP servers: their tools, and the calls of them.
+    mcp: MCPServers
 
 
 @attrs.define(eq=False)
@@ -253,6 +258,7 @@ class Turn:
         observer = BridgedObserver(bridge, self)
         workspace = services.workspaceFor(self.session, self.request)
         history = list(self.session.history)
+        tools: dict[str, Any] = {}
 
         def work() -> TurnResult | None:
             with self._claimLock:
@@ -262,13 +268,21 @@ class Turn:
             services.reactor.callFromThread(self._workerStarted)
             try:
                 content = toModelContent(self.blocks, self.cancelEvent)
-                return agent.run_conversation(content, history, observer, workspace, self.cancelEvent)
+                return agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools)
             finally:
                 bridge.flush()
 
+        def serversSettled(_: object) -> None:
+            """The session's MCP handshakes are over (or out of time): run with the tools there are."""
+            if done.called:
+                return  # cancelled while waiting for them
+            services.mcp.tellHeld(self.session)
+            tools.update(services.mcp.toolsFor(self.session))
+            services.runInWorker(work).addBoth(lambda result: None if done.called else done.callback(result))
+
         done: Deferred[TurnResult | None] = Deferred()
         self._engineDone = done
-        services.runInWorker(work).addBoth(lambda result: None if done.called else done.callback(result))
+        services.mcp.ready(self.session).addCallback(serversSettled)
         return await done
 
     def _workerStarted(self) -> None:
@@ -372,6 +386,50 @@ class Turn:
         toolCallId, name, arguments = self.cards[callId]
         detail = {"path": path, "reason": reason}
         return self._ask(self.renderer.permissionToolCall(toolCallId, name, arguments, detail), "read")
+
+    def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> Deferred[tuple[str, bool, dict[str, Any]]]:
+        """An MCP tool's call: asked about where that is the rule, then run; its
+        progress shows in its card; a cancel of the turn cancels it."""
+        return Deferred.fromCoroutine(self._callTool(callId, name, arguments))
+
+    async def _callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
+        mcp, session = self.services.mcp, self.session
+        route = mcp.route(session, name)
+        if route is None:
+            return toolset.failure(f"{name} is not available any more: its MCP server stopped or dropped it")
+        verdict = mcp.decision(session, route)
+        if verdict == ASK:
+            toolCallId, _, shown = self.cards[callId]
+            detail = {"title": route.title, "kind": route.kind, "text": toolset.permissionText(route, arguments)}
+            answer = await self._ask(self.renderer.permissionToolCall(toolCallId, name, shown, detail), "tool")
+            mcp.remember(session, route, answer)
+            if answer not in ALLOWED:
+                return toolset.failure(f"{route.title} was not run: {refusal(answer)}")
+        elif verdict == DENY:
+            return toolset.failure(f"{route.title} was not run: the user rejected this tool for the session")
+        d = None if self.cancelled else mcp.call(session, route, arguments, lambda params: self.progress(callId, params))
+        if d is None:
+            return toolset.failure("interrupted by the user before it ran" if self.cancelled
+                                   else f"{route.server} is not running any more")
+        self._track(d)
+        try:
+            return toolset.outcome(await d)
+        except CancelledError:
+            return toolset.failure("interrupted by the user before it finished")
+        except CallFailed as e:
+            return toolset.failure(str(e))
+
+    def progress(self, callId: str, params: dict[str, Any]) -> None:
+        """A ``notifications/progress`` of the call: shown in its card."""
+        card = self.cards.get(callId)
+        if card is None or self.phase == ANSWERED:
+            return
+        done, total, message = params.get("progress"), params.get("total"), params.get("message")
+        parts = [f"{done:g}" + (f" of {total:g}" if isinstance(total, (int, float)) else "")
+                 if isinstance(done, (int, float)) else "", str(message)[:300] if message else ""]
+        text = " — ".join(part for part in parts if part) or "working"
+        self.services.updates.send(self.session, {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
+                                                  "content": [textContent(f"Progress: {text}")]})
 
     def _ask(self, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
         if self.cancelled or self.phase == ANSWERED:

@@ -19,7 +19,7 @@ class RecordingObserver:
     function of the question)."""
 
     def __init__(self, commandAnswer: Any = REJECT_ONCE, editAnswer: Any = REJECT_ONCE,
-                 readAnswer: Any = ALLOW_ONCE) -> None:
+                 readAnswer: Any = ALLOW_ONCE, toolAnswer: Any = None) -> None:
         self.lock = threading.Lock()
         self.texts: list[str] = []
         self.thoughts: list[str] = []
@@ -28,6 +28,9 @@ class RecordingObserver:
         self.edits: list[tuple[str, Any]] = []
         self.reads: list[tuple[str, str, str]] = []
         self.terminals: list[tuple[str, str]] = []
+        self.delegated: list[tuple[str, str, dict[str, Any]]] = []
+        #: ``toolAnswer(name, arguments)`` answers a delegated (MCP) call.
+        self.toolAnswer = toolAnswer or (lambda name, arguments: (f"ran {name}", False, {}))
         self.commandAnswer = commandAnswer
         self.editAnswer = editAnswer
         self.readAnswer = readAnswer
@@ -67,6 +70,12 @@ class RecordingObserver:
 
     def terminalStarted(self, callId: str, terminalId: str) -> None:
         self.terminals.append((callId, terminalId))
+
+    def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
+        with self.lock:
+            self.delegated.append((callId, name, arguments))
+        answer: tuple[str, bool, dict[str, Any]] = self.toolAnswer(name, arguments)
+        return answer
 
     def ends(self) -> dict[str, str]:
         """call id -> how it ended; fails if a call ended twice or never started."""

@@ -45,7 +45,7 @@ class ScriptedAgent:
         self.interrupted.set()
 
     def run_conversation(self, user_message: Any, conversation_history: Any, observer: Any, workspace: Any = None,
-                         cancelEvent: Any = None) -> TurnResult:
+                         cancelEvent: Any = None, extraTools: Any = None) -> TurnResult:
         return self.behaviour(self, user_message, observer)
 
     def activeTools(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -157,11 +157,13 @@ class AIAgent:
         observer: ITurnObserver,
         workspace: Workspace | None = None,
         cancelEvent: threading.Event | None = None,
+        extraTools: Mapping[str, Tool] | None = None,
     ) -> TurnResult:
         """Run one turn to its end; never raises for model or tool failures.
 
         ``cancelEvent``, set before the run starts, cancels it at once: a caller
         that sets it and then calls ``interrupt`` cannot miss the run.
+        ``extraTools`` join the agent's own for this run (the session's MCP tools).
         """
         with self._runLock:
             if self._run is not None:
@@ -171,7 +173,7 @@ class AIAgent:
                 cancellation.cancel()
         try:
             conversation = _Conversation(self, cancellation, observer, workspace or LocalWorkspace(),
-                                         list(conversation_history or []), user_message)
+                                         list(conversation_history or []), user_message, dict(extraTools or {}))
             return conversation.run()
         finally:
             with self._runLock:
@@ -203,20 +205,33 @@ class AIAgent:
             todos=self.todos, locks=self._locks, searchSessions=self.sessionSearch,
             sandbox=self.sandbox, limits=self.limits,
             terminalStarted=lambda terminalId: _notify(observer.terminalStarted, callId, terminalId),
+            delegate=lambda name, arguments: _delegated(observer.callTool(callId, name, arguments)),
         )
 
 
+def _delegated(answer: tuple[str, bool, dict[str, Any]]) -> ToolOutcome:
+    """The observer's (text, failed, extras) for a delegated call, as an outcome."""
+    text, failed, extras = answer
+    return ToolOutcome(text, extras, failed)
+
+
 def _runCall(inbox: queue.Queue[Any], index: int, tool: Tool, context: ToolContext, arguments: dict[str, Any]) -> None:
-    """A tool thread: run the call unless the turn was cancelled first."""
-    if context.cancelEvent.is_set():
-        outcome = ToolOutcome("Error: interrupted by the user before it ran.", failed=True)
-    else:
-        began = time.monotonic()
-        outcome = runTool(tool, context, arguments)
-        code = outcome.extras.get("exitCode")
-        log.debug("tool %s %s in %.2f s%s", tool.name, "failed" if outcome.failed else "finished",
-                  time.monotonic() - began, "" if code is None else f", exit code {code}")
-    inbox.put((index, outcome))
+    """A tool thread: run the call unless the turn was cancelled first; whatever
+    happens, an outcome goes to the inbox (the turn waits for one per call)."""
+    outcome = ToolOutcome(f"Error: {tool.name} failed unexpectedly", failed=True)
+    try:
+        if context.cancelEvent.is_set():
+            outcome = ToolOutcome("Error: interrupted by the user before it ran.", failed=True)
+        else:
+            began = time.monotonic()
+            outcome = runTool(tool, context, arguments)
+            code = outcome.extras.get("exitCode")
+            log.debug("tool %s %s in %.2f s%s", tool.name, "failed" if outcome.failed else "finished",
+                      time.monotonic() - began, "" if code is None else f", exit code {code}")
+    except Exception:
+        log.exception("tool thread of %s failed", tool.name)
+    finally:
+        inbox.put((index, outcome))
 
 
 @attrs.define
@@ -229,6 +244,7 @@ class _Conversation:
     workspace: Workspace
     history: list[dict[str, Any]]
     userMessage: str | list[dict[str, Any]]
+    extraTools: dict[str, Tool] = attrs.field(factory=dict)
     new: list[dict[str, Any]] = attrs.field(factory=list)
     usage: TurnUsage = attrs.field(factory=TurnUsage)
     lastPromptTokens: int = 0
@@ -248,6 +264,7 @@ class _Conversation:
         system = {"role": "system", "content": agent.systemPrompt
                   or defaultSystemPrompt(agent.cwd, agent.additionalDirectories)}
         tools = agent.activeTools()
+        tools.update((name, tool) for name, tool in self.extraTools.items() if name not in tools)
         schemas = [tool.schema() for tool in tools.values()]
         options = {k: v for k, v in (("max_tokens", agent.maxTokens), ("reasoning_effort", agent.reasoningEffort)) if v}
         for step in range(1, agent.maxIterations + 1):
@@ -350,6 +367,8 @@ class _Conversation:
         where = arguments.get(tool.pathArgument) if tool and tool.pathArgument and isinstance(arguments, dict) else None
         if isinstance(where, str):
             extras["path"] = context.resolve(where)
+        if tool is not None and tool.title:
+            extras.update(title=tool.title, kind=tool.kind or "other")
         shown = arguments if isinstance(arguments, dict) else {"arguments": arguments}
         _notify(self.observer.toolStarted, callId, call.name, shown, extras)
 

@@ -11,7 +11,8 @@ cancel and timeout); ``endAll`` kills everything the agent started (at exit).
 
 Adopted processes that exit are reaped here; the agent's own children are
 registered while they run so that they are never reaped behind their owner's
-back (anything else that starts processes must start them through ``spawn``).
+back (anything else that starts processes must start them through ``spawn``,
+or register them with ``started``).
 """
 
 from __future__ import annotations
@@ -124,6 +125,18 @@ def spawn(
         process = start() if policy is None else sandbox.runConfined(policy, start)
         _registered.add(process.pid)
     return process, mark
+
+
+def started(start: Callable[[], int]) -> int:
+    """Run ``start`` (which starts a process some other way, such as the
+    reactor's ``spawnProcess``, and returns its pid) and register that pid as
+    the agent's own, so it is never reaped here; ``unregister`` it once its
+    owner has collected its exit status."""
+    becomeSubreaper()
+    with _lock:
+        pid = start()
+        _registered.add(pid)
+    return pid
 
 
 def release(process: subprocess.Popen[bytes]) -> None:

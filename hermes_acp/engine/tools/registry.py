@@ -79,6 +79,10 @@ class ToolContext:
     limits: Limits = Limits()
     searchSessions: SessionSearch | None = None
     terminalStarted: Callable[[str], object] = lambda terminalId: None
+    #: ``delegate(name, arguments)``: run a tool that lives outside the engine (an
+    #: MCP server's) through the turn that owns this call.
+    delegate: Callable[[str, dict[str, Any]], ToolOutcome] = lambda name, arguments: ToolOutcome(
+        f"Error: {name} cannot run here", failed=True)
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
@@ -107,6 +111,12 @@ class Tool:
     handler: Callable[..., ToolOutcome]
     # The argument that names a file or folder, reported as "path" when the call starts.
     pathArgument: str | None = None
+    #: Arguments go to the handler as the model gave them (an object), unchecked
+    #: here: the tool's own schema is someone else's to enforce (an MCP server's).
+    passthrough: bool = False
+    #: How the editor shows its calls, when not by the renderer's rules.
+    title: str | None = None
+    kind: str | None = None
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -158,6 +168,8 @@ def checkArguments(tool: Tool, arguments: Any) -> dict[str, Any]:
     """The arguments with defaults filled in, or a ``ToolError`` that says what is wrong."""
     if not isinstance(arguments, dict):
         raise ToolError(f"arguments for {tool.name} must be a JSON object")
+    if tool.passthrough:
+        return arguments
     properties = tool.parameters["properties"]
     unknown = sorted(set(arguments) - set(properties))
     if unknown:

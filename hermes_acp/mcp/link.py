@@ -1,0 +1,350 @@
+"""One MCP server of one session: started, shaken hands with, listed, called, stopped.
+
+The handshake is the legacy era's ``initialize`` first (what nearly every
+server speaks); a server that refuses it is asked ``server/discover``, and
+one that answers that speaks the modern era (2026-07-28) from then on: every
+request carries the ``_meta`` envelope, results carry ``resultType``. A server
+that ends, or whose handshake fails or times out, is ``failed`` with a reason
+the user can act on (with the tail of its stderr); the link reports every
+change of state or tools to ``onChange``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError
+from twisted.internet.error import ConnectionDone, ConnectionLost, ProcessDone, ProcessTerminated
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from .. import __version__
+from ..config import Settings
+from ..jsonrpc import RemoteError
+from ..oneshot import OneShot
+from .specs import HTTP, ServerSpec
+from .wire import CallFailed, MCPConnection, TransportError
+
+if TYPE_CHECKING:  # imported with the first server of their kind
+    from .http import HTTPChannel
+    from .stdio import StdioServer
+
+log = Logger()
+
+LEGACY_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+MODERN_VERSION = "2026-07-28"
+CLIENT_INFO = {"name": "hermes-acp", "version": __version__}
+CAPABILITIES: dict[str, Any] = {"roots": {"listChanged": False}}
+STARTING, READY, FAILED, STOPPED = "starting", "ready", "failed", "stopped"
+#: The most ``tools/list`` pages read from one server.
+MAX_PAGES = 100
+#: A stdio server that closed its output gets this long to exit (its exit status is the better reason).
+END_WAIT = 1.0
+#: Progress can keep a call alive this many call timeouts at most.
+HARD_CAP_FACTOR = 10
+
+_tokens = itertools.count(1)
+_ENDED = (ConnectionDone, ConnectionLost, ProcessDone, ProcessTerminated)
+
+
+@attrs.define(eq=False)
+class ServerLink:
+    """One server, owned by one session."""
+
+    spec: ServerSpec
+    reactor: Any
+    settings: Settings
+    #: The session's folders (its roots, for ``roots/list``), the first is where stdio servers start.
+    folders: tuple[str, ...]
+    onChange: Callable[[ServerLink], None]
+    state: str = STARTING
+    reason: str = ""
+    era: str | None = None
+    version: str | None = None
+    tools: list[dict[str, Any]] = attrs.Factory(list)
+    instructions: str | None = None
+    connection: MCPConnection = attrs.field(init=False)
+    channel: StdioServer | HTTPChannel = attrs.field(init=False)
+    _progress: dict[str, Callable[[dict[str, Any]], None]] = attrs.Factory(dict)
+    _settled: OneShot[None] = attrs.Factory(OneShot)
+    _hasTools: bool = False
+    _listing: Deferred[None] | None = None
+    _relist: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        self.connection = MCPConnection(
+            self.spec.name,
+            {"ping": lambda params: {}, "roots/list": self._roots},
+            {"notifications/progress": self._progressed,
+             "notifications/tools/list_changed": lambda params: self.toolsChanged(),
+             "notifications/message": self._logMessage},
+            self.reactor, self.settings.maxLine)
+        if self.spec.transport == HTTP:
+            from .http import HTTPChannel
+
+            self.channel = HTTPChannel(self.spec, self.reactor, self.connection, self.settings.maxLine)
+            self.connection.makeConnection(self.channel)
+        else:
+            from .stdio import StdioServer
+
+            self.channel = StdioServer(self.spec, self.reactor, self.connection, self.folders[0])
+
+    # -- starting ------------------------------------------------------------------
+
+    def whenSettled(self) -> Deferred[None]:
+        """Fires once the start is over (ready or failed)."""
+        return self._settled.when()
+
+    def start(self) -> Deferred[None]:
+        """Connect in the background, within the startup bound; never fails."""
+        d = Deferred.fromCoroutine(self._start())
+        d.addTimeout(self.settings.mcpStartupTimeout, self.reactor)
+        d.addErrback(self._startFailed)
+        d.addBoth(lambda _: self._settled.fire(None))
+        return d
+
+    async def _start(self) -> None:
+        if self.spec.transport != HTTP:
+            self.channel.start()
+            self.channel.process.whenEnded().addCallback(lambda _: self._ended())
+        await self._handshake()
+        await self._listTools()
+        if self.state == STARTING:
+            self.state = READY
+            log.info("MCP server {name} ready: {era} era ({version}), {n} tool(s)", name=self.spec.name,
+                     era=self.era, version=self.version, n=len(self.tools))
+            self.onChange(self)
+
+    def _startFailed(self, failure: Any) -> None:
+        if self.state != STARTING:
+            return
+        if failure.check(TimeoutError, CancelledError):
+            reason = f"no answer to the handshake within {self.settings.mcpStartupTimeout:g} s"
+        elif failure.check(*_ENDED) and self.spec.transport != HTTP and not self.channel.process.ended:
+            # Its output closed: the process is ending, and its exit status says more (``_ended``).
+            self.reactor.callLater(END_WAIT, lambda: self.fail(self._endReason()))
+            return
+        else:
+            reason = self.describe(failure.value)
+        self.fail(reason)
+
+    def fail(self, reason: str) -> None:
+        """Mark the server failed (once), tell the owner, and stop what is left of it."""
+        if self.state in (FAILED, STOPPED):
+            return
+        tail = self.channel.stderrTail if self.spec.transport != HTTP else ""
+        self.state, self.reason = FAILED, reason + (f"\n\nIts last words on stderr:\n{tail}" if tail else "")
+        log.warn("MCP server {name} ({where}) failed: {reason}", name=self.spec.name, where=self.spec.where,
+                 reason=self.reason)
+        self.onChange(self)
+        Deferred.fromCoroutine(self._shutDown())
+
+    def describe(self, error: BaseException) -> str:
+        if isinstance(error, RemoteError):
+            return f"it answered with an error: {error.message} ({error.code})"
+        if isinstance(error, _ENDED):
+            return self._endReason()
+        if isinstance(error, OSError):
+            return f"it could not be started: {error}"
+        return str(error) or type(error).__name__
+
+    def _endReason(self) -> str:
+        if self.spec.transport != HTTP:
+            ended = self.channel.describeEnd() if self.channel.process.ended else "closed its output"
+            return f"the process ended ({ended})"
+        return "the connection closed"
+
+    def _ended(self) -> None:
+        """The stdio process is gone: whatever it was doing failed."""
+        if self.state in (STARTING, READY):
+            self.fail(self._endReason())
+
+    async def _handshake(self) -> None:
+        try:
+            result = await self._request("initialize", {
+                "protocolVersion": LEGACY_VERSIONS[0], "capabilities": CAPABILITIES, "clientInfo": CLIENT_INFO})
+        except RemoteError as refused:
+            await self._discover(refused)
+            return
+        if not isinstance(result, dict) or result.get("protocolVersion") not in LEGACY_VERSIONS:
+            version = result.get("protocolVersion") if isinstance(result, dict) else None
+            raise CallFailed(f"it speaks MCP protocol version {version!r}, which this agent does not "
+                             f"(it speaks {', '.join(LEGACY_VERSIONS)} and {MODERN_VERSION})")
+        self.era, self.version = "legacy", result["protocolVersion"]
+        self._adopt(result)
+        if self.spec.transport == HTTP:
+            self.channel.protocolVersion = self.version
+        self.connection.notify("notifications/initialized", {})
+
+    async def _discover(self, refused: RemoteError) -> None:
+        self._speakModern(True)  # the probe carries the envelope (and, over HTTP, the headers)
+        try:
+            result = await self._request("server/discover", {})
+        except (RemoteError, TransportError):
+            self._speakModern(False)
+            raise refused from None
+        supported = result.get("supportedVersions") if isinstance(result, dict) else None
+        if not isinstance(supported, list) or MODERN_VERSION not in supported:
+            self._speakModern(False)
+            raise CallFailed(f"it refused the handshake ({refused.message}) and offers none of our versions "
+                             f"(it offers {supported!r})")
+        self.version = MODERN_VERSION
+        self._adopt(result)
+
+    def _speakModern(self, modern: bool) -> None:
+        self.era = "modern" if modern else None
+        if self.spec.transport == HTTP:
+            self.channel.protocolVersion, self.channel.modern = (MODERN_VERSION, True) if modern else (None, False)
+
+    def _adopt(self, result: dict[str, Any]) -> None:
+        capabilities = result.get("capabilities")
+        self._hasTools = isinstance(capabilities, dict) and isinstance(capabilities.get("tools"), dict)
+        instructions = result.get("instructions")
+        self.instructions = instructions if isinstance(instructions, str) else None
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _request(self, method: str, params: dict[str, Any]) -> Deferred[Any]:
+        """A request, with the modern era's envelope when that is what the server speaks."""
+        if self.era == "modern":
+            meta = dict(params.get("_meta") or {})
+            meta.update({"io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+                         "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
+                         "io.modelcontextprotocol/clientCapabilities": {}})
+            params = {**params, "_meta": meta}
+        d = self.connection.callRemote(method, params)
+        return d.addCallback(self._complete, method) if self.era == "modern" else d
+
+    def _complete(self, result: Any, method: str) -> Any:
+        kind = result.get("resultType", "complete") if isinstance(result, dict) else "complete"
+        if kind != "complete":
+            raise CallFailed(f"{method}: the server wants more ({kind!r}), which this agent does not support")
+        return result
+
+    async def _withSession(self, method: str, params: dict[str, Any]) -> Any:
+        """``_request``; when an HTTP server lost our session, shake hands again and retry once."""
+        try:
+            return await self._request(method, params)
+        except TransportError as e:
+            if not e.sessionLost:
+                raise
+        log.info("MCP server {name} lost our session; connecting again", name=self.spec.name)
+        await self._handshake()
+        return await self._request(method, params)
+
+    async def _listTools(self) -> None:
+        if not self._hasTools:
+            self.tools = []
+            return
+        tools: list[dict[str, Any]] = []
+        cursor: Any = None
+        for _ in range(MAX_PAGES):
+            page = await self._withSession("tools/list", {} if cursor is None else {"cursor": cursor})
+            if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
+                raise CallFailed("its tools/list answer holds no list of tools")
+            tools += [t for t in page["tools"] if isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"]]
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                break
+        self.tools = list({tool["name"]: tool for tool in tools}.values())
+
+    def toolsChanged(self) -> None:
+        """``list_changed``: list again (once more if it changes while listing)."""
+        if self.state not in (STARTING, READY):
+            return
+        if self._listing is not None:
+            self._relist = True
+            return
+        self._listing = Deferred.fromCoroutine(self._listAgain())
+
+    async def _listAgain(self) -> None:
+        try:
+            while True:
+                self._relist = False
+                try:
+                    await self._listTools()
+                except Exception as e:
+                    log.warn("MCP server {name}: listing its tools again failed: {e}", name=self.spec.name, e=str(e))
+                    return
+                if not self._relist:
+                    break
+            if self.state == READY:
+                log.info("MCP server {name} changed its tools: now {n}", name=self.spec.name, n=len(self.tools))
+                self.onChange(self)
+        finally:
+            self._listing = None
+
+    def call(self, tool: str, arguments: dict[str, Any], onProgress: Callable[[dict[str, Any]], None]) -> Deferred[Any]:
+        """``tools/call``; fails with ``CallFailed`` when no result comes (an idle
+        timeout, reset by progress, up to a hard cap). Cancelling it tells the server."""
+        token = f"hermes-{next(_tokens)}"
+        timeout = self.spec.callTimeout or self.settings.mcpCallTimeout
+        d = Deferred.fromCoroutine(self._withSession(
+            "tools/call", {"name": tool, "arguments": arguments, "_meta": {"progressToken": token}}))
+        state = {"timer": None, "timedOut": False}
+
+        def expire() -> None:
+            state["timedOut"] = True
+            d.cancel()
+
+        def arm() -> None:
+            timer = state["timer"]
+            if timer is not None and timer.active():
+                timer.cancel()
+            state["timer"] = self.reactor.callLater(timeout, expire)
+
+        def progressed(params: dict[str, Any]) -> None:
+            if not hardCap.called:
+                arm()
+            onProgress(params)
+
+        hardCap = self.reactor.callLater(timeout * HARD_CAP_FACTOR, expire)
+        arm()
+        self._progress[token] = progressed
+
+        def finished(result: Any) -> Any:
+            self._progress.pop(token, None)
+            for timer in (state["timer"], hardCap):
+                if timer is not None and timer.active():
+                    timer.cancel()
+            if state["timedOut"]:
+                raise CallFailed(f"{self.spec.name} gave no answer or progress for {timeout:g} s")
+            if isinstance(result, Failure) and result.check(RemoteError):
+                raise CallFailed(f"{self.spec.name} answered with an error: {result.value.message}")
+            if isinstance(result, Failure) and result.check(TransportError, *_ENDED):
+                raise CallFailed(f"{self.spec.name}: {self.describe(result.value)}")
+            return result
+
+        return d.addBoth(finished)
+
+    # -- what the server sends -----------------------------------------------------------
+
+    def _roots(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"roots": [{"uri": Path(folder).as_uri(), "name": Path(folder).name or folder} for folder in self.folders]}
+
+    def _progressed(self, params: dict[str, Any]) -> None:
+        handler = self._progress.get(params.get("progressToken"))  # type: ignore[arg-type]
+        if handler is not None:
+            handler(params)
+
+    def _logMessage(self, params: dict[str, Any]) -> None:
+        log.info("MCP server {name} says ({level}): {data}", name=self.spec.name, level=params.get("level"),
+                 data=str(params.get("data"))[:2000])
+
+    # -- stopping --------------------------------------------------------------------------
+
+    def stop(self) -> Deferred[None]:
+        """End it (bounded); its calls fail."""
+        self.state = STOPPED
+        return Deferred.fromCoroutine(self._shutDown())
+
+    async def _shutDown(self) -> None:
+        if self.spec.transport != HTTP:
+            if self.channel.pid is not None:
+                await self.channel.stop()
+        else:
+            await self.channel.close()

@@ -1,0 +1,216 @@
+"""Every session's MCP servers: started with the session, stopped with it.
+
+A session gets the servers its new/load/resume/fork request lists, plus the
+user's config.yaml servers. They start once the answer that made the session
+known has been written (so they never delay it), each in the background;
+``ready`` lets a prompt wait for the handshakes still pending, within the
+startup bound. A session that lists the same servers again (a load of a live
+session) keeps them; another list replaces them. Failures are told to the
+user: a ``notice`` where the editor takes them, else a line of text at the
+start of the next prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from twisted.internet.defer import Deferred, gatherResults, succeed
+from twisted.logger import Logger
+
+from ..client import ClientInfo
+from ..config import Settings
+from ..engine.approval import ALLOW_ALWAYS, REJECT_ALWAYS
+from ..interfaces import IUpdateChannel
+from ..session_state import SessionState
+from .link import FAILED, READY, STARTING, ServerLink
+from .specs import ConfiguredServers, ServerSpec, merged
+from .toolset import Route, engineTool, routes
+
+if TYPE_CHECKING:
+    from ..engine.tools.registry import Tool
+
+log = Logger()
+
+ALLOW, DENY, ASK = "allow", "deny", "ask"
+
+
+@attrs.define(eq=False)
+class SessionServers:
+    """One session's servers, its exposed tools, and what the user said of them."""
+
+    specs: list[ServerSpec]
+    links: dict[str, ServerLink]
+    #: Exposed name -> route; replaced whole (tool threads read it).
+    routes: dict[str, Route] = attrs.Factory(dict)
+    tools: dict[str, Tool] = attrs.Factory(dict)
+    #: (server, tool) -> ALLOW_ALWAYS or REJECT_ALWAYS, for the session.
+    remembered: dict[tuple[str, str], str] = attrs.Factory(dict)
+    #: Problems to tell at the start of the next prompt (editors without notices).
+    held: list[tuple[str, str]] = attrs.Factory(list)
+
+
+@attrs.define(eq=False)
+class MCPServers:
+    """The MCP servers of one connection's sessions."""
+
+    reactor: Any
+    settings: Settings
+    updates: IUpdateChannel
+    client: ClientInfo
+    configured: ConfiguredServers
+    sessions: dict[str, SessionServers] = attrs.Factory(dict)
+
+    # -- ownership ----------------------------------------------------------------------
+
+    def attach(self, state: SessionState, listed: list[ServerSpec] | None) -> None:
+        """Give the session these servers (and config.yaml's), starting them now;
+        ``listed`` None keeps the editor's servers it has."""
+        current = self.sessions.get(state.sessionId)
+        if listed is None:
+            listed = [spec for spec in current.specs if spec.origin == "editor"] if current is not None else []
+        configured, problems = self.configured.read()
+        specs = merged(listed, configured)
+        if current is not None and current.specs == specs and all(
+                link.state in (STARTING, READY) for link in current.links.values()):
+            return  # the same servers, still up
+        remembered = current.remembered if current is not None else {}
+        if current is not None:
+            self._stopLinks(current)
+        servers = SessionServers(specs, {}, remembered=remembered)
+        self.sessions[state.sessionId] = servers
+        for problem in problems:
+            self.report(state, "MCP configuration problem", problem)
+        for spec in specs:
+            link = ServerLink(spec, self.reactor, self.settings, state.roots,
+                              lambda link, state=state, servers=servers: self._changed(state, servers, link))
+            servers.links[spec.name] = link
+            log.debug("session {id}: starting MCP server {name} ({transport})", id=state.sessionId,
+                      name=spec.name, transport=spec.transport)
+            link.start()
+
+    def detach(self, state: SessionState) -> Deferred[Any]:
+        """The session is gone: stop its servers (fires once they are)."""
+        servers = self.sessions.pop(state.sessionId, None)
+        return succeed(None) if servers is None else self._stopLinks(servers)
+
+    def _stopLinks(self, servers: SessionServers) -> Deferred[Any]:
+        links, servers.links = list(servers.links.values()), {}
+        servers.routes, servers.tools = {}, {}
+        return gatherResults([link.stop() for link in links], consumeErrors=True).addErrback(
+            lambda f: log.failure("stopping MCP servers failed", f))
+
+    def stopAll(self) -> Deferred[Any]:
+        """At exit: every server of every session."""
+        sessions, self.sessions = list(self.sessions.values()), {}
+        return gatherResults([self._stopLinks(servers) for servers in sessions], consumeErrors=True)
+
+    # -- readiness, tools and calls ----------------------------------------------------
+
+    def ready(self, state: SessionState) -> Deferred[None]:
+        """Fires once no server of the session is still shaking hands (each start is
+        bounded by the startup setting); never fails."""
+        servers = self.sessions.get(state.sessionId)
+        pending = [] if servers is None else [
+            link.whenSettled() for link in servers.links.values() if link.state == STARTING]
+        if not pending:
+            return succeed(None)
+        d = gatherResults(pending, consumeErrors=True)
+        return d.addBoth(lambda _: None)
+
+    def toolsFor(self, state: SessionState) -> dict[str, Tool]:
+        servers = self.sessions.get(state.sessionId)
+        return {} if servers is None else dict(servers.tools)
+
+    def route(self, state: SessionState, exposed: str) -> Route | None:
+        servers = self.sessions.get(state.sessionId)
+        return None if servers is None else servers.routes.get(exposed)
+
+    def call(self, state: SessionState, route: Route, arguments: dict[str, Any],
+             onProgress: Callable[[dict[str, Any]], None]) -> Deferred[Any] | None:
+        """The call's result (a Deferred), or None when its server is not up."""
+        servers = self.sessions.get(state.sessionId)
+        link = None if servers is None else servers.links.get(route.server)
+        if link is None or link.state != READY:
+            return None
+        log.debug("session {id}: calling {tool} of MCP server {name}", id=state.sessionId, tool=route.tool,
+                  name=route.server)
+        return link.call(route.tool, arguments, onProgress)
+
+    def _changed(self, state: SessionState, servers: SessionServers, link: ServerLink) -> None:
+        if self.sessions.get(state.sessionId) is not servers or servers.links.get(link.spec.name) is not link:
+            return  # a link of servers that were replaced or stopped
+        taken: set[str] = set()
+        found: dict[str, Route] = {}
+        for each in servers.links.values():
+            if each.state == READY:
+                found.update((route.exposed, route) for route in routes(each.spec.name, each.tools, each.spec.trusted, taken))
+        servers.routes = found
+        servers.tools = {} if not found else _engineTools(found)
+        if link.state == FAILED:
+            self.report(state, f"MCP server {link.spec.name} is not available", link.reason)
+
+    # -- permission ------------------------------------------------------------------------
+
+    def decision(self, state: SessionState, route: Route) -> str:
+        """ALLOW, DENY or ASK for a call of ``route``: what the user said for the
+        session first; a trusted server's read-only tools, and every tool of a
+        trusted server in the don't-ask mode, run without asking."""
+        servers = self.sessions.get(state.sessionId)
+        said = None if servers is None else servers.remembered.get((route.server, route.tool))
+        if said == ALLOW_ALWAYS:
+            return ALLOW
+        if said == REJECT_ALWAYS:
+            return DENY
+        if route.readOnly or (route.trusted and state.mode == "dont_ask"):
+            return ALLOW
+        return ASK
+
+    def remember(self, state: SessionState, route: Route, answer: str) -> None:
+        servers = self.sessions.get(state.sessionId)
+        if servers is not None and answer in (ALLOW_ALWAYS, REJECT_ALWAYS):
+            servers.remembered[(route.server, route.tool)] = answer
+
+    # -- telling the user ------------------------------------------------------------------
+
+    def report(self, state: SessionState, title: str, description: str) -> None:
+        if self.client.notices:
+            self.updates.notice(state, "warning", title, description, journal=False)
+            return
+        servers = self.sessions.get(state.sessionId)
+        if servers is not None:
+            servers.held.append((title, description))
+
+    def tellHeld(self, state: SessionState) -> None:
+        """In a prompt turn: the problems held back for an editor without notices."""
+        servers = self.sessions.get(state.sessionId)
+        if servers is not None:
+            held, servers.held = servers.held, []
+            for title, description in held:
+                self.updates.notice(state, "warning", title, description)
+
+    def describe(self, state: SessionState) -> str:
+        """``/mcp``: each server, its state, transport and tools."""
+        servers = self.sessions.get(state.sessionId)
+        if servers is None or not servers.links:
+            return ("No MCP servers in this session. Add them in the editor's MCP settings, or under "
+                    "`mcp_servers` in `$HERMES_HOME/config.yaml`.")
+        lines = ["**MCP servers**", "", "| server | state | transport | tools | from |", "|---|---|---|---|---|"]
+        problems = []
+        for name, link in servers.links.items():
+            era = f", {link.era} era" if link.era else ""
+            count = len(link.tools) if link.state == READY else "–"
+            lines.append(f"| `{name}` | {link.state} | {link.spec.transport}{era} | {count} | {link.spec.origin} |")
+            if link.state == FAILED:
+                problems.append(f"- `{name}`: {link.reason.splitlines()[0]}")
+        if problems:
+            lines += ["", "**Problems**", "", *problems]
+        tools = sorted(servers.routes)
+        if tools:
+            lines += ["", "Tools: " + ", ".join(f"`{name}`" for name in tools)]
+        return "\n".join(lines)
+
+
+def _engineTools(found: dict[str, Route]) -> dict[str, Tool]:
+    return {exposed: engineTool(route) for exposed, route in found.items()}

@@ -1,0 +1,205 @@
+"""Which MCP servers a session gets: the list in its ACP request, plus the
+user's ``$HERMES_HOME/config.yaml`` ``mcp_servers`` (the editor's list wins on
+a name clash). A malformed entry in the request is a -32602 naming it; a
+malformed entry in config.yaml is skipped with a problem the user is told of.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ..jsonrpc import InvalidParams
+
+STDIO, HTTP = "stdio", "http"
+
+
+@attrs.frozen
+class ServerSpec:
+    """One MCP server as listed: how to reach it, and how far to believe it."""
+
+    name: str
+    transport: str  # STDIO or HTTP
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    #: The user marked it trusted: its tool annotations are believed.
+    trusted: bool = False
+    #: "editor" (the ACP request) or "config" (config.yaml).
+    origin: str = "editor"
+    #: Seconds a call may go without an answer or progress (None: the setting).
+    callTimeout: float | None = None
+
+    @property
+    def where(self) -> str:
+        """How it is reached, for people (no header or env values)."""
+        return " ".join((self.command, *self.args)) if self.transport == STDIO else self.url
+
+
+def _bad(index: int, key: str, problem: str, name: str | None = None) -> InvalidParams:
+    data: dict[str, Any] = {"field": f"mcpServers[{index}]{'.' + key if key else ''}"}
+    if name is not None:
+        data["serverName"] = name
+    return InvalidParams(f"Invalid params: mcpServers[{index}]{'.' + key if key else ''} {problem}", data)
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _carried(key: str, name: str, value: str) -> bool:
+    """Whether an environment variable (``env``) or a header (``headers``) can hold this."""
+    if key == "headers":
+        return bool(_HEADER_NAME.fullmatch(name)) and not any(c in value for c in "\r\n\0")
+    return bool(name) and "=" not in name and "\0" not in name + value
+
+
+def _pairs(entry: Mapping[str, Any], key: str, index: int) -> tuple[tuple[str, str], ...]:
+    values = entry.get(key)
+    if values is None:
+        return ()
+    if not isinstance(values, list):
+        raise _bad(index, key, "must be a list of {name, value} objects")
+    pairs = []
+    for position, item in enumerate(values):
+        if not (isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("value"), str)):
+            raise _bad(index, f"{key}[{position}]", "must be an object with string name and value")
+        if not _carried(key, item["name"], item["value"]):
+            raise _bad(index, f"{key}[{position}]", "has a name or value no process or header can carry")
+        pairs.append((item["name"], item["value"]))
+    return tuple(pairs)
+
+
+def fromRequest(servers: Any, trusted: frozenset[str] = frozenset()) -> list[ServerSpec]:
+    """The ``mcpServers`` of a session/new, load, resume or fork request."""
+    if servers is None:
+        return []
+    if not isinstance(servers, list):
+        raise InvalidParams("Invalid params: mcpServers must be a list", {"field": "mcpServers"})
+    specs: list[ServerSpec] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(servers):
+        if not isinstance(entry, dict):
+            raise _bad(index, "", "must be an object")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise _bad(index, "name", "must be a non-empty string")
+        if name in seen:
+            raise _bad(index, "name", f"{name!r} is listed twice; server names must be unique", name)
+        seen.add(name)
+        kind = entry.get("type", STDIO)
+        if kind == STDIO:
+            command, args = entry.get("command"), entry.get("args", [])
+            if not isinstance(command, str) or not command.strip() or "\0" in command:
+                raise _bad(index, "command", "must be the server's executable", name)
+            if args is None:
+                args = []
+            if not isinstance(args, list) or not all(isinstance(a, str) and "\0" not in a for a in args):
+                raise _bad(index, "args", "must be a list of strings", name)
+            specs.append(ServerSpec(name, STDIO, command=command, args=tuple(args), env=_pairs(entry, "env", index),
+                                    trusted=name in trusted))
+        elif kind == HTTP:
+            url = entry.get("url")
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                raise _bad(index, "url", "must be an http:// or https:// URL", name)
+            specs.append(ServerSpec(name, HTTP, url=url, headers=_pairs(entry, "headers", index), trusted=name in trusted))
+        else:
+            raise _bad(index, "type", f"{kind!r} is not a transport this agent offers (stdio and http)", name)
+    return specs
+
+
+def configFile(home: Path) -> Path:
+    return home / "config.yaml"
+
+
+def _configured(name: str, entry: Any) -> ServerSpec:
+    """One ``mcp_servers`` entry of config.yaml (the Hermes layout); ValueError says what is wrong."""
+    if not isinstance(entry, dict):
+        raise ValueError("must be a mapping with command or url")
+
+    def mapping(key: str) -> tuple[tuple[str, str], ...]:
+        value = entry.get(key) or {}
+        if not isinstance(value, dict):
+            raise ValueError(f"{key} must be a mapping of names to values")
+        pairs = tuple((str(k), str(v)) for k, v in value.items())
+        bad = [k for k, v in pairs if not _carried(key, k, v)]
+        if bad:
+            raise ValueError(f"{key}: {bad[0]!r} has a name or value no process or header can carry")
+        return pairs
+
+    timeout = entry.get("timeout")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0):
+        raise ValueError("timeout must be a number of seconds above 0")
+    common = {"trusted": entry.get("trusted") is True, "origin": "config",
+              "callTimeout": None if timeout is None else float(timeout)}
+    if entry.get("url"):
+        url = str(entry["url"])
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("url must be an http:// or https:// URL")
+        return ServerSpec(name, HTTP, url=url, headers=mapping("headers"), **common)
+    command = entry.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise ValueError("needs a command (stdio) or a url (http)")
+    args = entry.get("args") or []
+    if not isinstance(args, list):
+        raise ValueError("args must be a list")
+    return ServerSpec(name, STDIO, command=os.path.expanduser(command), args=tuple(str(a) for a in args),
+                      env=mapping("env"), **common)
+
+
+@attrs.define
+class ConfiguredServers:
+    """config.yaml's servers, read again whenever the file changes."""
+
+    path: Path
+    _seen: tuple[float, int] | None = None
+    _servers: list[ServerSpec] = attrs.Factory(list)
+    _problems: list[str] = attrs.Factory(list)
+
+    def read(self) -> tuple[list[ServerSpec], list[str]]:
+        """The servers, and a line for each entry that could not be used."""
+        try:
+            info = self.path.stat()
+        except OSError:
+            self._seen, self._servers, self._problems = None, [], []
+            return [], []
+        if self._seen != (info.st_mtime, info.st_size):
+            self._seen = (info.st_mtime, info.st_size)
+            self._servers, self._problems = parseConfig(self.path)
+        return list(self._servers), list(self._problems)
+
+
+def parseConfig(path: Path) -> tuple[list[ServerSpec], list[str]]:
+    """``mcp_servers`` of one config.yaml; entries with ``enabled: false`` are left out."""
+    import yaml  # PyYAML: only when the user has a config.yaml
+
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        return [], [f"{path} could not be read: {e}"]
+    servers = document.get("mcp_servers") if isinstance(document, dict) else None
+    if servers is None:
+        return [], []
+    if not isinstance(servers, dict):
+        return [], [f"{path}: mcp_servers must be a mapping of server names to settings"]
+    specs, problems = [], []
+    for name, entry in servers.items():
+        if isinstance(entry, dict) and entry.get("enabled") is False:
+            continue
+        try:
+            specs.append(_configured(str(name), entry))
+        except ValueError as e:
+            problems.append(f"{path}: mcp_servers.{name} {e}")
+    return specs, problems
+
+
+def merged(editor: list[ServerSpec], configured: list[ServerSpec]) -> list[ServerSpec]:
+    """The editor's servers, then config.yaml's whose names the editor did not use."""
+    names = {spec.name for spec in editor}
+    return editor + [spec for spec in configured if spec.name not in names]

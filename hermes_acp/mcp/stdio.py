@@ -1,0 +1,123 @@
+"""A stdio MCP server: a child in a process group of its own, on the reactor.
+
+The child is started through a few lines of Python that call ``setsid`` and
+exec the server, so the server and everything it starts (``npx`` wraps
+``node``) can be ended together. Its stderr is read all the time (a server
+blocked on a full stderr pipe answers nothing): the last few KB are kept for
+the user, lines go to the log at debug level up to a bound. Stopping closes
+its stdin, then sends SIGTERM to the group, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+import attrs
+from twisted.internet.defer import TimeoutError
+from twisted.logger import Logger
+
+from ..child import RPCChild
+from ..engine import processes
+from ..engine.secrets import childEnvironment
+from .specs import ServerSpec
+from .wire import MCPConnection
+
+log = Logger()
+
+_BOOT = (
+    "import os, sys\n"
+    "os.setsid()\n"
+    "try:\n"
+    "    os.execvp(sys.argv[1], sys.argv[1:])\n"
+    "except OSError as e:\n"
+    "    sys.stderr.write(f'cannot start {sys.argv[1]!r}: {e.strerror}\\n')\n"
+    "    sys.stderr.flush()\n"
+    "    os._exit(127)\n"
+)
+#: How much of a server's stderr is kept to show the user, and how much is logged.
+STDERR_TAIL = 4096
+STDERR_LOGGED = 256 * 1024
+#: Each step of a stop (stdin closed, SIGTERM, SIGKILL) waits this long.
+STOP_STEP = 2.0
+
+
+def environment(spec: ServerSpec) -> dict[str, str]:
+    """The agent's environment without its credentials, and the server's own entries."""
+    return {**childEnvironment(), **dict(spec.env)}
+
+
+@attrs.define(eq=False)
+class StdioServer:
+    """One running stdio server process."""
+
+    spec: ServerSpec
+    reactor: Any
+    connection: MCPConnection
+    cwd: str
+    process: RPCChild = attrs.field(init=False)
+    pid: int | None = None
+    _tail: bytearray = attrs.Factory(bytearray)
+    _logged: int = 0
+    _partial: bytes = b""
+
+    def start(self) -> None:
+        """Spawn it; an ``OSError`` when even the launcher cannot start."""
+        self.process = RPCChild(self.connection, self._stderr)
+        argv = [sys.executable, "-I", "-S", "-c", _BOOT, self.spec.command, *self.spec.args]
+        env = environment(self.spec)
+        cwd = self.cwd if os.path.isdir(self.cwd) else None
+        self.pid = processes.started(
+            lambda: self.reactor.spawnProcess(self.process, sys.executable, argv, env=env, path=cwd).pid)
+        self.process.whenEnded().addCallback(lambda _: processes.unregister(self.pid))
+
+    @property
+    def stderrTail(self) -> str:
+        return self._tail.decode("utf-8", "replace").strip()
+
+    def _stderr(self, data: bytes) -> None:
+        self._tail += data
+        del self._tail[:-STDERR_TAIL]
+        if self._logged >= STDERR_LOGGED:
+            return
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            self._logged += len(line)
+            log.debug("MCP server {name}: {line}", name=self.spec.name, line=line.decode("utf-8", "replace")[:2000])
+        if self._logged >= STDERR_LOGGED:
+            log.info("MCP server {name} writes a lot to stderr; the rest is not logged", name=self.spec.name)
+        elif len(self._partial) > STDERR_TAIL:
+            self._partial = b""
+
+    def describeEnd(self) -> str:
+        return self.process.describeEnd()
+
+    async def stop(self, step: float = STOP_STEP) -> None:
+        """Close its stdin; SIGTERM, then SIGKILL, its group while it lingers;
+        at the end, whatever is left of its group is killed."""
+        try:
+            for signalNumber in (None, signal.SIGTERM, signal.SIGKILL):
+                if self.process.ended:
+                    break
+                if signalNumber is None:
+                    self.process.transport.closeStdin()
+                else:
+                    self._signalGroup(signalNumber)
+                ended = self.process.whenEnded()
+                ended.addTimeout(step, self.reactor)
+                try:
+                    await ended
+                except TimeoutError:
+                    pass
+        finally:
+            self._signalGroup(signal.SIGKILL)
+
+    def _signalGroup(self, signalNumber: int) -> None:
+        if self.pid is None:
+            return
+        try:
+            os.killpg(self.pid, signalNumber)
+        except (ProcessLookupError, PermissionError):
+            pass

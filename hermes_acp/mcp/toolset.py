@@ -1,0 +1,222 @@
+"""An MCP server's tools as the model and the editor see them.
+
+Names: ``mcp__<server>__<tool>``, sanitized to ``[A-Za-z0-9_-]`` and at most 64
+characters (what model APIs accept); a name that is too long, or that another
+tool of the session already has, ends in a short hash of the real names
+instead. Each exposed name routes back to its server and real tool name.
+
+Results: the model reads the text blocks (``structuredContent`` as JSON when
+there is no text; other blocks as a short line saying what they were); the
+editor gets every block as ACP content. ``isError`` fails the call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..render import CONTENT_LIMIT, fenced, textContent, truncateMiddle
+
+if TYPE_CHECKING:
+    from ..engine.tools.registry import Tool
+
+NAME_LIMIT = 64
+#: What the model reads of one result, at most (as other tools' outputs, it is cut in the middle).
+MODEL_TEXT_LIMIT = 100 * 1024
+#: Media bigger than this (base64 bytes) is described to the editor instead of shown.
+MEDIA_LIMIT = 4 * 1024 * 1024
+DESCRIPTION_LIMIT = 4096
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@attrs.frozen
+class Route:
+    """One exposed tool: where it goes, and what its server said of it."""
+
+    exposed: str
+    server: str
+    tool: str
+    definition: dict[str, Any] = attrs.field(eq=False, repr=False)
+    trusted: bool = False
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        value = self.definition.get("annotations")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def title(self) -> str:
+        return f"{self.server}: {self.tool}"
+
+    @property
+    def readOnly(self) -> bool:
+        """Only a trusted server's word counts."""
+        return self.trusted and self.annotations.get("readOnlyHint") is True
+
+    @property
+    def kind(self) -> str:
+        """The ACP tool kind: from the annotations of a trusted server, else ``other``."""
+        if not self.trusted:
+            return "other"
+        hints = self.annotations
+        if hints.get("readOnlyHint") is True:
+            return "fetch" if hints.get("openWorldHint") is True else "read"
+        if hints.get("destructiveHint") is True:
+            return "delete"
+        return "edit" if hints.get("readOnlyHint") is False else "other"
+
+
+def exposedName(server: str, tool: str, taken: set[str]) -> str:
+    """The model's name for ``tool`` of ``server``, unique among ``taken``."""
+    name = f"mcp__{_UNSAFE.sub('_', server)}__{_UNSAFE.sub('_', tool)}"
+    if len(name) <= NAME_LIMIT and name not in taken:
+        return name
+    digest = hashlib.sha256(f"{server}\0{tool}".encode("utf-8", "surrogatepass")).hexdigest()
+    for length in (8, 12, 16, 64):
+        candidate = f"{name[: NAME_LIMIT - length - 1]}_{digest[:length]}"
+        if candidate not in taken:
+            return candidate
+    raise ValueError(f"no free name for {tool!r} of {server!r}")
+
+
+def routes(server: str, tools: list[dict[str, Any]], trusted: bool, taken: set[str]) -> list[Route]:
+    """Routes for one server's tools; ``taken`` grows with their names."""
+    found = []
+    for definition in tools:
+        exposed = exposedName(server, definition["name"], taken)
+        taken.add(exposed)
+        found.append(Route(exposed, server, definition["name"], definition, trusted))
+    return found
+
+
+def parameters(definition: dict[str, Any]) -> dict[str, Any]:
+    """The tool's input schema, as given, as a function's parameters."""
+    schema = definition.get("inputSchema")
+    schema = dict(schema) if isinstance(schema, dict) else {}
+    schema.setdefault("type", "object")
+    if schema.get("type") == "object":
+        schema.setdefault("properties", {})
+    return schema
+
+
+def engineTool(route: Route) -> Tool:
+    """The engine's tool for ``route``: its call goes back through the turn (``ToolContext.delegate``)."""
+    from ..engine.tools.registry import Tool
+
+    description = str(route.definition.get("description") or route.definition.get("title") or route.tool)
+    return Tool(
+        name=route.exposed,
+        description=f"[{route.server} MCP server] {description[:DESCRIPTION_LIMIT]}",
+        parameters=parameters(route.definition),
+        handler=lambda ctx, **arguments: ctx.delegate(route.exposed, arguments),
+        passthrough=True, title=route.title, kind=route.kind,
+    )
+
+
+def permissionText(route: Route, arguments: dict[str, Any]) -> str:
+    """What the user reads before allowing a call."""
+    lines = [f"The MCP server **{route.server}** would run its tool **{route.tool}**."]
+    description = str(route.definition.get("description") or "").strip()
+    if description:
+        lines.append(description.splitlines()[0][:300])
+    hints = [f"{name.removesuffix('Hint')}: {value}" for name, value in route.annotations.items()
+             if name.endswith("Hint") and isinstance(value, bool)]
+    if hints:
+        whose = "" if route.trusted else " (the server's own claims; it is not marked trusted)"
+        lines.append(f"Annotations{whose}: {', '.join(hints)}")
+    shown = json.dumps(arguments, ensure_ascii=False, indent=2)
+    lines.append(fenced(truncateMiddle(shown, CONTENT_LIMIT), "json"))
+    return "\n\n".join(lines)
+
+
+def _size(data: Any) -> str:
+    return f"{len(data) * 3 // 4:,} bytes" if isinstance(data, str) else "unknown size"
+
+
+def _modelLine(block: dict[str, Any]) -> str | None:
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind in ("image", "audio"):
+        return f"[{kind}: {block.get('mimeType', 'unknown type')}, {_size(block.get('data'))}; shown to the user]"
+    if kind == "resource_link":
+        return f"[resource link: {block.get('name') or block.get('uri')} <{block.get('uri')}>]"
+    if kind == "resource":
+        resource = block.get("resource") if isinstance(block.get("resource"), dict) else {}
+        if isinstance(resource.get("text"), str):
+            return f"[resource {resource.get('uri')}]\n{resource['text']}"
+        return f"[resource {resource.get('uri')}: {resource.get('mimeType', 'binary')}, {_size(resource.get('blob'))}]"
+    return f"[{kind} content]" if isinstance(kind, str) else None
+
+
+def modelText(result: dict[str, Any]) -> str:
+    blocks = [b for b in result.get("content") or [] if isinstance(b, dict)]
+    lines = [line for line in map(_modelLine, blocks) if line is not None]
+    hasText = any(b.get("type") in ("text", "resource") for b in blocks)
+    structured = result.get("structuredContent")
+    if structured is not None and not hasText:
+        lines.append(json.dumps(structured, ensure_ascii=False))
+    text = "\n".join(lines).strip() or "(the tool returned nothing)"
+    return truncateMiddle(text, MODEL_TEXT_LIMIT)
+
+
+def _optional(block: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {name: block[name] for name in names if isinstance(block.get(name), (str, int)) and not isinstance(block.get(name), bool)}
+
+
+def _editorBlock(block: dict[str, Any]) -> dict[str, Any] | None:
+    """One MCP content block as an ACP content block (fields ACP knows, bounded)."""
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": truncateMiddle(str(block.get("text", "")), CONTENT_LIMIT)}
+    if kind in ("image", "audio") and isinstance(block.get("data"), str) and isinstance(block.get("mimeType"), str):
+        if len(block["data"]) > MEDIA_LIMIT:
+            return {"type": "text", "text": f"({kind} of {_size(block['data'])}, too big to show)"}
+        return {"type": kind, "data": block["data"], "mimeType": block["mimeType"]}
+    if kind == "resource_link" and isinstance(block.get("uri"), str):
+        return {"type": "resource_link", "uri": block["uri"], "name": str(block.get("name") or block["uri"]),
+                **_optional(block, "mimeType", "title", "description", "size")}
+    if kind == "resource" and isinstance(block.get("resource"), dict) and isinstance(block["resource"].get("uri"), str):
+        resource = block["resource"]
+        shown = {"uri": resource["uri"], **_optional(resource, "mimeType")}
+        if isinstance(resource.get("text"), str):
+            return {"type": "resource", "resource": {**shown, "text": truncateMiddle(resource["text"], CONTENT_LIMIT)}}
+        if isinstance(resource.get("blob"), str) and len(resource["blob"]) <= MEDIA_LIMIT:
+            return {"type": "resource", "resource": {**shown, "blob": resource["blob"]}}
+        return {"type": "resource_link", "uri": resource["uri"], "name": resource["uri"], **_optional(resource, "mimeType")}
+    return None
+
+
+def editorContent(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The result as ACP tool-call content."""
+    blocks = [b for b in map(_editorBlock, [b for b in result.get("content") or [] if isinstance(b, dict)]) if b]
+    structured = result.get("structuredContent")
+    if structured is not None and not any(b["type"] in ("text", "resource") for b in blocks):
+        shown = json.dumps(structured, ensure_ascii=False, indent=2)
+        blocks.append({"type": "text", "text": fenced(truncateMiddle(shown, CONTENT_LIMIT), "json")})
+    if not blocks:
+        blocks.append({"type": "text", "text": "(the tool returned nothing)"})
+    return [{"type": "content", "content": block} for block in blocks]
+
+
+def outcome(result: Any) -> tuple[str, bool, dict[str, Any]]:
+    """(what the model reads, failed, extras for the editor) of a ``tools/call`` result."""
+    if not isinstance(result, dict):
+        return "Error: the server's answer is not a tool result", True, {}
+    failed = result.get("isError") is True
+    text = modelText(result)
+    if failed and not text.startswith("Error"):
+        text = f"Error: {text}"
+    return text, failed, {"content": editorContent(result)}
+
+
+def failure(message: str) -> tuple[str, bool, dict[str, Any]]:
+    return f"Error: {message}", True, {"content": [textContent(message)]}
+
+
+Progress = Callable[[dict[str, Any]], None]

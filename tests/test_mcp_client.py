@@ -1,0 +1,225 @@
+"""The MCP client's parts without processes: names, server lists, results, the
+event-stream parser, the connection's MCP rules, and the permission rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.trial.unittest import SynchronousTestCase
+
+from hermes_acp.config import Settings
+from hermes_acp.engine.approval import ALLOW_ALWAYS, REJECT_ALWAYS
+from hermes_acp.jsonrpc import InvalidParams
+from hermes_acp.mcp import toolset
+from hermes_acp.mcp.http import EventStream
+from hermes_acp.mcp.registry import ALLOW, ASK, DENY, MCPServers, SessionServers
+from hermes_acp.mcp.specs import HTTP, STDIO, ConfiguredServers, ServerSpec, fromRequest, merged, parseConfig
+from hermes_acp.mcp.wire import MCPConnection
+from hermes_acp.session_state import SessionState
+
+
+class NameTests(SynchronousTestCase):
+    def test_sanitizedAndPrefixed(self) -> None:
+        self.assertEqual(toolset.exposedName("my server", "read.file/v2", set()), "mcp__my_server__read_file_v2")
+
+    def test_longNamesKeepWithin64AndStayApart(self) -> None:
+        long = "x" * 80
+        first = toolset.exposedName("srv", long + "1", set())
+        second = toolset.exposedName("srv", long + "2", {first})
+        self.assertLessEqual(len(first), 64)
+        self.assertLessEqual(len(second), 64)
+        self.assertNotEqual(first, second)
+        self.assertEqual(first, toolset.exposedName("srv", long + "1", set()))  # stable across sessions
+
+    def test_collisionAfterSanitizingGetsAHash(self) -> None:
+        routes = toolset.routes("srv", [{"name": "a.b"}, {"name": "a/b"}], False, set())
+        names = [route.exposed for route in routes]
+        self.assertEqual(names[0], "mcp__srv__a_b")
+        self.assertNotEqual(names[0], names[1])
+        self.assertEqual([route.tool for route in routes], ["a.b", "a/b"])  # the way back
+
+
+class SpecTests(SynchronousTestCase):
+    def test_stdioAndHttpEntries(self) -> None:
+        specs = fromRequest([
+            {"name": "a", "command": "npx", "args": ["-y", "srv"], "env": [{"name": "K", "value": "v"}]},
+            {"type": "stdio", "name": "b", "command": "/bin/b", "args": None, "env": None},
+            {"type": "http", "name": "c", "url": "https://x/mcp", "headers": [{"name": "Authorization", "value": "t"}]},
+        ], trusted=frozenset({"c"}))
+        self.assertEqual([(s.name, s.transport, s.trusted) for s in specs],
+                         [("a", STDIO, False), ("b", STDIO, False), ("c", HTTP, True)])
+        self.assertEqual(specs[0].env, (("K", "v"),))
+        self.assertEqual(specs[2].headers, (("Authorization", "t"),))
+
+    def test_badEntriesNameTheirField(self) -> None:
+        for servers, field in [
+            ("x", "mcpServers"),
+            ([{"command": "x"}], "mcpServers[0].name"),
+            ([{"name": "a", "command": "x", "args": [1]}], "mcpServers[0].args"),
+            ([{"name": "a", "command": "x", "env": [{"name": "A=B", "value": "1"}]}], "mcpServers[0].env[0]"),
+            ([{"type": "http", "name": "h", "url": "https://x", "headers": [{"name": "H", "value": "a\r\nb"}]}],
+             "mcpServers[0].headers[0]"),
+            ([{"type": "ws", "name": "w"}], "mcpServers[0].type"),
+        ]:
+            with self.assertRaises(InvalidParams) as caught:
+                fromRequest(servers)
+            self.assertEqual(caught.exception.data["field"], field)
+
+    def test_configFile(self) -> None:
+        path = Path(self.mktemp())
+        path.write_text(
+            "mcp_servers:\n"
+            "  local:\n    command: npx\n    args: [-y, thing]\n    env: {TOKEN: abc}\n    trusted: true\n"
+            "  remote:\n    url: https://example.invalid/mcp\n    headers: {Authorization: Bearer x}\n    timeout: 5\n"
+            "  off:\n    command: x\n    enabled: false\n"
+            "  bad:\n    url: ftp://x\n")
+        specs, problems = parseConfig(path)
+        self.assertEqual([(s.name, s.transport, s.trusted, s.origin) for s in specs],
+                         [("local", STDIO, True, "config"), ("remote", HTTP, False, "config")])
+        self.assertEqual(specs[0].env, (("TOKEN", "abc"),))
+        self.assertEqual(specs[1].callTimeout, 5.0)
+        self.assertEqual(len(problems), 1)
+        self.assertIn("mcp_servers.bad", problems[0])
+
+    def test_unreadableConfigIsAProblemNotACrash(self) -> None:
+        path = Path(self.mktemp())
+        path.write_text("mcp_servers: [unclosed\n")
+        specs, problems = parseConfig(path)
+        self.assertEqual(specs, [])
+        self.assertIn("could not be read", problems[0])
+
+    def test_readAgainOnlyWhenTheFileChanges(self) -> None:
+        path = Path(self.mktemp())
+        configured = ConfiguredServers(path)
+        self.assertEqual(configured.read(), ([], []))
+        path.write_text("mcp_servers:\n  a:\n    command: x\n")
+        self.assertEqual([s.name for s in configured.read()[0]], ["a"])
+
+    def test_editorWinsOnAClash(self) -> None:
+        editor = [ServerSpec("a", STDIO, command="editor")]
+        configured = [ServerSpec("a", STDIO, command="config", origin="config"),
+                      ServerSpec("b", STDIO, command="config", origin="config")]
+        self.assertEqual([s.command for s in merged(editor, configured)], ["editor", "config"])
+
+
+def result(**fields: Any) -> dict[str, Any]:
+    return dict(fields)
+
+
+class ResultTests(SynchronousTestCase):
+    def test_textForTheModelContentForTheEditor(self) -> None:
+        text, failed, extras = toolset.outcome(result(content=[
+            {"type": "text", "text": "hello"},
+            {"type": "image", "data": "aGk=", "mimeType": "image/png"},
+            {"type": "resource_link", "uri": "file:///a", "name": "a"},
+        ]))
+        self.assertFalse(failed)
+        self.assertIn("hello", text)
+        self.assertIn("[image: image/png", text)
+        self.assertIn("[resource link: a <file:///a>]", text)
+        self.assertEqual([b["content"]["type"] for b in extras["content"]], ["text", "image", "resource_link"])
+
+    def test_errorsAndStructuredContent(self) -> None:
+        text, failed, _ = toolset.outcome(result(isError=True, content=[{"type": "text", "text": "no"}]))
+        self.assertEqual((text, failed), ("Error: no", True))
+        text, failed, extras = toolset.outcome(result(content=[], structuredContent={"n": 1}))
+        self.assertEqual(json.loads(text), {"n": 1})
+        self.assertIn('"n": 1', extras["content"][0]["content"]["text"])
+        self.assertTrue(toolset.outcome("not a result")[1])
+
+    def test_bigResultsAreCut(self) -> None:
+        text, _, extras = toolset.outcome(result(content=[
+            {"type": "text", "text": "x" * (toolset.MODEL_TEXT_LIMIT * 2)},
+            {"type": "image", "data": "A" * (toolset.MEDIA_LIMIT + 1), "mimeType": "image/png"}]))
+        self.assertLess(len(text.encode()), toolset.MODEL_TEXT_LIMIT + 100)
+        self.assertIn("too big to show", extras["content"][1]["content"]["text"])
+
+    def test_unknownBlocksAreNamedNotForwarded(self) -> None:
+        text, _, extras = toolset.outcome(result(content=[{"type": "hologram"}, "junk"]))
+        self.assertEqual(text, "[hologram content]")
+        self.assertEqual(extras["content"][0]["content"]["text"], "(the tool returned nothing)")
+
+
+class EventStreamTests(SynchronousTestCase):
+    def test_eventsPrimingAndLineEnds(self) -> None:
+        got: list[bytes] = []
+        stream = EventStream(got.append, 1024)
+        stream.makeConnection(StringTransport())
+        stream.dataReceived(b"id: 1\ndata: \n\n: comment\r\nevent: message\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n")
+        stream.dataReceived(b"data: {\"b\": 2}")
+        stream.dataReceived(b"\n\n")
+        self.assertEqual(got, [b'{"a":\n1}', b'{"b": 2}'])
+
+
+class ConnectionTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.transport = StringTransport()
+        self.connection = MCPConnection("srv", {"ping": lambda params: {}}, {}, self.clock, maxLength=100)
+        self.connection.makeConnection(self.transport)
+
+    def frames(self) -> list[dict[str, Any]]:
+        data, _ = self.transport.value(), self.transport.clear()
+        return [json.loads(line) for line in data.splitlines()]
+
+    def test_cancelIsNotificationsCancelled(self) -> None:
+        d = self.connection.callRemote("tools/call", {"name": "x"})
+        d.addErrback(lambda f: None)
+        request = self.frames()[0]
+        d.cancel()
+        self.assertEqual(self.frames(), [{"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                          "params": {"requestId": request["id"], "reason": "cancelled by the user"}}])
+
+    def test_pingAnsweredJunkAndLongLinesDropped(self) -> None:
+        self.connection.dataReceived(b'{"jsonrpc":"2.0","id":"p","method":"ping"}\n')
+        self.assertEqual(self.frames(), [{"jsonrpc": "2.0", "id": "p", "result": {}}])
+        self.connection.dataReceived(b"Server starting on port 8080\n" + b"x" * 200 + b"\n")
+        self.assertEqual(self.frames(), [])  # nothing said back to a server's stray output
+
+    def test_theServersCancelOfItsRequest(self) -> None:
+        from twisted.internet.defer import Deferred
+
+        pending: Deferred[Any] = Deferred()
+        connection = MCPConnection("srv", {"slow": lambda params: pending}, {}, self.clock)
+        transport = StringTransport()
+        connection.makeConnection(transport)
+        connection.dataReceived(b'{"jsonrpc":"2.0","id":7,"method":"slow"}\n')
+        connection.dataReceived(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}\n')
+        self.assertEqual(json.loads(transport.value())["error"]["code"], -32800)
+
+
+class DecisionTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.servers = MCPServers(None, Settings(), None, None, ConfiguredServers(Path("/nonexistent")))
+        self.state = SessionState("s", "/tmp")
+        self.servers.sessions["s"] = SessionServers([], {})
+
+    def route(self, trusted: bool, **hints: Any) -> toolset.Route:
+        return toolset.Route("mcp__a__t", "a", "t", {"name": "t", "annotations": hints}, trusted)
+
+    def test_asksUnlessTheUserSaidOrTheServerIsTrusted(self) -> None:
+        self.assertEqual(self.servers.decision(self.state, self.route(False, readOnlyHint=True)), ASK)
+        self.assertEqual(self.servers.decision(self.state, self.route(True, readOnlyHint=True)), ALLOW)
+        self.assertEqual(self.servers.decision(self.state, self.route(True)), ASK)
+        self.state.mode = "dont_ask"
+        self.assertEqual(self.servers.decision(self.state, self.route(True)), ALLOW)
+        self.assertEqual(self.servers.decision(self.state, self.route(False)), ASK)
+
+    def test_alwaysIsRememberedPerServerAndTool(self) -> None:
+        route = self.route(False)
+        self.servers.remember(self.state, route, REJECT_ALWAYS)
+        self.assertEqual(self.servers.decision(self.state, route), DENY)
+        self.servers.remember(self.state, route, ALLOW_ALWAYS)
+        self.assertEqual(self.servers.decision(self.state, route), ALLOW)
+        other = toolset.Route("mcp__a__u", "a", "u", {"name": "u"}, False)
+        self.assertEqual(self.servers.decision(self.state, other), ASK)
+
+    def test_kindsFromTrustedAnnotationsOnly(self) -> None:
+        self.assertEqual(self.route(False, readOnlyHint=True).kind, "other")
+        self.assertEqual(self.route(True, readOnlyHint=True).kind, "read")
+        self.assertEqual(self.route(True, readOnlyHint=True, openWorldHint=True).kind, "fetch")
+        self.assertEqual(self.route(True, readOnlyHint=False, destructiveHint=True).kind, "delete")
