@@ -7,6 +7,7 @@ either finishes or fails; it never hangs.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import statistics
 import sys
@@ -30,6 +31,7 @@ COMMANDS = 10
 HISTORY_TURNS = 100
 LATE_TURNS = 10
 RSS_SESSIONS = 50
+MCP_SERVERS = 3
 CANCEL_SETTLE = 0.1  # after the model request arrives, let the stream open and stall
 
 # One script for the whole run; each prompt carries the tag of the rule it wants.
@@ -43,6 +45,11 @@ SCRIPT: dict[str, Any] = {
             *([{"tool_calls": [{"id": f"read{n}", "name": "read_file", "arguments": {"path": "notes.txt"}}]}]
               for n in range(TOOL_CALLS)),
             [{"text": f"Read notes.txt {TOOL_CALLS} times."}],
+        ]},
+        {"match": "[mcptools]", "responses": [
+            *([{"tool_calls": [{"id": f"mcp{n}", "name": "mcp__bench0__echo", "arguments": {"text": "echoed"}}]}]
+              for n in range(TOOL_CALLS)),
+            [{"text": f"Called echo {TOOL_CALLS} times."}],
         ]},
         {"match": "[commands]", "responses": [
             *([{"tool_calls": [{"id": f"run{n}", "name": "terminal", "arguments": {"command": "true"}}]}]
@@ -428,6 +435,55 @@ async def caseRSS(b: Bench) -> list[Result]:
     ]
 
 
+def mcpServers(root: Path) -> list[dict[str, Any]]:
+    """``MCP_SERVERS`` scripted stdio servers (the tests' own), each with a read-only echo."""
+    from tests import mcp_scripted
+
+    script = root / "mcp-server.json"
+    if not script.exists():
+        script.write_text(json.dumps({"tools": [mcp_scripted.tool("echo", annotations={"readOnlyHint": True})]}))
+    argv = mcp_scripted.stdioCommand(script)
+    return [{"name": f"bench{n}", "command": argv[0], "args": argv[1:], "env": []} for n in range(MCP_SERVERS)]
+
+
+async def caseMCP(b: Bench) -> list[Result]:
+    """``session/new`` listing three stdio servers (they connect after the answer),
+    and a turn of MCP calls against the same turn of built-in calls."""
+    servers = mcpServers(b.root)
+    trusted = ",".join(server["name"] for server in servers)  # read-only tools of trusted servers do not ask
+    agent = await b.ready(HERMES_ACP_MCP_TRUSTED=trusted)
+    await agent.newSession(b.workspace)  # the first one opens the database
+    created = []
+    for _ in range(b.runs.sessions):
+        elapsed, result = await agent.request("session/new", {"cwd": b.workspace, "mcpServers": servers})
+        created.append(elapsed)
+        await agent.request("session/close", {"sessionId": result["sessionId"]})
+    builtin, mcp = [], []
+    for n in range(b.runs.toolTurns):
+        sessionId = await b.warmSession(agent)
+        builtin.append((await agent.prompt(sessionId, f"[tools] turn {n}"))[0])
+        _, result = await agent.request("session/new", {"cwd": b.workspace, "mcpServers": servers[:1]})
+        mcpSession = result["sessionId"]
+        await agent.prompt(mcpSession, "[short] warm up")  # waits for the handshake, builds the engine
+        before = len(agent.updates[mcpSession])
+        mcp.append((await agent.prompt(mcpSession, f"[mcptools] turn {n}"))[0])
+        calls = [u for u in agent.updates[mcpSession][before:] if u["sessionUpdate"] == "tool_call"]
+        if len(calls) != TOOL_CALLS or any(u.get("status") == "failed" for u in agent.updates[mcpSession][before:]):
+            raise BenchError(f"an MCP turn showed {len(calls)} tool calls (or a failure), not {TOOL_CALLS} successes")
+        await agent.request("session/close", {"sessionId": mcpSession})
+    await b.close(agent)
+    overhead = [(m - t) / TOOL_CALLS for m, t in zip(mcp, builtin)]
+    return [
+        Result(f"`session/new` with {MCP_SERVERS} stdio MCP servers", created, "ms", 0.050, "≤ 50 ms",
+               "servers start after the answer; warm process"),
+        Result(f"{TOOL_CALLS}-call turn, MCP `echo`", mcp, "ms",
+               note=f"{TOOL_CALLS} sequential calls of a scripted stdio server's tool"),
+        Result(f"{TOOL_CALLS}-call turn, built-in `read_file`", builtin, "ms", note="the same turn with a built-in tool"),
+        Result("MCP call overhead over a built-in call", overhead, "ms",
+               note=f"(MCP turn − built-in turn) / {TOOL_CALLS}, per pair of runs"),
+    ]
+
+
 #: Name (for --only) → case, in table order.
 CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "initialize": caseInitialize,
@@ -435,6 +491,7 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "turn": caseTurn,
     "tools": caseTools,
     "sandbox": caseSandbox,
+    "mcp": caseMCP,
     "stream": caseStream,
     "concurrent": caseConcurrent,
     "cancel": caseCancel,

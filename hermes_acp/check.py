@@ -34,6 +34,18 @@ def stateProblem(path: Path) -> str | None:
     return None
 
 
+def mcpSummary(home: Path) -> str:
+    """config.yaml's MCP servers (the editor lists its own per session), and what is wrong with them."""
+    from .mcp.specs import ConfiguredServers, configFile
+
+    path = configFile(home)
+    specs, problems = ConfiguredServers(path).read()
+    if not specs and not problems:
+        return f"none in {path} (editors list their own per session)"
+    listed = ", ".join(f"{spec.name} ({spec.transport})" for spec in specs) or "none usable"
+    return f"{listed} from {path}" + "".join(f"\n{'':13}problem: {problem}" for problem in problems)
+
+
 def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
     """Print what hermes-acp resolved; 0 when ready, 1 with the reasons when not."""
     env = os.environ if env is None else env
@@ -59,6 +71,7 @@ def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
         ("API key", "present" if endpoint.keyPresent else "not set"),
         ("state.db", f"{state} ({'not writable' if stateIssue else 'writable'})"),
         ("commands", describe(settings.sandbox != "off", settings.sandboxNetwork)),
+        ("MCP servers", mcpSummary(hermesHome(env))),
     ]
     for name, value in rows:
         out.write(f"{name + ':':13}{value}\n")

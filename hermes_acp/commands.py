@@ -187,6 +187,7 @@ class Commands:
             ("Client", f"{self.client.info.get('name', 'unknown')} {self.client.info.get('version', '')}".rstrip()),
             ("Client offers", ", ".join(self.client.offers()) or "nothing beyond the basics"),
             ("Commands", self._protection()),
+            ("MCP servers", self.mcp.summary(state)),
             ("Session state", str(stateDatabase())),
             ("Logs", "stderr of this process (your editor's agent log); `hermes-acp --check` from a terminal"),
         ]

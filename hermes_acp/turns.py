@@ -61,6 +61,8 @@ if TYPE_CHECKING:
 log = Logger()
 
 TITLE_LENGTH = 60
+#: An MCP call's progress is shown at most this often (seconds).
+PROGRESS_EVERY = 0.1
 CRASHED = "Internal error: the turn stopped unexpectedly; the agent's log has the details"
 QUEUED, WAITING, RUNNING, FINISHING, ANSWERED = "queued", "waiting", "running", "finishing", "answered"
 _MOVES = {
@@ -133,6 +135,8 @@ class Turn:
     #: Open tool cards: the engine's call id -> (toolCallId, tool name, arguments).
     cards: dict[str, tuple[str, str, dict[str, Any]]] = attrs.field(factory=dict)
     messageSeq: int = 0
+    #: When each MCP call's progress was last shown.
+    progressShown: dict[str, float] = attrs.field(factory=dict)
     _answer: OneShot[dict[str, Any]] = attrs.field(factory=OneShot)
     _claimLock: threading.Lock = attrs.field(factory=threading.Lock)
     _claimed: bool = False  # a worker thread has started the engine
@@ -422,8 +426,10 @@ class Turn:
     def progress(self, callId: str, params: dict[str, Any]) -> None:
         """A ``notifications/progress`` of the call: shown in its card."""
         card = self.cards.get(callId)
-        if card is None or self.phase == ANSWERED:
-            return
+        now = self.services.reactor.seconds()
+        if card is None or self.phase == ANSWERED or now - self.progressShown.get(callId, -PROGRESS_EVERY) < PROGRESS_EVERY:
+            return  # a server that reports progress a thousand times a second is shown ten of them
+        self.progressShown[callId] = now
         done, total, message = params.get("progress"), params.get("total"), params.get("message")
         parts = [f"{done:g}" + (f" of {total:g}" if isinstance(total, (int, float)) else "")
                  if isinstance(done, (int, float)) else "", str(message)[:300] if message else ""]

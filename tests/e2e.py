@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import acp
+from acp.schema import AllowedOutcome, RequestPermissionResponse
 
 from .agentproc import agentEnv
 from .scripted_model import ScriptedModel
@@ -71,3 +72,13 @@ def dumps(value: Any) -> str:
 
 
 __all__ = ["ScriptedModel", "modelEnv", "updates", "agentText", "toolCalls", "text"]
+
+
+def answers(*optionIds: str):
+    """A permission policy: answer the requests with these options, in order."""
+    queue = list(optionIds)
+
+    def answer(request: Any) -> RequestPermissionResponse:
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=queue.pop(0)))
+
+    return answer

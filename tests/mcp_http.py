@@ -16,12 +16,32 @@ stdio-only keys are ignored) plus these HTTP keys:
   "modernErrorStatus"  default true: in the modern era, JSON-mode JSON-RPC errors get the HTTP
                        status the 2026-07-28 spec and the mcp SDK use (-32700/-32600/-32602/
                        -32020/-32021/-32022 → 400, -32601 → 404); false: 200.
+  "getStream"          true (legacy era): offer the optional standalone GET stream (below).
 
 Rules: POST only, with ``Accept`` naming both application/json and text/event-stream
 (else 406) and ``Content-Type: application/json`` (else 415); batches → 400.
-Notifications and client responses → 202, empty. GET → 405 (no standalone stream:
-messages not tied to a request, like list_changed or a server ping, are kept in
-``undelivered``). DELETE with the session → 200 and the session is forgotten.
+Notifications and client responses → 202, empty. DELETE with the session → 200 and
+the session is forgotten. GET → 405 (no standalone stream: messages not tied to a
+request, like list_changed, a server ping or roots/list, are kept in ``undelivered``),
+unless "getStream" is set (legacy era only; other eras stay 405):
+
+GET stream: ``GET /mcp`` needs ``Accept`` naming text/event-stream (else 406), then the
+session checks of a POST (no ``Mcp-Session-Id`` → 400, unknown → ``sessionLostStatus``,
+``MCP-Protocol-Version`` as "requireProtocolVersionHeader" says → 400); a session that
+already has one open → 409 (as the mcp SDKs answer). Otherwise a long-lived 200
+``text/event-stream`` response: first an empty priming event (``id: N`` / ``data: ``),
+then every message of that session not tied to a POST (list_changed, server pings and
+roots/list, ``notifyToolsChanged``) as an ``event: message`` event; only while no GET
+stream is open do they go to ``undelivered``. (Answers and a request's notifications
+never go there; ``Last-Event-ID`` is recorded but nothing is replayed.) The stream ends
+cleanly (the response finishes) on ``disconnectAll()``, on DELETE of its session, or
+``_GetStream.end()``; ``expireSessions()`` leaves it open. Events: "getStreamOpened"
+(session, number), "getStreamClosed" (the client hung up), "getStreamEnded" (the server
+finished it: reason "disconnectAll" / "delete" / "ended"). ``getStreams`` lists every
+stream ever opened (``_GetStream``: session, record, sent, open), ``openGetStreams``
+counts the open ones, ``whenGetStreams(n)`` fires with the n-th opened.
+``notifyToolsChanged(addTools)`` adds tools to every live session's list and sends each
+``notifications/tools/list_changed`` (GET stream, else ``undelivered``).
 
 Legacy era: ``initialize`` creates a session (``Mcp-Session-Id`` on its answer, one
 ``ScriptedMCP`` core per session); later requests without the header → 400, with an
@@ -38,14 +58,15 @@ JSON mode drops a request's notifications (kept in ``undelivered``).
 
 Everything is recorded: ``requests`` (``Recorded``: HTTP method, path, lower-cased headers,
 body, status), ``counts`` (JSON-RPC methods of the POSTs past the auth/Accept/Content-Type/JSON
-checks, session checks not yet applied), ``events`` (the cores' log
-entries plus "session", "delete", "expired", "streamClosed"; also appended to
-script["log"] like the stdio server). ``whenEvent``/``whenCancelled``/``whenRequests``
-/``whenMethod`` return Deferreds.
+checks, session checks not yet applied; GETs are not counted), ``events`` (the cores' log
+entries plus "session", "delete", "expired", "streamClosed", "getStreamOpened", "getStreamClosed",
+"getStreamEnded"; also appended to script["log"] like the stdio server).
+``whenEvent``/``whenCancelled``/``whenRequests``/``whenMethod``/``whenGetStreams`` return Deferreds.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import secrets
@@ -92,6 +113,49 @@ class Recorded:
 
 def _rpcError(code: int, message: str, requestId: Any = None) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": requestId, "error": {"code": code, "message": message}}).encode()
+
+
+class _GetStream:
+    """One open standalone GET stream of a legacy session: messages not tied to a POST go here."""
+
+    def __init__(self, server: ScriptedHTTPMCP, request: Request, record: Recorded, session: _Session,
+                 number: int) -> None:
+        self.server = server
+        self.request = request
+        self.record = record
+        self.session = session
+        self.number = number
+        self.sent: list[dict[str, Any]] = []
+        self.open = True
+        request.notifyFinish().addErrback(self._lost)
+
+    def start(self) -> None:
+        self.request.setResponseCode(200)
+        self.record.status = 200
+        self.request.setHeader("content-type", "text/event-stream")
+        self.request.setHeader("cache-control", "no-cache")
+        self.request.write(f"id: {self.server.nextEventId()}\ndata: \n\n".encode())
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+        data = json.dumps(message).encode()
+        self.request.write(b"event: message\nid: " + self.server.nextEventId().encode() + b"\ndata: " + data + b"\n\n")
+
+    def end(self, reason: str = "ended") -> None:
+        """Finish the response cleanly (the client sees the stream end)."""
+        if not self.open:
+            return
+        self.open = False
+        self.server._forgetGetStream(self)
+        self.server._event("getStreamEnded", session=self.session.ident, number=self.number, reason=reason)
+        self.request.finish()
+
+    def _lost(self, reason: object) -> None:
+        if not self.open:
+            return
+        self.open = False
+        self.server._forgetGetStream(self)
+        self.server._event("getStreamClosed", session=self.session.ident, number=self.number)
 
 
 class _Exchange:
@@ -206,6 +270,9 @@ class ScriptedHTTPMCP(Resource):
         self.undelivered: list[Any] = []
         self.held: list[Request] = []
         self._exchanges: dict[tuple[int, str], _Exchange] = {}
+        self.getStream = bool(self.script.get("getStream"))
+        self.getStreams: list[_GetStream] = []  # every GET stream ever opened, oldest first
+        self._openGetStreams: dict[int, _GetStream] = {}  # id(session core) -> its open GET stream
         self._eventIds = itertools.count(1)
         self._waiting: list[tuple[Callable[[], Any], Deferred[Any]]] = []
         self._eventCore = self._core(None)  # logs the HTTP-level events
@@ -246,6 +313,15 @@ class ScriptedHTTPMCP(Resource):
 
         return self._when(reached)
 
+    @property
+    def openGetStreams(self) -> int:
+        """How many GET streams are open now."""
+        return len(self._openGetStreams)
+
+    def whenGetStreams(self, count: int) -> Deferred[_GetStream]:
+        """Fires with the ``count``-th GET stream once that many have been opened in total."""
+        return self._when(lambda: self.getStreams[count - 1] if len(self.getStreams) >= count else None)
+
     def _when(self, reached: Callable[[], Any]) -> Deferred[Any]:
         d: Deferred[Any] = Deferred()
         value = reached()
@@ -281,13 +357,28 @@ class ScriptedHTTPMCP(Resource):
         self.sessions.clear()
 
     def disconnectAll(self) -> None:
-        """Drop every response still open (held silent requests, pending calls)."""
+        """Drop every response still open (held silent requests, pending calls); GET streams end cleanly."""
+        for stream in list(self._openGetStreams.values()):
+            stream.end("disconnectAll")
         for exchange in list(self._exchanges.values()):
             exchange.abort()
         for request in self.held:
             if not request.finished and request.channel is not None:
                 request.channel.transport.abortConnection()
         self.held.clear()
+
+    def notifyToolsChanged(self, addTools: list[dict[str, Any]] | None = None) -> int:
+        """For every live session: add ``addTools`` to its tool list and send it
+        ``notifications/tools/list_changed`` (on its GET stream if open, else to ``undelivered``).
+        Returns how many sessions were notified."""
+        sessions = list(self.sessions.values())
+        for session in sessions:
+            core = session.core
+            with core._lock:
+                core.tools.extend(copy.deepcopy(addTools or []))
+                core.event("listChanged", tools=[t.get("name") for t in core.tools], session=session.ident)
+                core._notify("notifications/tools/list_changed", None)
+        return len(sessions)
 
     def nextEventId(self) -> str:
         return str(next(self._eventIds))
@@ -304,10 +395,14 @@ class ScriptedHTTPMCP(Resource):
 
         def send(message: dict[str, Any], related: Any) -> None:
             exchange = exchangeFor(related)
-            if exchange is None:
-                self.undelivered.append(message)
-            else:
+            if exchange is not None:
                 exchange.deliver(message)
+                return
+            stream = self._openGetStreams.get(id(core)) if related is None else None
+            if stream is not None:  # not tied to a request: the session's GET stream carries it
+                stream.deliver(message)
+            else:
+                self.undelivered.append(message)
 
         def rawWrite(data: bytes, related: Any) -> None:
             exchange = exchangeFor(related)
@@ -324,6 +419,10 @@ class ScriptedHTTPMCP(Resource):
 
     def _forget(self, exchange: _Exchange) -> None:
         self._exchanges.pop((id(exchange.core), _key(exchange.requestId)), None)
+
+    def _forgetGetStream(self, stream: _GetStream) -> None:
+        if self._openGetStreams.get(id(stream.session.core)) is stream:
+            del self._openGetStreams[id(stream.session.core)]
 
     # --- HTTP ---
 
@@ -365,13 +464,40 @@ class ScriptedHTTPMCP(Resource):
             return None, self._refuse(request, record, self.sessionLostStatus, "Session not found", -32001)
         return session, None
 
-    def render_GET(self, request: Request) -> bytes:
+    def _protocolVersionProblem(self, request: Request, record: Recorded, session: _Session,
+                                requestId: Any = None) -> bytes | None:
+        if self.script.get("requireProtocolVersionHeader", True):
+            version = request.getHeader("mcp-protocol-version")
+            if version != session.protocolVersion:
+                return self._refuse(request, record, 400, f"Bad Request: MCP-Protocol-Version must be "
+                                    f"{session.protocolVersion} (got {version})", -32000, requestId)
+        return None
+
+    def render_GET(self, request: Request) -> bytes | int:
         record = self._record(request, None)
         refused = self._gate(request, record)
         if refused is not None:
             return refused
-        request.setHeader("allow", "POST, DELETE")
-        return self._refuse(request, record, 405, "Method Not Allowed: no standalone SSE stream")
+        if not self.getStream or self.era != "legacy":
+            request.setHeader("allow", "POST, DELETE")
+            return self._refuse(request, record, 405, "Method Not Allowed: no standalone SSE stream")
+        if "text/event-stream" not in (request.getHeader("accept") or "").lower():
+            return self._refuse(request, record, 406, "Not Acceptable: Client must accept text/event-stream")
+        session, refused = self._sessionOf(request, record)
+        if refused is not None:
+            return refused
+        assert session is not None
+        refused = self._protocolVersionProblem(request, record, session)
+        if refused is not None:
+            return refused
+        if id(session.core) in self._openGetStreams:
+            return self._refuse(request, record, 409, "Conflict: Only one SSE stream is allowed per session")
+        stream = _GetStream(self, request, record, session, len(self.getStreams) + 1)
+        self._openGetStreams[id(session.core)] = stream
+        self.getStreams.append(stream)
+        stream.start()
+        self._event("getStreamOpened", session=session.ident, number=stream.number)
+        return NOT_DONE_YET
 
     def render_DELETE(self, request: Request) -> bytes:
         record = self._record(request, None)
@@ -391,6 +517,9 @@ class ScriptedHTTPMCP(Resource):
             if session.core.isPending(exchange.requestId):
                 session.core.cancel(exchange.requestId, "session deleted")
             exchange.abort()
+        stream = self._openGetStreams.get(id(session.core))
+        if stream is not None:
+            stream.end("delete")
         self._event("delete", session=session.ident)
         return self._empty(request, record, 200)
 
@@ -461,11 +590,9 @@ class ScriptedHTTPMCP(Resource):
         if refused is not None:
             return refused
         assert found is not None
-        if self.script.get("requireProtocolVersionHeader", True):
-            version = request.getHeader("mcp-protocol-version")
-            if version != found.protocolVersion:
-                return self._refuse(request, record, 400, f"Bad Request: MCP-Protocol-Version must be "
-                                    f"{found.protocolVersion} (got {version})", -32000, body.get("id"))
+        refused = self._protocolVersionProblem(request, record, found, body.get("id"))
+        if refused is not None:
+            return refused
         if not isRequest:
             found.core.receive(body)
             return self._empty(request, record, 202)

@@ -8,22 +8,12 @@ import tempfile
 from pathlib import Path
 
 import pytest_twisted
-from acp.schema import AllowedOutcome, RequestPermissionResponse
 
-from .e2e import modelEnv, text, toolCalls, updates
+from .e2e import answers, modelEnv, text, toolCalls, updates
 from .sdkclient import RecordingClient, connect, initialized, onLoop
 
 DANGEROUS = "rm -rf scratch"
 
-
-def answers(*optionIds: str):
-    """Answer the permission requests with these options, in order."""
-    queue = list(optionIds)
-
-    def answer(request):
-        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=queue.pop(0)))
-
-    return answer
 
 
 @pytest_twisted.ensureDeferred

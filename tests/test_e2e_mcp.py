@@ -8,25 +8,16 @@ import asyncio
 import json
 
 import pytest_twisted
-from acp.schema import AllowedOutcome, RequestPermissionResponse
 
 from hermes_acp.mcp.toolset import exposedName
 
 from . import mcp_scripted
-from .e2e import agentText, modelEnv, text, toolCalls, updates
+from .e2e import agentText, answers, modelEnv, text, toolCalls, updates
 from .mcp_e2e import call, log, offered, scripted, toolMessages
 from .sdkclient import RecordingClient, connect, initialized, onLoop, raw
 
 LONG = "a_tool_name_that_goes_on_and_on_far_beyond_what_any_model_api_accepts"
 
-
-def answers(*optionIds: str):
-    queue = list(optionIds)
-
-    def answer(request):
-        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=queue.pop(0)))
-
-    return answer
 
 
 @pytest_twisted.ensureDeferred
@@ -198,7 +189,7 @@ async def test_progressErrorsAndStructuredResults(scriptedServer, tmp_path) -> N
     """Progress shows in the card; isError fails the call with the server's words;
     structuredContent reaches the model as JSON when there is no text."""
     model, url = scriptedServer
-    tools = [mcp_scripted.tool("steps", {"progress": {"steps": 3, "delay": 0.05}}),
+    tools = [mcp_scripted.tool("steps", {"progress": {"steps": 3, "delay": 0.15}}),
              mcp_scripted.tool("broken", "error"), mcp_scripted.tool("data", "structured")]
     server, _ = scripted(tmp_path, "srv", tools=tools)
     model.default.responses += [

@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 
+import pytest
 import pytest_twisted
 from acp.schema import AllowedOutcome, RequestPermissionResponse
 
@@ -115,10 +116,15 @@ async def test_serversComeBackAfterARestartAndLoad(scriptedServer, tmp_path) -> 
             await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[server])
             newPid = await startedPid(tmp_path / "srv.pid")
             await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("again")]), 30)
-            return newPid, wire.problems()
+            await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[server])
+            kept = not processGone(newPid) and int(open(tmp_path / "srv.pid").read()) == newPid
+            await conn.resume_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+            await until(lambda: processGone(newPid), 15, "the server a resume without it dropped")
+            return newPid, kept, wire.problems()
 
-    newPid, problems = await onLoop(second())
+    newPid, kept, problems = await onLoop(second())
     assert problems == [] and newPid != oldPid
+    assert kept  # a load listing the same servers keeps them
     assert toolMessages(model.chatRequests[-1]) == ["back again"]
 
 
@@ -127,7 +133,8 @@ async def test_childEnvironmentAndFolder(scriptedServer, tmp_path) -> None:
     """A stdio server starts in the session's folder with the agent's environment
     (PATH intact) plus the request's entries, and without the agent's credentials."""
     model, url = scriptedServer
-    server, _ = scripted(tmp_path, "srv", tools=[mcp_scripted.tool("env", "env")])
+    server, serverLog = scripted(tmp_path, "srv", tools=[mcp_scripted.tool("env", "env")], pingClient=True,
+                                 rootsList=True)
     server = withEnv(server, PROJECT_TOKEN="given-by-the-editor")
     names = ["PATH", "PROJECT_TOKEN", "HERMES_API_KEY", "OPENAI_API_KEY", "HOME"]
     model.default.responses += [call("e", "mcp__srv__env", names=names), [{"text": "ok"}]]
@@ -146,6 +153,9 @@ async def test_childEnvironmentAndFolder(scriptedServer, tmp_path) -> None:
     assert seen["PROJECT_TOKEN"] == "given-by-the-editor"
     assert seen["HERMES_API_KEY"] is None and seen["OPENAI_API_KEY"] is None
     assert os.path.realpath(seen["cwd"]) == os.path.realpath(tmp_path)
+    answers = {e["method"]: e["message"] for e in log(serverLog) if e.get("event") == "response"}
+    assert answers["ping"]["result"] == {}  # the server's own requests are answered
+    assert answers["roots/list"]["result"]["roots"] == [{"uri": tmp_path.as_uri(), "name": tmp_path.name}]
 
 
 @pytest_twisted.ensureDeferred
@@ -182,14 +192,16 @@ async def test_floodsOverlongLinesCrashesAndListChanges(scriptedServer, tmp_path
     assert "mcp__fragile__boom" not in [t["function"]["name"] for t in model.chatRequests[-1]["tools"]]
 
 
+@pytest.mark.parametrize("mode, lost", [("sse", 404), ("json", 400)])
 @pytest_twisted.ensureDeferred
-async def test_streamableHTTPWithSessionLoss(scriptedServer, tmp_path) -> None:
-    """An HTTP server (SSE answers with a priming event) gets the request's headers
-    and the session id it issued; when it forgets the session the agent shakes hands
-    again and the call goes through; closing the session sends DELETE."""
+async def test_streamableHTTPWithSessionLoss(scriptedServer, tmp_path, mode, lost) -> None:
+    """An HTTP server (answering JSON, or SSE with a priming event) gets the
+    request's headers and the session id it issued; when it forgets the session (404,
+    or 400 as some servers say) the agent shakes hands again and the call goes
+    through; closing the session sends DELETE."""
     model, url = scriptedServer
-    web = ScriptedHTTPMCP({"responseMode": "sse", "requireHeaders": {"Authorization": "Bearer t0ken"},
-                           "sessionLostStatus": 404})
+    web = ScriptedHTTPMCP({"responseMode": mode, "requireHeaders": {"Authorization": "Bearer t0ken"},
+                           "sessionLostStatus": lost})
     port, mcpURL = listen(web)
     model.default.responses += [
         call("a", "mcp__web__echo", text="over http"), [{"text": "one"}],
@@ -309,3 +321,59 @@ async def test_realServersFromTheMcpPackage(scriptedServer, tmp_path) -> None:
     assert await onLoop(scenario()) == []
     results = toolMessages(model.chatRequests[1])
     assert results[0].strip() == "5" and results[1].strip() == "QUIET"
+
+
+@pytest_twisted.ensureDeferred
+async def test_httpServerChangesItsToolsOnTheGetStream(scriptedServer, tmp_path) -> None:
+    """An HTTP server that offers the standalone GET stream tells the agent there when
+    its tools change; the next prompt offers the new tool."""
+    model, url = scriptedServer
+    web = ScriptedHTTPMCP({"getStream": True})
+    port, mcpURL = listen(web)
+    model.default.responses += [[{"text": "one"}], call("n", "mcp__web__added", text="new tool"), [{"text": "two"}]]
+    try:
+        async def scenario():
+            async with connect(RecordingClient(permission=allowAll), env=modelEnv(url)) as (conn, _, wire, process):
+                await initialized(conn)
+                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("web", mcpURL)])).session_id
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("first")]), 30)
+                await asyncio.wait_for(web.whenGetStreams(1).asFuture(asyncio.get_running_loop()), 10)
+                listed = web.counts["tools/list"]
+                web.notifyToolsChanged([mcp_scripted.tool("added")])
+                await until(lambda: web.counts["tools/list"] > listed, 10, "the agent to list the tools again")
+                for _ in range(50):  # /tools shows when the new list has been taken in
+                    before = len(updates(wire, sid))
+                    await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/tools")]), 30)
+                    if "mcp__web__added" in agentText(updates(wire, sid)[before:]):
+                        break
+                    await asyncio.sleep(0.05)
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("second")]), 30)
+                return wire.problems()
+
+        assert await onLoop(scenario()) == []
+    finally:
+        web.disconnectAll()
+        await port.stopListening()
+    assert "mcp__web__added" not in [t["function"]["name"] for t in model.chatRequests[0]["tools"]]
+    assert "mcp__web__added" in [t["function"]["name"] for t in model.chatRequests[1]["tools"]]
+    assert toolMessages(model.chatRequests[2]) == ["new tool"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_serverDiesWithAKilledAgent(scriptedServer, tmp_path) -> None:
+    """Even an agent killed with SIGKILL (no shutdown runs) takes a server that
+    ignores stdin EOF and SIGTERM with it."""
+    model, url = scriptedServer
+    server, _ = scripted(tmp_path, "stubborn", pidFile=str(tmp_path / "s.pid"), ignoreStdinEOF=True,
+                         ignoreSIGTERM=True)
+
+    async def scenario():
+        async with connect(RecordingClient(), env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn)
+            await conn.new_session(cwd=str(tmp_path), mcp_servers=[server])
+            pid = await startedPid(tmp_path / "s.pid")
+            process.kill()
+            await asyncio.wait_for(process.wait(), 10)
+            await until(lambda: processGone(pid), 10, "the server of a killed agent to end")
+
+    await onLoop(scenario())

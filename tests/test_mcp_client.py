@@ -196,7 +196,7 @@ class DecisionTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.servers = MCPServers(None, Settings(), None, None, ConfiguredServers(Path("/nonexistent")))
         self.state = SessionState("s", "/tmp")
-        self.servers.sessions["s"] = SessionServers([], {})
+        self.servers.sessions["s"] = SessionServers([], ("/tmp",), {})
 
     def route(self, trusted: bool, **hints: Any) -> toolset.Route:
         return toolset.Route("mcp__a__t", "a", "t", {"name": "t", "annotations": hints}, trusted)

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
 from .mcp_http import ScriptedHTTPMCP, listen
@@ -294,7 +295,10 @@ def _post(url: str, body: Any, headers: dict[str, str] | None = None, method: st
     if closeAfter is not None:
         text = b""
         while text.count(b"\n\n") < closeAfter:
-            text += response.readline()
+            line = response.readline()
+            if not line:  # the stream ended early
+                break
+            text += line
         if holdUntil is not None:
             holdUntil.wait(WAIT)
         connection.close()
@@ -461,6 +465,100 @@ async def test_httpModernEra(httpServer: Any) -> None:
     assert status == 200 and json.loads(body)["result"]["content"] == [{"type": "text", "text": "hi"}]
     assert (await post(url, None, {}, method="DELETE"))[0] == 405
     assert not server.sessions
+
+
+class EventReader:
+    """A GET stream read by a thread: each SSE event (``sseEvents`` fields) onto a queue, None at its end."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        self.queue: queue.Queue[dict[str, str] | None] = queue.Queue()
+        self.status: Deferred[int] = Deferred()
+        parts = urlsplit(url)
+        self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=WAIT)
+        self.connection.request("GET", parts.path, None, {"Accept": "text/event-stream", **headers})
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            response = self.connection.getresponse()
+            reactor.callFromThread(self.status.callback, response.status)
+            block = b""
+            while True:
+                line = response.readline()
+                if not line:
+                    break
+                block += line
+                if line == b"\n":
+                    self.queue.put(sseEvents(block)[0])
+                    block = b""
+        except Exception:  # a timeout or a reset: the end, as far as the test is concerned
+            pass
+        finally:
+            self.connection.close()
+            self.queue.put(None)
+
+    def next(self) -> Any:
+        """A Deferred firing with the next event (None: the stream ended); bounded."""
+        return deferToThread(self.queue.get, True, WAIT).addTimeout(WAIT * 2, reactor)
+
+
+@pytest_twisted.ensureDeferred
+async def test_httpGetStream(httpServer: Any) -> None:
+    plain, plainUrl = httpServer({})
+    _, headers, _ = await post(plainUrl, rpc(1, "initialize", INITIALIZE))
+    status, headers, _ = await post(plainUrl, None, {"Mcp-Session-Id": headers["mcp-session-id"],
+                                                     "MCP-Protocol-Version": "2025-11-25"}, method="GET")
+    assert status == 405 and headers["allow"] == "POST, DELETE"  # no "getStream": no GET stream
+
+    server, url = httpServer({"getStream": True})
+    _, headers, _ = await post(url, rpc(1, "initialize", INITIALIZE))
+    inSession = {"Mcp-Session-Id": headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+    await post(url, rpc(None, "notifications/initialized"), inSession)
+    assert (await post(url, None, {"MCP-Protocol-Version": "2025-11-25"}, method="GET"))[0] == 400
+    assert (await post(url, None, {**inSession, "Mcp-Session-Id": "nope"}, method="GET"))[0] == 404
+    assert (await post(url, None, {**inSession, "Accept": "application/json"}, method="GET"))[0] == 406
+    reader = EventReader(url, inSession)
+    assert await reader.status.addTimeout(WAIT, reactor) == 200
+    priming = await reader.next()
+    assert priming["data"] == "" and "id" in priming
+    stream = await server.whenGetStreams(1).addTimeout(WAIT, reactor)
+    assert server.openGetStreams == 1 and stream.record.method == "GET" and stream.record.status == 200
+    assert stream.record.headers["mcp-session-id"] == inSession["Mcp-Session-Id"]
+    assert (await post(url, None, inSession, method="GET"))[0] == 409  # one per session
+    assert server.notifyToolsChanged([tool("late")]) == 1
+    changed = await reader.next()
+    assert changed["event"] == "message" and int(changed["id"]) > int(priming["id"])
+    assert json.loads(changed["data"]) == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+    assert server.undelivered == [] and stream.sent == [json.loads(changed["data"])]
+    _, _, body = await post(url, rpc(2, "tools/list"), inSession)
+    assert [t["name"] for t in json.loads(body)["result"]["tools"]] == ["echo", "late"]
+    assert (await post(url, None, inSession, method="DELETE"))[0] == 200
+    assert await reader.next() is None  # ended cleanly with the session
+    assert server.openGetStreams == 0
+    assert [e["reason"] for e in server.events if e["event"] == "getStreamEnded"] == ["delete"]
+    assert [e["event"] for e in server.events if e["event"].startswith("getStream")] == [
+        "getStreamOpened", "getStreamEnded"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_httpGetStreamClientCloseAndDisconnect(httpServer: Any) -> None:
+    server, url = httpServer({"getStream": True, "responseMode": "sse"})
+    _, headers, _ = await post(url, rpc(1, "initialize", INITIALIZE))
+    inSession = {"Mcp-Session-Id": headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+    status, headers, raw = await post(url, None, {**inSession, "Accept": "text/event-stream"}, method="GET",
+                                      closeAfter=1)
+    assert status == 200 and headers["content-type"] == "text/event-stream" and sseEvents(raw)[0]["data"] == ""
+    closed = await server.whenEvent("getStreamClosed").addTimeout(WAIT, reactor)
+    assert closed["session"] == inSession["Mcp-Session-Id"] and server.openGetStreams == 0
+    server.notifyToolsChanged()  # no GET stream open: kept
+    assert server.undelivered == [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}]
+    reader = EventReader(url, inSession)
+    await server.whenGetStreams(2).addTimeout(WAIT, reactor)
+    assert (await reader.next())["data"] == ""
+    server.disconnectAll()
+    assert await reader.next() is None
+    assert server.events[-1]["event"] == "getStreamEnded" and server.events[-1]["reason"] == "disconnectAll"
+    assert len(server.undelivered) == 1 and server.openGetStreams == 0
 
 
 # --- the mcp package's own server ---

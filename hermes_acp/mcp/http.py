@@ -22,13 +22,13 @@ from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred, succeed
 from twisted.internet.protocol import Protocol
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IResponse
 
-from ..engine.secrets import redactURL
 from .specs import ServerSpec
 from .wire import MCPConnection, TransportError
 
@@ -38,6 +38,9 @@ ACCEPT = "application/json, text/event-stream"
 CONNECT_TIMEOUT = 10.0
 #: The most of an error body quoted to the user.
 ERROR_SNIPPET = 300
+#: A GET stream the server closes is opened again after this long, this many times at most.
+LISTEN_AGAIN = 1.0
+LISTEN_ATTEMPTS = 5
 #: The methods whose name or URI goes into ``Mcp-Name`` (modern era).
 NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
@@ -102,7 +105,20 @@ class EventStream(Protocol):
         self.ended.callback(None)
 
 
-class _Body:
+class _Unpaced:
+    """A producer that has nothing to pace: its pause, resume and stop do nothing."""
+
+    def pauseProducing(self) -> None:
+        pass
+
+    def resumeProducing(self) -> None:
+        pass
+
+    def stopProducing(self) -> None:
+        pass
+
+
+class _Body(_Unpaced):
     """What ``IBodyProducer`` asks of a request body of known bytes."""
 
     def __init__(self, data: bytes) -> None:
@@ -113,15 +129,6 @@ class _Body:
         consumer.write(self.data)
         return succeed(None)
 
-    def pauseProducing(self) -> None:
-        pass
-
-    def resumeProducing(self) -> None:
-        pass
-
-    def stopProducing(self) -> None:
-        pass
-
 
 def _isAnswer(body: bytes, requestId: Any) -> bool:
     try:
@@ -131,8 +138,9 @@ def _isAnswer(body: bytes, requestId: Any) -> bool:
     return isinstance(message, dict) and "error" in message and message.get("id") == requestId
 
 
-class HTTPChannel:
-    """The transport of one HTTP server's ``MCPConnection``."""
+class HTTPChannel(_Unpaced):
+    """The transport of one HTTP server's ``MCPConnection`` (writes are posted as they
+    come: nothing to pace)."""
 
     def __init__(self, spec: ServerSpec, reactor: Any, connection: MCPConnection, maxBody: int) -> None:
         self.spec = spec
@@ -140,7 +148,7 @@ class HTTPChannel:
         self.connection = connection
         self.maxBody = maxBody
         self.url = spec.url.encode("ascii", "ignore")
-        self.shownURL = redactURL(spec.url)
+        self.shownURL = spec.where
         self._pool = HTTPConnectionPool(reactor, persistent=True)
         self._agent = Agent(reactor, connectTimeout=CONNECT_TIMEOUT, pool=self._pool)
         self.sessionId: str | None = None
@@ -149,6 +157,7 @@ class HTTPChannel:
         self.modern = False
         self._inFlight: dict[Any, Deferred[Any]] = {}
         self._streams: dict[Any, Protocol] = {}
+        self._listening: Deferred[None] | None = None
         self.closed = False
 
     # -- what the connection calls -----------------------------------------------
@@ -157,15 +166,6 @@ class HTTPChannel:
         pass
 
     def unregisterProducer(self) -> None:
-        pass
-
-    def pauseProducing(self) -> None:
-        pass
-
-    def resumeProducing(self) -> None:
-        pass
-
-    def stopProducing(self) -> None:
         pass
 
     def write(self, data: bytes) -> None:
@@ -306,6 +306,39 @@ class HTTPChannel:
         d = self._inFlight.pop(requestId, None)
         if d is not None:
             d.cancel()
+
+    # -- what the server says unasked -------------------------------------------------
+
+    def listen(self) -> None:
+        """Open the optional GET stream (legacy era), on which the server sends what
+        no request asked for (``list_changed``, its own requests); a server that
+        offers none (405) is left at that."""
+        if not self.closed and not self.modern and self._listening is None:
+            self._listening = Deferred.fromCoroutine(self._listen())
+            self._listening.addErrback(lambda f: log.debug("MCP server {name}: GET stream: {e}",
+                                                           name=self.spec.name, e=f.getErrorMessage()))
+
+    async def _listen(self) -> None:
+        for _ in range(LISTEN_ATTEMPTS):
+            headers = self._headers({})
+            headers.setRawHeaders("accept", ["text/event-stream"])
+            d = self._agent.request(b"GET", self.url, headers)
+            self._inFlight["GET"] = d
+            try:
+                response = await d
+            finally:
+                self._inFlight.pop("GET", None)
+            kind = (response.headers.getRawHeaders("content-type") or [""])[0].split(";")[0].strip().lower()
+            if response.code != 200 or kind != "text/event-stream":
+                await self._collect(response, 4096)
+                return  # 405: the server has no such stream
+            stream = self._streams["GET"] = EventStream(self._received, self.maxBody)
+            response.deliverBody(stream)
+            await stream.ended
+            self._streams.pop("GET", None)
+            if self.closed:
+                return
+            await deferLater(self.reactor, LISTEN_AGAIN, lambda: None)  # the server closed it: open it again
 
     # -- closing ---------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from twisted.python.failure import Failure
 
 from .. import __version__
 from ..config import Settings
+from ..engine.secrets import redact
 from ..jsonrpc import RemoteError
 from ..oneshot import OneShot
 from .specs import HTTP, ServerSpec
@@ -113,31 +114,36 @@ class ServerLink:
             self.channel.process.whenEnded().addCallback(lambda _: self._ended())
         await self._handshake()
         await self._listTools()
+        if self.spec.transport == HTTP:
+            self.channel.listen()
         if self.state == STARTING:
             self.state = READY
             log.info("MCP server {name} ready: {era} era ({version}), {n} tool(s)", name=self.spec.name,
                      era=self.era, version=self.version, n=len(self.tools))
             self.onChange(self)
 
-    def _startFailed(self, failure: Any) -> None:
+    def _startFailed(self, failure: Failure) -> Deferred[None] | None:
         if self.state != STARTING:
-            return
+            return None
         if failure.check(TimeoutError, CancelledError):
             reason = f"no answer to the handshake within {self.settings.mcpStartupTimeout:g} s"
         elif failure.check(*_ENDED) and self.spec.transport != HTTP and not self.channel.process.ended:
-            # Its output closed: the process is ending, and its exit status says more (``_ended``).
-            self.reactor.callLater(END_WAIT, lambda: self.fail(self._endReason()))
-            return
+            # Its output closed: the process is ending, and its exit status says more.
+            ended = self.channel.process.whenEnded()
+            ended.addTimeout(END_WAIT, self.reactor)
+            return ended.addBoth(lambda _: self.fail(self._endReason()))
         else:
             reason = self.describe(failure.value)
         self.fail(reason)
+        return None
 
     def fail(self, reason: str) -> None:
         """Mark the server failed (once), tell the owner, and stop what is left of it."""
         if self.state in (FAILED, STOPPED):
             return
         tail = self.channel.stderrTail if self.spec.transport != HTTP else ""
-        self.state, self.reason = FAILED, reason + (f"\n\nIts last words on stderr:\n{tail}" if tail else "")
+        reason += f"\n\nIts last words on stderr:\n{tail}" if tail else ""
+        self.state, self.reason = FAILED, redact(reason, self.spec.secrets)
         log.warn("MCP server {name} ({where}) failed: {reason}", name=self.spec.name, where=self.spec.where,
                  reason=self.reason)
         self.onChange(self)
@@ -208,7 +214,7 @@ class ServerLink:
 
     # -- requests ----------------------------------------------------------------------
 
-    def _request(self, method: str, params: dict[str, Any]) -> Deferred[Any]:
+    def _request(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Deferred[Any]:
         """A request, with the modern era's envelope when that is what the server speaks."""
         if self.era == "modern":
             meta = dict(params.get("_meta") or {})
@@ -216,7 +222,7 @@ class ServerLink:
                          "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
                          "io.modelcontextprotocol/clientCapabilities": {}})
             params = {**params, "_meta": meta}
-        d = self.connection.callRemote(method, params)
+        d = self.connection.callRemote(method, params, timeout)
         return d.addCallback(self._complete, method) if self.era == "modern" else d
 
     def _complete(self, result: Any, method: str) -> Any:
@@ -225,25 +231,25 @@ class ServerLink:
             raise CallFailed(f"{method}: the server wants more ({kind!r}), which this agent does not support")
         return result
 
-    async def _withSession(self, method: str, params: dict[str, Any]) -> Any:
+    async def _withSession(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
         """``_request``; when an HTTP server lost our session, shake hands again and retry once."""
         try:
-            return await self._request(method, params)
+            return await self._request(method, params, timeout)
         except TransportError as e:
             if not e.sessionLost:
                 raise
         log.info("MCP server {name} lost our session; connecting again", name=self.spec.name)
         await self._handshake()
-        return await self._request(method, params)
+        return await self._request(method, params, timeout)
 
-    async def _listTools(self) -> None:
+    async def _listTools(self, timeout: float | None = None) -> None:
         if not self._hasTools:
             self.tools = []
             return
         tools: list[dict[str, Any]] = []
         cursor: Any = None
         for _ in range(MAX_PAGES):
-            page = await self._withSession("tools/list", {} if cursor is None else {"cursor": cursor})
+            page = await self._withSession("tools/list", {} if cursor is None else {"cursor": cursor}, timeout)
             if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
                 raise CallFailed("its tools/list answer holds no list of tools")
             tools += [t for t in page["tools"] if isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"]]
@@ -266,7 +272,7 @@ class ServerLink:
             while True:
                 self._relist = False
                 try:
-                    await self._listTools()
+                    await self._listTools(self.settings.mcpStartupTimeout)
                 except Exception as e:
                     log.warn("MCP server {name}: listing its tools again failed: {e}", name=self.spec.name, e=str(e))
                     return
@@ -333,7 +339,7 @@ class ServerLink:
 
     def _logMessage(self, params: dict[str, Any]) -> None:
         log.info("MCP server {name} says ({level}): {data}", name=self.spec.name, level=params.get("level"),
-                 data=str(params.get("data"))[:2000])
+                 data=redact(str(params.get("data"))[:2000], self.spec.secrets))
 
     # -- stopping --------------------------------------------------------------------------
 

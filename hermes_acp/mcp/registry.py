@@ -41,6 +41,8 @@ class SessionServers:
     """One session's servers, its exposed tools, and what the user said of them."""
 
     specs: list[ServerSpec]
+    #: The session's folders when they started (stdio servers start in the first; all are roots).
+    folders: tuple[str, ...]
     links: dict[str, ServerLink]
     #: Exposed name -> route; replaced whole (tool threads read it).
     routes: dict[str, Route] = attrs.Factory(dict)
@@ -72,13 +74,13 @@ class MCPServers:
             listed = [spec for spec in current.specs if spec.origin == "editor"] if current is not None else []
         configured, problems = self.configured.read()
         specs = merged(listed, configured)
-        if current is not None and current.specs == specs and all(
+        if current is not None and (current.specs, current.folders) == (specs, state.roots) and all(
                 link.state in (STARTING, READY) for link in current.links.values()):
-            return  # the same servers, still up
+            return  # the same servers in the same folders, still up
         remembered = current.remembered if current is not None else {}
         if current is not None:
             self._stopLinks(current)
-        servers = SessionServers(specs, {}, remembered=remembered)
+        servers = SessionServers(specs, state.roots, {}, remembered=remembered)
         self.sessions[state.sessionId] = servers
         for problem in problems:
             self.report(state, "MCP configuration problem", problem)
@@ -189,6 +191,15 @@ class MCPServers:
             held, servers.held = servers.held, []
             for title, description in held:
                 self.updates.notice(state, "warning", title, description)
+
+    def summary(self, state: SessionState) -> str:
+        """One line: how many servers the session has, and how many are up."""
+        servers = self.sessions.get(state.sessionId)
+        links = [] if servers is None else list(servers.links.values())
+        if not links:
+            return "none in this session"
+        ready = sum(link.state == READY for link in links)
+        return f"{len(links)} in this session, {ready} ready, {len(servers.routes)} tools (`/mcp` lists them)"
 
     def describe(self, state: SessionState) -> str:
         """``/mcp``: each server, its state, transport and tools."""

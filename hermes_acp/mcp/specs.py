@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from ..engine.secrets import redactURL
 from ..jsonrpc import InvalidParams
 
 STDIO, HTTP = "stdio", "http"
@@ -38,9 +39,21 @@ class ServerSpec:
     callTimeout: float | None = None
 
     @property
+    def secrets(self) -> list[str]:
+        """The values it was given that may be credentials: every header value, and the
+        env values whose names say so (``trace.secretKey``), to keep out of logs and notices."""
+        from ..trace import secretKey
+
+        values = [value for _, value in self.headers] + [value for name, value in self.env if secretKey(name)]
+        return [value for value in values if len(value) >= 8]
+
+    @property
     def where(self) -> str:
-        """How it is reached, for people (no header or env values)."""
-        return " ".join((self.command, *self.args)) if self.transport == STDIO else self.url
+        """How it is reached, for people and logs: the command without its arguments,
+        or the URL without its query and credentials (either may carry a token)."""
+        if self.transport == STDIO:
+            return self.command
+        return redactURL(self.url.split("?", 1)[0].split("#", 1)[0])
 
 
 def _bad(index: int, key: str, problem: str, name: str | None = None) -> InvalidParams:

@@ -21,19 +21,32 @@ from twisted.logger import Logger
 
 from ..child import RPCChild
 from ..engine import processes
-from ..engine.secrets import childEnvironment
+from ..engine.secrets import childEnvironment, redact
 from .specs import ServerSpec
 from .wire import MCPConnection
 
 log = Logger()
 
+# argv: the agent's pid, the folder to start in (empty: stay), then the server's command line.
+# The folder is changed here, not by spawnProcess: given none, the reactor can posix_spawn
+# instead of fork. On Linux the server is killed if the agent dies (even by SIGKILL, when no
+# shutdown runs): PR_SET_PDEATHSIG, which survives exec; an agent already gone ends it here.
 _BOOT = (
     "import os, sys\n"
     "os.setsid()\n"
     "try:\n"
-    "    os.execvp(sys.argv[1], sys.argv[1:])\n"
+    "    import ctypes\n"
+    "    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
+    "except (ImportError, OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "try:\n"
+    "    if sys.argv[2]:\n"
+    "        os.chdir(sys.argv[2])\n"
+    "    os.execvp(sys.argv[3], sys.argv[3:])\n"
     "except OSError as e:\n"
-    "    sys.stderr.write(f'cannot start {sys.argv[1]!r}: {e.strerror}\\n')\n"
+    "    sys.stderr.write(f'cannot start {sys.argv[3]!r}: {e.strerror}\\n')\n"
     "    sys.stderr.flush()\n"
     "    os._exit(127)\n"
 )
@@ -66,11 +79,11 @@ class StdioServer:
     def start(self) -> None:
         """Spawn it; an ``OSError`` when even the launcher cannot start."""
         self.process = RPCChild(self.connection, self._stderr)
-        argv = [sys.executable, "-I", "-S", "-c", _BOOT, self.spec.command, *self.spec.args]
+        cwd = self.cwd if os.path.isdir(self.cwd) else ""
+        argv = [sys.executable, "-I", "-S", "-c", _BOOT, str(os.getpid()), cwd, self.spec.command, *self.spec.args]
         env = environment(self.spec)
-        cwd = self.cwd if os.path.isdir(self.cwd) else None
         self.pid = processes.started(
-            lambda: self.reactor.spawnProcess(self.process, sys.executable, argv, env=env, path=cwd).pid)
+            lambda: self.reactor.spawnProcess(self.process, sys.executable, argv, env=env).pid)
         self.process.whenEnded().addCallback(lambda _: processes.unregister(self.pid))
 
     @property
@@ -85,7 +98,8 @@ class StdioServer:
         *lines, self._partial = (self._partial + data).split(b"\n")
         for line in lines:
             self._logged += len(line)
-            log.debug("MCP server {name}: {line}", name=self.spec.name, line=line.decode("utf-8", "replace")[:2000])
+            shown = redact(line.decode("utf-8", "replace")[:2000], self.spec.secrets)
+            log.debug("MCP server {name}: {line}", name=self.spec.name, line=shown)
         if self._logged >= STDERR_LOGGED:
             log.info("MCP server {name} writes a lot to stderr; the rest is not logged", name=self.spec.name)
         elif len(self._partial) > STDERR_TAIL:
