@@ -344,8 +344,9 @@ class ServerLink:
     # -- stopping --------------------------------------------------------------------------
 
     def stop(self) -> Deferred[None]:
-        """End it (bounded); its calls fail."""
+        """End it (bounded); its calls fail, and nobody waits for its start any more."""
         self.state = STOPPED
+        self._settled.fire(None)
         return Deferred.fromCoroutine(self._shutDown())
 
     async def _shutDown(self) -> None:

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 log = Logger()
 
 ALLOW, DENY, ASK = "allow", "deny", "ask"
+#: Servers start this long after the answer that made their session known (see ``attach``).
+START_DELAY = 0.001
 
 
 @attrs.define(eq=False)
@@ -90,7 +92,15 @@ class MCPServers:
             servers.links[spec.name] = link
             log.debug("session {id}: starting MCP server {name} ({transport})", id=state.sessionId,
                       name=spec.name, transport=spec.transport)
-            link.start()
+        if servers.links:
+            # Started a moment later, so the answer before this is written out first (it
+            # would wait for the spawns); a prompt meanwhile already waits for them.
+            self.reactor.callLater(START_DELAY, self._start, servers)
+
+    def _start(self, servers: SessionServers) -> None:
+        for link in servers.links.values():
+            if link.state == STARTING:
+                link.start()
 
     def detach(self, state: SessionState) -> Deferred[Any]:
         """The session is gone: stop its servers (fires once they are)."""
