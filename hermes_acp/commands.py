@@ -121,7 +121,7 @@ class Commands:
         return "\n".join(lines)
 
     async def _tools(self, state: SessionState, argument: str) -> str:
-        tools = {**self.options.agentFor(state).activeTools(), **self.mcp.toolsFor(state)}
+        tools = {**self.options.agentFor(state).activeTools(), **self.mcp.toolsFor(state)[0]}
         lines = [f"**Tools** ({len(tools)})", ""]
         lines += [f"- `{tool.name}`: {tool.description.split('. ')[0][:100]}" for tool in tools.values()]
         return "\n".join(lines)

@@ -438,9 +438,10 @@ class JSONRPCConnection(LineProtocol):
         return {"requestId": requestId}
 
     def callRemote(
-        self, method: str, params: Mapping[str, Any], timeout: float | None = None
+        self, method: str, params: Mapping[str, Any], timeout: float | None = None, tellCancel: bool = True
     ) -> Deferred[Any]:
-        """Send a request; cancelling the Deferred tells the peer (``cancelMethod``)."""
+        """Send a request; cancelling the Deferred tells the peer (``cancelMethod``)
+        unless ``tellCancel`` is false (MCP's ``initialize`` must never be cancelled)."""
         if self._closed or self._draining:
             return fail(ConnectionDone("connection closed"))
         requestId = self._nextId
@@ -448,7 +449,7 @@ class JSONRPCConnection(LineProtocol):
 
         def cancel(d: Deferred[Any]) -> None:
             self._began.pop(f"our {requestId}", None)
-            if self._outgoing.pop(requestId, None) is not None:
+            if self._outgoing.pop(requestId, None) is not None and tellCancel:
                 self.notify(self.cancelMethod, self.cancelParams(requestId))
 
         d: Deferred[Any] = Deferred(cancel)

@@ -89,7 +89,7 @@ class Lifecycle:
         it lists none at all (a resume may leave them out: the session keeps its own)."""
         if params.get("mcpServers") is None:
             return None
-        return fromRequest(params["mcpServers"], self.mcp.settings.mcpTrusted)
+        return fromRequest(params["mcpServers"])
 
     def setupResult(self, state: SessionState, servers: list[ServerSpec] | None, sessionId: bool = False) -> Reply:
         """The answer that makes a session known to the editor; updates about it may

@@ -46,6 +46,7 @@ from .intake import checkPrompt, promptText, toModelContent
 from .jsonrpc import AuthRequired, InternalError, JSONRPCError
 from .mcp import toolset
 from .mcp.registry import ASK, DENY, MCPServers
+from .mcp.toolset import Route
 from .mcp.wire import CallFailed
 from .oneshot import OneShot
 from .params import field
@@ -135,7 +136,8 @@ class Turn:
     #: Open tool cards: the engine's call id -> (toolCallId, tool name, arguments).
     cards: dict[str, tuple[str, str, dict[str, Any]]] = attrs.field(factory=dict)
     messageSeq: int = 0
-    #: When each MCP call's progress was last shown.
+    #: The MCP tools the model was offered in this turn, by name, and when each call's progress was last shown.
+    routes: dict[str, Route] = attrs.field(factory=dict)
     progressShown: dict[str, float] = attrs.field(factory=dict)
     _answer: OneShot[dict[str, Any]] = attrs.field(factory=OneShot)
     _claimLock: threading.Lock = attrs.field(factory=threading.Lock)
@@ -276,17 +278,26 @@ class Turn:
             finally:
                 bridge.flush()
 
-        def serversSettled(_: object) -> None:
+        def serversSettled(_: object) -> Deferred[TurnResult | None] | None:
             """The session's MCP handshakes are over (or out of time): run with the tools there are."""
             if done.called:
-                return  # cancelled while waiting for them
+                return None  # cancelled while waiting for them
             services.mcp.tellHeld(self.session)
-            tools.update(services.mcp.toolsFor(self.session))
-            services.runInWorker(work).addBoth(lambda result: None if done.called else done.callback(result))
+            offered, self.routes = services.mcp.toolsFor(self.session)
+            tools.update(offered)
+            return services.runInWorker(work)
+
+        def finished(result: Any) -> None:
+            if done.called:
+                return
+            if isinstance(result, Failure):
+                done.errback(result)  # the turn reports it as crashed; it never waits on
+            else:
+                done.callback(result)
 
         done: Deferred[TurnResult | None] = Deferred()
         self._engineDone = done
-        services.mcp.ready(self.session).addCallback(serversSettled)
+        services.mcp.ready(self.session).addCallback(serversSettled).addBoth(finished)
         return await done
 
     def _workerStarted(self) -> None:
@@ -398,9 +409,9 @@ class Turn:
 
     async def _callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
         mcp, session = self.services.mcp, self.session
-        route = mcp.route(session, name)
+        route = self.routes.get(name)
         if route is None:
-            return toolset.failure(f"{name} is not available any more: its MCP server stopped or dropped it")
+            return toolset.failure(f"{name} is not a tool of this turn")
         verdict = mcp.decision(session, route)
         if verdict == ASK:
             toolCallId, _, shown = self.cards[callId]
@@ -414,14 +425,14 @@ class Turn:
         d = None if self.cancelled else mcp.call(session, route, arguments, lambda params: self.progress(callId, params))
         if d is None:
             return toolset.failure("interrupted by the user before it ran" if self.cancelled
-                                   else f"{route.server} is not running any more")
+                                   else f"{route.title} is not available any more: its server stopped or dropped it")
         self._track(d)
         try:
-            return toolset.outcome(await d)
+            return toolset.outcome(await d, list(route.secrets))
         except CancelledError:
             return toolset.failure("interrupted by the user before it finished")
         except CallFailed as e:
-            return toolset.failure(str(e))
+            return toolset.failure(str(e), list(route.secrets))
 
     def progress(self, callId: str, params: dict[str, Any]) -> None:
         """A ``notifications/progress`` of the call: shown in its card."""

@@ -9,6 +9,8 @@ import json
 
 import pytest_twisted
 
+from acp.schema import SseMcpServer
+
 from hermes_acp.mcp.toolset import exposedName
 
 from . import mcp_scripted
@@ -110,7 +112,8 @@ async def test_brokenServersAreToldAndTheOthersWork(scriptedServer, tmp_path) ->
         async with connect(client, env=env) as (conn, _, wire, process):
             await initialized(conn)
             began = asyncio.get_running_loop().time()
-            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[good, dead, silent])).session_id
+            old = SseMcpServer(type="sse", name="old", url="http://127.0.0.1:9/sse", headers=[])
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[good, dead, silent, old])).session_id
             created = asyncio.get_running_loop().time() - began
             await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("try")]), 30)
             await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp")]), 30)
@@ -123,6 +126,7 @@ async def test_brokenServersAreToldAndTheOthersWork(scriptedServer, tmp_path) ->
     shown = agentText(found)
     assert "MCP server dead is not available" in shown and "boom: missing API key" in shown
     assert "MCP server silent is not available" in shown and "no answer to the handshake" in shown
+    assert "MCP server old is not available" in shown and "sse transport" in shown
     table = shown[shown.index("**MCP servers**"):]
     assert "| `good` | ready | stdio" in table and "| `dead` | failed |" in table and "| `silent` | failed |" in table
 
@@ -295,7 +299,7 @@ async def test_badServerEntriesAreInvalidParams(scriptedServer, tmp_path) -> Non
     cases = [
         ([good, dict(good)], "listed twice"),
         ([{"name": "x", "command": "", "args": [], "env": []}], "mcpServers[0].command"),
-        ([{"type": "sse", "name": "s", "url": "http://127.0.0.1:9/sse", "headers": []}], "mcpServers[0].type"),
+        ([{"type": "websocket", "name": "w", "url": "ws://127.0.0.1:9"}], "mcpServers[0].type"),
         ([{"type": "http", "name": "h", "url": "ftp://nowhere", "headers": []}], "mcpServers[0].url"),
         ([{**good, "env": [{"name": "A"}]}], "mcpServers[0].env[0]"),
     ]

@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 import pytest_twisted
-from acp.schema import AllowedOutcome, RequestPermissionResponse
+from acp.schema import AllowedOutcome, McpServerStdio, RequestPermissionResponse
 
 from . import mcp_scripted
 from .agentproc import processGone
@@ -59,6 +59,7 @@ async def test_serversBelongToTheirSessionAndEndWithIt(scriptedServer, tmp_path)
             found["shared"] = (firstPid, secondPid)
             await raw(conn, "session/close", {"sessionId": first})
             await until(lambda: processGone(firstPid) and processGone(child), 15, "the closed session's servers to end")
+            await until(lambda: not os.path.exists(f"/proc/{child}"), 10, "what the server left to be reaped")
             assert not processGone(secondPid)
             bPid = await startedPid(pids["b"])
             await raw(conn, "session/delete", {"sessionId": second})
@@ -131,12 +132,13 @@ async def test_serversComeBackAfterARestartAndLoad(scriptedServer, tmp_path) -> 
 @pytest_twisted.ensureDeferred
 async def test_childEnvironmentAndFolder(scriptedServer, tmp_path) -> None:
     """A stdio server starts in the session's folder with the agent's environment
-    (PATH intact) plus the request's entries, and without the agent's credentials."""
+    (PATH intact) plus the request's entries, and without the agent's credentials;
+    its own token does not reach the model; its ping and roots/list are answered."""
     model, url = scriptedServer
     server, serverLog = scripted(tmp_path, "srv", tools=[mcp_scripted.tool("env", "env")], pingClient=True,
                                  rootsList=True)
-    server = withEnv(server, PROJECT_TOKEN="given-by-the-editor")
-    names = ["PATH", "PROJECT_TOKEN", "HERMES_API_KEY", "OPENAI_API_KEY", "HOME"]
+    server = withEnv(server, PROJECT_FLAVOUR="given-by-the-editor", PROJECT_TOKEN="a-token-for-the-server")
+    names = ["PATH", "PROJECT_FLAVOUR", "PROJECT_TOKEN", "HERMES_API_KEY", "OPENAI_API_KEY", "HOME"]
     model.default.responses += [call("e", "mcp__srv__env", names=names), [{"text": "ok"}]]
     env = modelEnv(url, OPENAI_API_KEY="sk-agent-secret")
 
@@ -150,7 +152,8 @@ async def test_childEnvironmentAndFolder(scriptedServer, tmp_path) -> None:
     assert await onLoop(scenario()) == []
     seen = json.loads(toolMessages(model.chatRequests[-1])[0])
     assert seen["PATH"] == env["PATH"] and seen["HOME"] == env.get("HOME")
-    assert seen["PROJECT_TOKEN"] == "given-by-the-editor"
+    assert seen["PROJECT_FLAVOUR"] == "given-by-the-editor"
+    assert seen["PROJECT_TOKEN"] == "[REDACTED]"  # the server had it; the model does not read it
     assert seen["HERMES_API_KEY"] is None and seen["OPENAI_API_KEY"] is None
     assert os.path.realpath(seen["cwd"]) == os.path.realpath(tmp_path)
     answers = {e["method"]: e["message"] for e in log(serverLog) if e.get("event") == "response"}
@@ -377,3 +380,57 @@ async def test_serverDiesWithAKilledAgent(scriptedServer, tmp_path) -> None:
             await until(lambda: processGone(pid), 10, "the server of a killed agent to end")
 
     await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_serverThatClosesItsOutputIsToldWithItsLastWords(scriptedServer, tmp_path) -> None:
+    """A server that closes stdout, then explains itself on stderr and exits 3: the
+    user reads both its status and its words."""
+    model, url = scriptedServer
+    code = ("import os, sys, time\nos.close(1)\ntime.sleep(0.3)\n"
+            "sys.stderr.write('FATAL: no config here\\n'); sys.stderr.flush(); sys.exit(3)\n")
+    quitter = McpServerStdio(name="quitter", command=sys.executable, args=["-c", code], env=[])
+    model.default.responses += [[{"text": "ok"}]]
+
+    async def scenario():
+        async with connect(RecordingClient(), env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[quitter])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("hi")]), 30)
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == []
+    shown = agentText(found)
+    assert "exit status 3" in shown and "FATAL: no config here" in shown
+
+
+@pytest_twisted.ensureDeferred
+async def test_parallelCallsAfterASessionLossShakeHandsOnce(scriptedServer, tmp_path) -> None:
+    """Three calls at once find the server forgot the session: one new handshake,
+    and every call goes through."""
+    model, url = scriptedServer
+    web = ScriptedHTTPMCP({})
+    port, mcpURL = listen(web)
+    model.default.responses += [
+        [{"text": "ready"}],
+        [{"tool_calls": [{"id": f"c{n}", "name": "mcp__web__echo", "arguments": {"text": f"call {n}"}}
+                         for n in range(3)]}],
+        [{"text": "done"}],
+    ]
+    try:
+        async def scenario():
+            async with connect(RecordingClient(permission=allowAll), env=modelEnv(url)) as (conn, _, wire, process):
+                await initialized(conn)
+                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("web", mcpURL)])).session_id
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("first")]), 30)
+                web.expireSessions()
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("three at once")]), 30)
+                return wire.problems()
+
+        assert await onLoop(scenario()) == []
+    finally:
+        web.disconnectAll()
+        await port.stopListening()
+    assert sorted(toolMessages(model.chatRequests[2])) == ["call 0", "call 1", "call 2"]
+    assert web.initializeCount == 2

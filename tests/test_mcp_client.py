@@ -4,6 +4,7 @@ event-stream parser, the connection's MCP rules, and the permission rule."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,11 @@ from hermes_acp.mcp.wire import MCPConnection
 from hermes_acp.session_state import SessionState
 
 
+def _scratch() -> Path:
+    """A file path in a folder of its own (``mktemp`` would write into the current folder under pytest)."""
+    return Path(tempfile.mkdtemp(prefix="hermes-mcp-")) / "config.yaml"
+
+
 class NameTests(SynchronousTestCase):
     def test_sanitizedAndPrefixed(self) -> None:
         self.assertEqual(toolset.exposedName("my server", "read.file/v2", set()), "mcp__my_server__read_file_v2")
@@ -36,7 +42,7 @@ class NameTests(SynchronousTestCase):
         self.assertEqual(first, toolset.exposedName("srv", long + "1", set()))  # stable across sessions
 
     def test_collisionAfterSanitizingGetsAHash(self) -> None:
-        routes = toolset.routes("srv", [{"name": "a.b"}, {"name": "a/b"}], False, set())
+        routes = toolset.routes(ServerSpec("srv", STDIO), [{"name": "a.b"}, {"name": "a/b"}], set())
         names = [route.exposed for route in routes]
         self.assertEqual(names[0], "mcp__srv__a_b")
         self.assertNotEqual(names[0], names[1])
@@ -49,9 +55,9 @@ class SpecTests(SynchronousTestCase):
             {"name": "a", "command": "npx", "args": ["-y", "srv"], "env": [{"name": "K", "value": "v"}]},
             {"type": "stdio", "name": "b", "command": "/bin/b", "args": None, "env": None},
             {"type": "http", "name": "c", "url": "https://x/mcp", "headers": [{"name": "Authorization", "value": "t"}]},
-        ], trusted=frozenset({"c"}))
-        self.assertEqual([(s.name, s.transport, s.trusted) for s in specs],
-                         [("a", STDIO, False), ("b", STDIO, False), ("c", HTTP, True)])
+            {"type": "sse", "name": "d", "url": "https://x/sse", "headers": []},
+        ])
+        self.assertEqual([(s.name, s.transport) for s in specs], [("a", STDIO), ("b", STDIO), ("c", HTTP), ("d", "sse")])
         self.assertEqual(specs[0].env, (("K", "v"),))
         self.assertEqual(specs[2].headers, (("Authorization", "t"),))
 
@@ -64,13 +70,14 @@ class SpecTests(SynchronousTestCase):
             ([{"type": "http", "name": "h", "url": "https://x", "headers": [{"name": "H", "value": "a\r\nb"}]}],
              "mcpServers[0].headers[0]"),
             ([{"type": "ws", "name": "w"}], "mcpServers[0].type"),
+            ([{"name": "a", "command": "x"}, {"name": "a", "command": "y"}], "mcpServers[1].name"),
         ]:
             with self.assertRaises(InvalidParams) as caught:
                 fromRequest(servers)
             self.assertEqual(caught.exception.data["field"], field)
 
     def test_configFile(self) -> None:
-        path = Path(self.mktemp())
+        path = _scratch()
         path.write_text(
             "mcp_servers:\n"
             "  local:\n    command: npx\n    args: [-y, thing]\n    env: {TOKEN: abc}\n    trusted: true\n"
@@ -86,14 +93,14 @@ class SpecTests(SynchronousTestCase):
         self.assertIn("mcp_servers.bad", problems[0])
 
     def test_unreadableConfigIsAProblemNotACrash(self) -> None:
-        path = Path(self.mktemp())
+        path = _scratch()
         path.write_text("mcp_servers: [unclosed\n")
         specs, problems = parseConfig(path)
         self.assertEqual(specs, [])
         self.assertIn("could not be read", problems[0])
 
     def test_readAgainOnlyWhenTheFileChanges(self) -> None:
-        path = Path(self.mktemp())
+        path = _scratch()
         configured = ConfiguredServers(path)
         self.assertEqual(configured.read(), ([], []))
         path.write_text("mcp_servers:\n  a:\n    command: x\n")
@@ -112,7 +119,7 @@ def result(**fields: Any) -> dict[str, Any]:
 
 class ResultTests(SynchronousTestCase):
     def test_textForTheModelContentForTheEditor(self) -> None:
-        text, failed, extras = toolset.outcome(result(content=[
+        text, failed, extras = toolset.outcome(secrets=[], result=result(content=[
             {"type": "text", "text": "hello"},
             {"type": "image", "data": "aGk=", "mimeType": "image/png"},
             {"type": "resource_link", "uri": "file:///a", "name": "a"},
@@ -124,22 +131,22 @@ class ResultTests(SynchronousTestCase):
         self.assertEqual([b["content"]["type"] for b in extras["content"]], ["text", "image", "resource_link"])
 
     def test_errorsAndStructuredContent(self) -> None:
-        text, failed, _ = toolset.outcome(result(isError=True, content=[{"type": "text", "text": "no"}]))
+        text, failed, _ = toolset.outcome(secrets=[], result=result(isError=True, content=[{"type": "text", "text": "no"}]))
         self.assertEqual((text, failed), ("Error: no", True))
-        text, failed, extras = toolset.outcome(result(content=[], structuredContent={"n": 1}))
+        text, failed, extras = toolset.outcome(secrets=[], result=result(content=[], structuredContent={"n": 1}))
         self.assertEqual(json.loads(text), {"n": 1})
         self.assertIn('"n": 1', extras["content"][0]["content"]["text"])
-        self.assertTrue(toolset.outcome("not a result")[1])
+        self.assertTrue(toolset.outcome("not a result", [])[1])
 
     def test_bigResultsAreCut(self) -> None:
-        text, _, extras = toolset.outcome(result(content=[
+        text, _, extras = toolset.outcome(secrets=[], result=result(content=[
             {"type": "text", "text": "x" * (toolset.MODEL_TEXT_LIMIT * 2)},
             {"type": "image", "data": "A" * (toolset.MEDIA_LIMIT + 1), "mimeType": "image/png"}]))
         self.assertLess(len(text.encode()), toolset.MODEL_TEXT_LIMIT + 100)
         self.assertIn("too big to show", extras["content"][1]["content"]["text"])
 
     def test_unknownBlocksAreNamedNotForwarded(self) -> None:
-        text, _, extras = toolset.outcome(result(content=[{"type": "hologram"}, "junk"]))
+        text, _, extras = toolset.outcome(secrets=[], result=result(content=[{"type": "hologram"}, "junk"]))
         self.assertEqual(text, "[hologram content]")
         self.assertEqual(extras["content"][0]["content"]["text"], "(the tool returned nothing)")
 
@@ -223,3 +230,74 @@ class DecisionTests(SynchronousTestCase):
         self.assertEqual(self.route(True, readOnlyHint=True).kind, "read")
         self.assertEqual(self.route(True, readOnlyHint=True, openWorldHint=True).kind, "fetch")
         self.assertEqual(self.route(True, readOnlyHint=False, destructiveHint=True).kind, "delete")
+
+
+class HostileServerTests(SynchronousTestCase):
+    """What a server says is untrusted: names, schemas, results."""
+
+    def test_crowdedNamesStayWithin64(self) -> None:
+        long = "t" * 90
+        base = f"mcp__srv__{long}"
+        digest = toolset.exposedName("srv", long, set())[-8:]
+        crowd = {base[: 64 - n - 1] + "_" + digest[:n] for n in (8, 12, 16)} | {toolset.exposedName("srv", long, set())}
+        name = toolset.exposedName("srv", long, crowd)
+        self.assertLessEqual(len(name), 64)
+        self.assertNotIn(name, crowd)
+
+    def test_onlyObjectSchemasAndBoundedLists(self) -> None:
+        kept, left = toolset.accepted([{"name": "ok"}, {"name": "bad", "inputSchema": {"type": "string"}},
+                                       {"inputSchema": {}}, "junk"])
+        self.assertEqual([t["name"] for t in kept], ["ok"])
+        self.assertEqual(len(left), 3)
+        kept, left = toolset.accepted([{"name": f"t{n}"} for n in range(toolset.MAX_TOOLS + 10)])
+        self.assertEqual(len(kept), toolset.MAX_TOOLS)
+        self.assertIn("10 more", left[0])
+
+    def test_anArgumentNamedCtx(self) -> None:
+        route = toolset.Route("mcp__s__t", "s", "t", {"name": "t"})
+        seen: list[Any] = []
+
+        class Context:
+            def delegate(self, name: str, arguments: dict[str, Any]) -> Any:
+                seen.append((name, arguments))
+
+        toolset.engineTool(route).handler(Context(), ctx=1, other=2)
+        self.assertEqual(seen, [("mcp__s__t", {"ctx": 1, "other": 2})])
+
+    def test_oddFieldsNeverBreakTheSchema(self) -> None:
+        from .acpschema import checkAgentFrame
+
+        content = toolset.editorContent({"content": [
+            {"type": "resource_link", "uri": "file:///a", "name": 5, "size": "12", "title": 5, "mimeType": 7},
+            {"type": "resource", "resource": {"uri": "file:///b", "text": "t", "mimeType": 3}},
+            {"type": "image", "data": 5, "mimeType": "image/png"},
+            {"type": "text", "text": ["not", "text"]},
+        ]})
+        frame = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": {
+            "sessionUpdate": "tool_call_update", "toolCallId": "t", "content": content}}}
+        self.assertEqual(checkAgentFrame(frame, {}), [])
+        self.assertEqual(toolset.outcome({"content": 5}, [])[0], "(the tool returned nothing)")
+
+    def test_manyBlocksAreBoundedForTheEditor(self) -> None:
+        content = toolset.editorContent({"content": [{"type": "text", "text": "x" * 20_000}] * 200})
+        self.assertLess(len(json.dumps(content)), toolset.EDITOR_TEXT_LIMIT * 2)
+        self.assertIn("more blocks not shown", content[-1]["content"]["text"])
+
+    def test_theServersSecretsAreTakenOut(self) -> None:
+        text, _, extras = toolset.outcome({"content": [{"type": "text", "text": "token is s3cr3t-t0ken!"}]},
+                                          ["s3cr3t-t0ken!"])
+        self.assertNotIn("s3cr3t", text + json.dumps(extras))
+        self.assertNotIn("s3cr3t", toolset.failure("said s3cr3t-t0ken!", ["s3cr3t-t0ken!"])[0])
+
+    def test_eventStreamLineEndsAndBounds(self) -> None:
+        got: list[bytes] = []
+        stream = EventStream(got.append, 64)
+        transport = StringTransport()
+        stream.makeConnection(transport)
+        stream.dataReceived(b"data: a\r")
+        stream.dataReceived(b"\ndata: b\r\r")  # CRLF split across chunks, then a lone CR ends the event
+        self.assertEqual(got, [b"a\nb"])
+        for _ in range(10):
+            stream.dataReceived(b"data: " + b"y" * 20 + b"\n")  # an event that never ends
+        self.assertEqual(transport.producerState, "stopped")
+        self.assertEqual(got, [b"a\nb"])

@@ -29,6 +29,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IResponse
 
+from .. import safejson
 from .specs import ServerSpec
 from .wire import MCPConnection, TransportError
 
@@ -41,6 +42,8 @@ ERROR_SNIPPET = 300
 #: A GET stream the server closes is opened again after this long, this many times at most.
 LISTEN_AGAIN = 1.0
 LISTEN_ATTEMPTS = 5
+#: A GET stream that stayed open this long counts as working (its reopenings start over).
+LISTEN_STEADY = 30.0
 #: The methods whose name or URI goes into ``Mcp-Name`` (modern era).
 NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
@@ -69,38 +72,76 @@ class _Collect(Protocol):
 
 
 class EventStream(Protocol):
-    """Server-sent events: each event's data goes to ``onData``; ``ended`` fires at the end."""
+    """Server-sent events: each event's data goes to ``onData``; ``ended`` fires at the end.
+
+    Lines end with LF, CRLF or a lone CR. Each byte is scanned once. An event (or a
+    line) bigger than ``limit`` closes the stream: a server cannot grow us without bound."""
 
     def __init__(self, onData: Callable[[bytes], None], limit: int) -> None:
         self.onData = onData
         self.limit = limit
         self._buffer = bytearray()
+        self._scanned = 0
+        self._skipLF = False  # the last line ended with CR: a LF next belongs to it
         self._data: list[bytes] = []
+        self._size = 0
+        self._closed = False
         self.ended: Deferred[None] = Deferred()
 
     def dataReceived(self, data: bytes) -> None:
+        if self._closed:
+            return
+        if self._skipLF and data.startswith(b"\n"):
+            data = data[1:]
+        self._skipLF = False
         self._buffer += data
-        while (end := self._buffer.find(b"\n")) >= 0:
-            line = bytes(self._buffer[:end]).rstrip(b"\r")
-            del self._buffer[: end + 1]
+        start = 0
+        while True:
+            lf = self._buffer.find(b"\n", max(start, self._scanned))
+            cr = self._buffer.find(b"\r", max(start, self._scanned))
+            ends = [i for i in (lf, cr) if i >= 0]
+            if not ends:
+                break
+            end = min(ends)
+            line = bytes(self._buffer[start:end])
+            start = end + 1
+            if self._buffer[end] == 0x0D:  # CR: skip the LF of a CRLF
+                if start < len(self._buffer):
+                    start += self._buffer[start] == 0x0A
+                else:
+                    self._skipLF = True
             self._line(line)
+            if self._closed:
+                return
+        del self._buffer[:start]
+        self._scanned = len(self._buffer)
         if len(self._buffer) > self.limit:
-            log.warn("an MCP event stream sent a line over {limit} bytes; the stream is closed", limit=self.limit)
-            self._buffer.clear()
-            self.transport.stopProducing()
+            self._tooBig()
 
     def _line(self, line: bytes) -> None:
         if not line:
-            data, self._data = b"\n".join(self._data), []
+            data, self._data, self._size = b"\n".join(self._data), [], 0
             if data.strip():
                 self.onData(data)
         elif line.startswith(b"data:"):
             value = line[5:]
-            self._data.append(value[1:] if value.startswith(b" ") else value)
+            value = value[1:] if value.startswith(b" ") else value
+            self._size += len(value) + 1
+            self._data.append(value)
+            if self._size > self.limit:
+                self._tooBig()
         # event:, id:, retry: and comments change nothing here
 
+    def _tooBig(self) -> None:
+        log.warn("an MCP event stream sent an event over {limit} bytes; the stream is closed", limit=self.limit)
+        self._closed = True
+        self._buffer.clear()
+        self._data, self._size = [], 0
+        if self.transport is not None:
+            self.transport.stopProducing()
+
     def connectionLost(self, reason: Failure) -> None:
-        if self._data:
+        if self._data and not self._closed:
             self._line(b"")
         self.ended.callback(None)
 
@@ -211,6 +252,7 @@ class HTTPChannel(_Unpaced):
             self._abort((message.get("params") or {}).get("requestId"))
             if self.modern:
                 return  # closing the stream is the modern cancel
+        carried = self.sessionId
         try:
             d = self._agent.request(b"POST", self.url, self._headers(message), _Body(line))
         except Exception as e:  # a bad header name or value
@@ -218,22 +260,27 @@ class HTTPChannel(_Unpaced):
             return
         if isRequest:
             self._inFlight[requestId] = d
-        d.addCallback(self._answered, requestId if isRequest else None, method, message)
+        d.addCallback(self._answered, requestId if isRequest else None, method, carried)
         d.addErrback(lambda f: self._failed(requestId if isRequest else None, method, f))
         d.addBoth(lambda _: self._inFlight.pop(requestId, None) if isRequest else None)
 
-    async def _answeredAsync(self, response: IResponse, requestId: Any, method: Any, message: dict[str, Any]) -> None:
+    async def _answeredAsync(self, response: IResponse, requestId: Any, method: Any, carried: str | None) -> None:
         status = response.code
         given = response.headers.getRawHeaders("mcp-session-id")
         if given and method == "initialize" and status < 300:
             self.sessionId = given[0]
         if status >= 400 or (requestId is not None and status in (202, 204)):
             body = await self._collect(response, 64 * 1024)
-            error = self._httpError(status, response.phrase, body, method)
-            if not error.sessionLost and _isAnswer(body, requestId):
+            answer = _isAnswer(body, requestId)
+            if carried is not None and method != "initialize" and (status == 404 or (status == 400 and not answer)):
+                if carried == self.sessionId:
+                    self.sessionId = None  # (a later 404 for an older session leaves a new one alone)
+                raise TransportError(f"{self.spec.name} forgot our session (HTTP {status})", sessionLost=True,
+                                     status=status)
+            if answer:
                 self._received(body)  # a JSON-RPC error sent with an HTTP error status: the answer
                 return
-            raise error
+            raise self._httpError(status, response.phrase, body, method)
         kind = (response.headers.getRawHeaders("content-type") or [""])[0].split(";")[0].strip().lower()
         if kind == "text/event-stream":
             stream = EventStream(self._received, self.maxBody)
@@ -252,8 +299,8 @@ class HTTPChannel(_Unpaced):
             self.connection.failOutgoing(
                 requestId, TransportError(f"{self.spec.name} ended its answer to {method} without a result"))
 
-    def _answered(self, response: IResponse, requestId: Any, method: Any, message: dict[str, Any]) -> Deferred[None]:
-        return Deferred.fromCoroutine(self._answeredAsync(response, requestId, method, message))
+    def _answered(self, response: IResponse, requestId: Any, method: Any, carried: str | None) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._answeredAsync(response, requestId, method, carried))
 
     async def _collect(self, response: IResponse, limit: int) -> bytes:
         collector = _Collect(limit)
@@ -261,10 +308,6 @@ class HTTPChannel(_Unpaced):
         return await collector.done
 
     def _httpError(self, status: int, phrase: bytes, body: bytes, method: Any) -> TransportError:
-        sessionLost = self.sessionId is not None and method != "initialize" and status in (400, 404)
-        if sessionLost:
-            self.sessionId = None
-            return TransportError(f"{self.spec.name} forgot our session (HTTP {status})", sessionLost=True, status=status)
         snippet = body.decode("utf-8", "replace").strip()[:ERROR_SNIPPET]
         hint = ""
         if status in (401, 403):
@@ -277,16 +320,18 @@ class HTTPChannel(_Unpaced):
                               status=status)
 
     def _received(self, data: bytes) -> None:
-        """One JSON-RPC message (or a batch of them) from the server."""
+        """One JSON-RPC message (or a batch of them) from the server; the connection
+        reads each (and refuses what ``safejson`` refuses)."""
+        data = data.replace(b"\r", b" ").replace(b"\n", b" ")
+        if not data.lstrip().startswith(b"["):
+            self.connection.lineReceived(data)
+            return
         try:
-            decoded = json.loads(data)
-        except ValueError:
-            decoded = None
-        if isinstance(decoded, list):
-            for item in decoded:
-                self.connection.lineReceived(json.dumps(item).encode())
-        else:
-            self.connection.lineReceived(data.replace(b"\n", b" "))
+            batch, _ = safejson.parse(data)
+        except (ValueError, safejson.Refused):
+            batch = None
+        for item in batch if isinstance(batch, list) else [data]:
+            self.connection.lineReceived(item if isinstance(item, bytes) else json.dumps(item).encode())
 
     def _failed(self, requestId: Any, method: Any, failure: Failure) -> None:
         if failure.check(CancelledError):
@@ -310,16 +355,18 @@ class HTTPChannel(_Unpaced):
     # -- what the server says unasked -------------------------------------------------
 
     def listen(self) -> None:
-        """Open the optional GET stream (legacy era), on which the server sends what
-        no request asked for (``list_changed``, its own requests); a server that
-        offers none (405) is left at that."""
-        if not self.closed and not self.modern and self._listening is None:
+        """Open the optional GET stream (legacy era, once a session exists), on which the
+        server sends what no request asked for (``list_changed``, its own requests); a
+        server that offers none (405) is left at that. Called again after a new handshake."""
+        if not self.closed and not self.modern and self.sessionId is not None and self._listening is None:
             self._listening = Deferred.fromCoroutine(self._listen())
-            self._listening.addErrback(lambda f: log.debug("MCP server {name}: GET stream: {e}",
-                                                           name=self.spec.name, e=f.getErrorMessage()))
+            self._listening.addErrback(lambda f: None if f.check(CancelledError) else log.debug(
+                "MCP server {name}: GET stream: {e}", name=self.spec.name, e=f.getErrorMessage()))
+            self._listening.addBoth(lambda _: setattr(self, "_listening", None))
 
     async def _listen(self) -> None:
-        for _ in range(LISTEN_ATTEMPTS):
+        attempts = 0
+        while not self.closed and self.sessionId is not None and attempts < LISTEN_ATTEMPTS:
             headers = self._headers({})
             headers.setRawHeaders("accept", ["text/event-stream"])
             d = self._agent.request(b"GET", self.url, headers)
@@ -331,14 +378,19 @@ class HTTPChannel(_Unpaced):
             kind = (response.headers.getRawHeaders("content-type") or [""])[0].split(";")[0].strip().lower()
             if response.code != 200 or kind != "text/event-stream":
                 await self._collect(response, 4096)
-                return  # 405: the server has no such stream
+                return  # 405: the server has no such stream (or our session is gone: a POST will say)
             stream = self._streams["GET"] = EventStream(self._received, self.maxBody)
+            opened = self.reactor.seconds()
             response.deliverBody(stream)
             await stream.ended
             self._streams.pop("GET", None)
-            if self.closed:
-                return
-            await deferLater(self.reactor, LISTEN_AGAIN, lambda: None)  # the server closed it: open it again
+            attempts = 0 if self.reactor.seconds() - opened > LISTEN_STEADY else attempts + 1
+            if not self.closed:  # the server (or a proxy) closed it: open it again, a moment later
+                self._inFlight["GET"] = pause = deferLater(self.reactor, LISTEN_AGAIN, lambda: None)
+                try:
+                    await pause
+                finally:
+                    self._inFlight.pop("GET", None)
 
     # -- closing ---------------------------------------------------------------------
 
@@ -354,10 +406,7 @@ class HTTPChannel(_Unpaced):
     async def _close(self) -> None:
         try:
             if self.sessionId is not None:
-                headers = Headers({"mcp-session-id": [self.sessionId]})
-                for name, value in self.spec.headers:
-                    headers.addRawHeader(name, value)
-                d = self._agent.request(b"DELETE", self.url, headers)
+                d = self._agent.request(b"DELETE", self.url, self._headers({}))
                 d.addTimeout(2.0, self.reactor)
                 try:
                     response = await d

@@ -27,6 +27,7 @@ from ..config import Settings
 from ..engine.secrets import redact
 from ..jsonrpc import RemoteError
 from ..oneshot import OneShot
+from . import toolset
 from .specs import HTTP, ServerSpec
 from .wire import CallFailed, MCPConnection, TransportError
 
@@ -52,6 +53,11 @@ _tokens = itertools.count(1)
 _ENDED = (ConnectionDone, ConnectionLost, ProcessDone, ProcessTerminated)
 
 
+def _logged(d: Deferred[Any], doing: str) -> Deferred[Any]:
+    """A Deferred nobody waits for: its failure is logged, never left unhandled."""
+    return d.addErrback(lambda f: log.failure("{doing} failed", f, doing=doing))
+
+
 @attrs.define(eq=False)
 class ServerLink:
     """One server, owned by one session."""
@@ -72,7 +78,10 @@ class ServerLink:
     channel: StdioServer | HTTPChannel = attrs.field(init=False)
     _progress: dict[str, Callable[[dict[str, Any]], None]] = attrs.Factory(dict)
     _settled: OneShot[None] = attrs.Factory(OneShot)
+    #: Why some of its tools are not offered (``toolset.accepted``).
+    leftOut: list[str] = attrs.Factory(list)
     _hasTools: bool = False
+    _reconnecting: OneShot[None] | None = None
     _listing: Deferred[None] | None = None
     _relist: bool = False
 
@@ -84,6 +93,7 @@ class ServerLink:
              "notifications/tools/list_changed": lambda params: self.toolsChanged(),
              "notifications/message": self._logMessage},
             self.reactor, self.settings.maxLine)
+        self.connection.onInputEnded = self._outputClosed
         if self.spec.transport == HTTP:
             from .http import HTTPChannel
 
@@ -147,7 +157,7 @@ class ServerLink:
         log.warn("MCP server {name} ({where}) failed: {reason}", name=self.spec.name, where=self.spec.where,
                  reason=self.reason)
         self.onChange(self)
-        Deferred.fromCoroutine(self._shutDown())
+        _logged(Deferred.fromCoroutine(self._shutDown()), f"stopping MCP server {self.spec.name}")
 
     def describe(self, error: BaseException) -> str:
         if isinstance(error, RemoteError):
@@ -169,10 +179,20 @@ class ServerLink:
         if self.state in (STARTING, READY):
             self.fail(self._endReason())
 
+    def _outputClosed(self) -> None:
+        """A stdio server closed its output: nothing it says can reach us any more. It
+        fails when its process ends (with that status), or soon anyway."""
+        if self.spec.transport == HTTP or self.channel.process.ended:
+            return
+        ended = self.channel.process.whenEnded()
+        ended.addTimeout(END_WAIT, self.reactor)
+        ended.addBoth(lambda _: self._ended())
+
     async def _handshake(self) -> None:
         try:
-            result = await self._request("initialize", {
-                "protocolVersion": LEGACY_VERSIONS[0], "capabilities": CAPABILITIES, "clientInfo": CLIENT_INFO})
+            result = await self.connection.callRemote("initialize", {
+                "protocolVersion": LEGACY_VERSIONS[0], "capabilities": CAPABILITIES, "clientInfo": CLIENT_INFO},
+                self.settings.mcpStartupTimeout, tellCancel=False)
         except RemoteError as refused:
             await self._discover(refused)
             return
@@ -232,15 +252,33 @@ class ServerLink:
         return result
 
     async def _withSession(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
-        """``_request``; when an HTTP server lost our session, shake hands again and retry once."""
+        """``_request``; when an HTTP server lost our session, shake hands again and retry once
+        (a request made while that happens waits for it)."""
+        if self._reconnecting is not None:
+            await self._reconnecting.when()
         try:
             return await self._request(method, params, timeout)
         except TransportError as e:
             if not e.sessionLost:
                 raise
-        log.info("MCP server {name} lost our session; connecting again", name=self.spec.name)
-        await self._handshake()
+        await self._reconnect()
         return await self._request(method, params, timeout)
+
+    async def _reconnect(self) -> None:
+        """Shake hands again after an HTTP server forgot our session: once for all the
+        requests that found out at the same time."""
+        if self._reconnecting is None:
+            log.info("MCP server {name} lost our session; connecting again", name=self.spec.name)
+            shot = self._reconnecting = OneShot()
+
+            def done(result: Any) -> None:
+                self._reconnecting = None
+                shot.fire(result)
+                if self.spec.transport == HTTP:
+                    self.channel.listen()
+
+            Deferred.fromCoroutine(self._handshake()).addBoth(done)
+        await self._reconnecting.when()
 
     async def _listTools(self, timeout: float | None = None) -> None:
         if not self._hasTools:
@@ -252,11 +290,14 @@ class ServerLink:
             page = await self._withSession("tools/list", {} if cursor is None else {"cursor": cursor}, timeout)
             if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
                 raise CallFailed("its tools/list answer holds no list of tools")
-            tools += [t for t in page["tools"] if isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"]]
+            tools += page["tools"]
             cursor = page.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
                 break
-        self.tools = list({tool["name"]: tool for tool in tools}.values())
+        kept, self.leftOut = toolset.accepted(tools)
+        self.tools = list({tool["name"]: tool for tool in kept}.values())
+        if self.leftOut:
+            log.warn("MCP server {name}: tools left out: {left}", name=self.spec.name, left="; ".join(self.leftOut))
 
     def toolsChanged(self) -> None:
         """``list_changed``: list again (once more if it changes while listing)."""
@@ -265,7 +306,7 @@ class ServerLink:
         if self._listing is not None:
             self._relist = True
             return
-        self._listing = Deferred.fromCoroutine(self._listAgain())
+        self._listing = _logged(Deferred.fromCoroutine(self._listAgain()), f"listing the tools of {self.spec.name}")
 
     async def _listAgain(self) -> None:
         try:

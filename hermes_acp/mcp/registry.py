@@ -25,7 +25,7 @@ from ..engine.approval import ALLOW_ALWAYS, REJECT_ALWAYS
 from ..interfaces import IUpdateChannel
 from ..session_state import SessionState
 from .link import FAILED, READY, STARTING, ServerLink
-from .specs import ConfiguredServers, ServerSpec, merged
+from .specs import HTTP, STDIO, ConfiguredServers, ServerSpec, merged
 from .toolset import Route, engineTool, routes
 
 if TYPE_CHECKING:
@@ -53,6 +53,8 @@ class SessionServers:
     remembered: dict[tuple[str, str], str] = attrs.Factory(dict)
     #: Problems to tell at the start of the next prompt (editors without notices).
     held: list[tuple[str, str]] = attrs.Factory(list)
+    #: Tools left out that the user was told of, by server.
+    told: set[tuple[str, tuple[str, ...]]] = attrs.Factory(set)
 
 
 @attrs.define(eq=False)
@@ -75,18 +77,27 @@ class MCPServers:
         if listed is None:
             listed = [spec for spec in current.specs if spec.origin == "editor"] if current is not None else []
         configured, problems = self.configured.read()
-        specs = merged(listed, configured)
+        specs = [attrs.evolve(spec, trusted=True) if spec.name in self.settings.mcpTrusted else spec
+                 for spec in merged(listed, configured)]
         if current is not None and (current.specs, current.folders) == (specs, state.roots) and all(
                 link.state in (STARTING, READY) for link in current.links.values()):
             return  # the same servers in the same folders, still up
-        remembered = current.remembered if current is not None else {}
         if current is not None:
             self._stopLinks(current)
+        # What the user said of a tool holds while its server is the same one.
+        kept = {spec.name for spec in specs} & {spec.name for spec in current.specs} if current is not None else set()
+        same = {name for name in kept if _spec(current.specs, name) == _spec(specs, name)}
+        remembered = {key: answer for key, answer in (current.remembered if current else {}).items() if key[0] in same}
         servers = SessionServers(specs, state.roots, {}, remembered=remembered)
         self.sessions[state.sessionId] = servers
         for problem in problems:
             self.report(state, "MCP configuration problem", problem)
         for spec in specs:
+            if spec.transport not in (STDIO, HTTP):
+                self.report(state, f"MCP server {spec.name} is not available",
+                            f"it uses the {spec.transport} transport, which this agent does not offer "
+                            "(streamable HTTP and stdio are offered)")
+                continue
             link = ServerLink(spec, self.reactor, self.settings, state.roots,
                               lambda link, state=state, servers=servers: self._changed(state, servers, link))
             servers.links[spec.name] = link
@@ -131,20 +142,19 @@ class MCPServers:
         d = gatherResults(pending, consumeErrors=True)
         return d.addBoth(lambda _: None)
 
-    def toolsFor(self, state: SessionState) -> dict[str, Tool]:
+    def toolsFor(self, state: SessionState) -> tuple[dict[str, Tool], dict[str, Route]]:
+        """The session's MCP tools for the engine, and where each goes: a turn keeps
+        both, so a call goes to the tool the model was offered, whatever changes meanwhile."""
         servers = self.sessions.get(state.sessionId)
-        return {} if servers is None else dict(servers.tools)
-
-    def route(self, state: SessionState, exposed: str) -> Route | None:
-        servers = self.sessions.get(state.sessionId)
-        return None if servers is None else servers.routes.get(exposed)
+        return ({}, {}) if servers is None else (dict(servers.tools), dict(servers.routes))
 
     def call(self, state: SessionState, route: Route, arguments: dict[str, Any],
              onProgress: Callable[[dict[str, Any]], None]) -> Deferred[Any] | None:
-        """The call's result (a Deferred), or None when its server is not up."""
+        """The call's result (a Deferred), or None when its server is not up or no
+        longer offers the tool."""
         servers = self.sessions.get(state.sessionId)
         link = None if servers is None else servers.links.get(route.server)
-        if link is None or link.state != READY:
+        if link is None or link.state != READY or not any(tool["name"] == route.tool for tool in link.tools):
             return None
         log.debug("session {id}: calling {tool} of MCP server {name}", id=state.sessionId, tool=route.tool,
                   name=route.server)
@@ -157,11 +167,15 @@ class MCPServers:
         found: dict[str, Route] = {}
         for each in servers.links.values():
             if each.state == READY:
-                found.update((route.exposed, route) for route in routes(each.spec.name, each.tools, each.spec.trusted, taken))
+                found.update((route.exposed, route) for route in routes(each.spec, each.tools, taken))
         servers.routes = found
         servers.tools = {} if not found else _engineTools(found)
         if link.state == FAILED:
             self.report(state, f"MCP server {link.spec.name} is not available", link.reason)
+        elif link.state == READY and link.leftOut and (link.spec.name, tuple(link.leftOut)) not in servers.told:
+            servers.told.add((link.spec.name, tuple(link.leftOut)))
+            self.report(state, f"Some tools of MCP server {link.spec.name} are not offered",
+                        "; ".join(link.leftOut))
 
     # -- permission ------------------------------------------------------------------------
 
@@ -231,6 +245,10 @@ class MCPServers:
         if tools:
             lines += ["", "Tools: " + ", ".join(f"`{name}`" for name in tools)]
         return "\n".join(lines)
+
+
+def _spec(specs: list[ServerSpec], name: str) -> ServerSpec | None:
+    return next((spec for spec in specs if spec.name == name), None)
 
 
 def _engineTools(found: dict[str, Route]) -> dict[str, Tool]:

@@ -17,7 +17,7 @@ import attrs
 from ..engine.secrets import redactURL
 from ..jsonrpc import InvalidParams
 
-STDIO, HTTP = "stdio", "http"
+STDIO, HTTP, SSE = "stdio", "http", "sse"
 
 
 @attrs.frozen
@@ -25,7 +25,7 @@ class ServerSpec:
     """One MCP server as listed: how to reach it, and how far to believe it."""
 
     name: str
-    transport: str  # STDIO or HTTP
+    transport: str  # STDIO or HTTP (SSE: listed, not offered)
     command: str = ""
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
@@ -89,8 +89,9 @@ def _pairs(entry: Mapping[str, Any], key: str, index: int) -> tuple[tuple[str, s
     return tuple(pairs)
 
 
-def fromRequest(servers: Any, trusted: frozenset[str] = frozenset()) -> list[ServerSpec]:
-    """The ``mcpServers`` of a session/new, load, resume or fork request."""
+def fromRequest(servers: Any) -> list[ServerSpec]:
+    """The ``mcpServers`` of a session/new, load, resume or fork request (an ``sse``
+    entry is kept as such: the session tells the user it cannot be used)."""
     if servers is None:
         return []
     if not isinstance(servers, list):
@@ -115,13 +116,14 @@ def fromRequest(servers: Any, trusted: frozenset[str] = frozenset()) -> list[Ser
                 args = []
             if not isinstance(args, list) or not all(isinstance(a, str) and "\0" not in a for a in args):
                 raise _bad(index, "args", "must be a list of strings", name)
-            specs.append(ServerSpec(name, STDIO, command=command, args=tuple(args), env=_pairs(entry, "env", index),
-                                    trusted=name in trusted))
+            specs.append(ServerSpec(name, STDIO, command=command, args=tuple(args), env=_pairs(entry, "env", index)))
         elif kind == HTTP:
             url = entry.get("url")
             if not isinstance(url, str) or not url.startswith(("http://", "https://")):
                 raise _bad(index, "url", "must be an http:// or https:// URL", name)
-            specs.append(ServerSpec(name, HTTP, url=url, headers=_pairs(entry, "headers", index), trusted=name in trusted))
+            specs.append(ServerSpec(name, HTTP, url=url, headers=_pairs(entry, "headers", index)))
+        elif kind == SSE:
+            specs.append(ServerSpec(name, SSE, url=str(entry.get("url", ""))))
         else:
             raise _bad(index, "type", f"{kind!r} is not a transport this agent offers (stdio and http)", name)
     return specs
@@ -131,8 +133,9 @@ def configFile(home: Path) -> Path:
     return home / "config.yaml"
 
 
-def _configured(name: str, entry: Any) -> ServerSpec:
-    """One ``mcp_servers`` entry of config.yaml (the Hermes layout); ValueError says what is wrong."""
+def _configured(name: str, entry: Any, folder: str) -> ServerSpec:
+    """One ``mcp_servers`` entry of config.yaml (the Hermes layout); ValueError says what
+    is wrong. A relative command path (``./server``) starts at ``folder``, config.yaml's."""
     if not isinstance(entry, dict):
         raise ValueError("must be a mapping with command or url")
 
@@ -162,8 +165,10 @@ def _configured(name: str, entry: Any) -> ServerSpec:
     args = entry.get("args") or []
     if not isinstance(args, list):
         raise ValueError("args must be a list")
-    return ServerSpec(name, STDIO, command=os.path.expanduser(command), args=tuple(str(a) for a in args),
-                      env=mapping("env"), **common)
+    command = os.path.expanduser(command)
+    if os.sep in command and not os.path.isabs(command):
+        command = os.path.join(folder, command)  # not the project's folder, where the server runs
+    return ServerSpec(name, STDIO, command=command, args=tuple(str(a) for a in args), env=mapping("env"), **common)
 
 
 @attrs.define
@@ -206,7 +211,7 @@ def parseConfig(path: Path) -> tuple[list[ServerSpec], list[str]]:
         if isinstance(entry, dict) and entry.get("enabled") is False:
             continue
         try:
-            specs.append(_configured(str(name), entry))
+            specs.append(_configured(str(name), entry, str(path.parent)))
         except ValueError as e:
             problems.append(f"{path}: mcp_servers.{name} {e}")
     return specs, problems

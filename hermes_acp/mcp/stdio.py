@@ -55,6 +55,8 @@ STDERR_TAIL = 4096
 STDERR_LOGGED = 256 * 1024
 #: Each step of a stop (stdin closed, SIGTERM, SIGKILL) waits this long.
 STOP_STEP = 2.0
+#: After a server's end, what it left behind is reaped again this much later.
+REAP_AGAIN = 0.5
 
 
 def environment(spec: ServerSpec) -> dict[str, str]:
@@ -84,7 +86,18 @@ class StdioServer:
         env = environment(self.spec)
         self.pid = processes.started(
             lambda: self.reactor.spawnProcess(self.process, sys.executable, argv, env=env).pid)
-        self.process.whenEnded().addCallback(lambda _: processes.unregister(self.pid))
+        self.process.whenEnded().addCallback(lambda _: self._ended())
+
+    def _ended(self) -> None:
+        processes.unregister(self.pid)
+        self._reap()
+
+    def _reap(self) -> None:
+        """The agent is a subreaper: what the server left behind and then died comes
+        back to it, and is collected now and a moment later (a killed group takes a
+        little while to die)."""
+        processes.reapAdopted()
+        self.reactor.callLater(REAP_AGAIN, processes.reapAdopted)
 
     @property
     def stderrTail(self) -> str:
@@ -127,6 +140,7 @@ class StdioServer:
                     pass
         finally:
             self._signalGroup(signal.SIGKILL)
+            self._reap()
 
     def _signalGroup(self, signalNumber: int) -> None:
         if self.pid is None:

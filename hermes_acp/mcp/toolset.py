@@ -13,17 +13,19 @@ editor gets every block as ACP content. ``isError`` fails the call.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..engine.secrets import redact, redactAll
 from ..render import CONTENT_LIMIT, fenced, textContent, truncateMiddle
 
 if TYPE_CHECKING:
     from ..engine.tools.registry import Tool
+    from .specs import ServerSpec
 
 NAME_LIMIT = 64
 #: What the model reads of one result, at most (as other tools' outputs, it is cut in the middle).
@@ -31,6 +33,12 @@ MODEL_TEXT_LIMIT = 100 * 1024
 #: Media bigger than this (base64 bytes) is described to the editor instead of shown.
 MEDIA_LIMIT = 4 * 1024 * 1024
 DESCRIPTION_LIMIT = 4096
+#: The most tools, and bytes of their definitions, one server may offer the model.
+MAX_TOOLS = 128
+MAX_TOOL_BYTES = 256 * 1024
+#: The most the editor is shown of one result: text (UTF-8 bytes) and media (base64 bytes) in all.
+EDITOR_TEXT_LIMIT = 64 * 1024
+EDITOR_MEDIA_LIMIT = 8 * 1024 * 1024
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -43,6 +51,8 @@ class Route:
     tool: str
     definition: dict[str, Any] = attrs.field(eq=False, repr=False)
     trusted: bool = False
+    #: What the editor gave its server that may be a credential (kept out of what the model reads).
+    secrets: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
 
     @property
     def annotations(self) -> dict[str, Any]:
@@ -72,25 +82,51 @@ class Route:
 
 
 def exposedName(server: str, tool: str, taken: set[str]) -> str:
-    """The model's name for ``tool`` of ``server``, unique among ``taken``."""
+    """The model's name for ``tool`` of ``server``, unique among ``taken``, and never
+    over ``NAME_LIMIT`` (whatever names a server chose to crowd it with)."""
     name = f"mcp__{_UNSAFE.sub('_', server)}__{_UNSAFE.sub('_', tool)}"
     if len(name) <= NAME_LIMIT and name not in taken:
         return name
-    digest = hashlib.sha256(f"{server}\0{tool}".encode("utf-8", "surrogatepass")).hexdigest()
-    for length in (8, 12, 16, 64):
-        candidate = f"{name[: NAME_LIMIT - length - 1]}_{digest[:length]}"
+    digest = hashlib.sha256(f"{server}\0{tool}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    for count in itertools.count():
+        suffix = f"_{digest}" + (f"{count}" if count else "")
+        candidate = f"{name[: NAME_LIMIT - len(suffix)]}{suffix}"
         if candidate not in taken:
             return candidate
-    raise ValueError(f"no free name for {tool!r} of {server!r}")
+    raise AssertionError("unreachable")
 
 
-def routes(server: str, tools: list[dict[str, Any]], trusted: bool, taken: set[str]) -> list[Route]:
+def accepted(tools: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The tool definitions the model can be offered, and a line for each left out:
+    a name, an object schema (a model API refuses any other), and within the bounds
+    of count and size (a server cannot fill the context with its tools)."""
+    kept: list[dict[str, Any]] = []
+    left: list[str] = []
+    size = 0
+    for tool in tools:
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str) or not tool["name"]:
+            left.append("a tool without a name")
+            continue
+        schema = tool.get("inputSchema", {})
+        if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+            left.append(f"{tool['name'][:80]!r}: its input schema is not an object")
+            continue
+        size += len(json.dumps(tool, ensure_ascii=False, default=str))
+        if len(kept) >= MAX_TOOLS or size > MAX_TOOL_BYTES:
+            left.append(f"{len(tools) - len(kept) - len(left)} more: over {MAX_TOOLS} tools or "
+                        f"{MAX_TOOL_BYTES // 1024} KB of definitions")
+            break
+        kept.append(tool)
+    return kept, left
+
+
+def routes(spec: ServerSpec, tools: list[dict[str, Any]], taken: set[str]) -> list[Route]:
     """Routes for one server's tools; ``taken`` grows with their names."""
     found = []
     for definition in tools:
-        exposed = exposedName(server, definition["name"], taken)
+        exposed = exposedName(spec.name, definition["name"], taken)
         taken.add(exposed)
-        found.append(Route(exposed, server, definition["name"], definition, trusted))
+        found.append(Route(exposed, spec.name, definition["name"], definition, spec.trusted, tuple(spec.secrets)))
     return found
 
 
@@ -113,7 +149,7 @@ def engineTool(route: Route) -> Tool:
         name=route.exposed,
         description=f"[{route.server} MCP server] {description[:DESCRIPTION_LIMIT]}",
         parameters=parameters(route.definition),
-        handler=lambda ctx, **arguments: ctx.delegate(route.exposed, arguments),
+        handler=lambda ctx, /, **arguments: ctx.delegate(route.exposed, arguments),
         passthrough=True, title=route.title, kind=route.kind,
     )
 
@@ -155,7 +191,7 @@ def _modelLine(block: dict[str, Any]) -> str | None:
 
 
 def modelText(result: dict[str, Any]) -> str:
-    blocks = [b for b in result.get("content") or [] if isinstance(b, dict)]
+    blocks = _blocks(result)
     lines = [line for line in map(_modelLine, blocks) if line is not None]
     hasText = any(b.get("type") in ("text", "resource") for b in blocks)
     structured = result.get("structuredContent")
@@ -166,7 +202,21 @@ def modelText(result: dict[str, Any]) -> str:
 
 
 def _optional(block: dict[str, Any], *names: str) -> dict[str, Any]:
-    return {name: block[name] for name in names if isinstance(block.get(name), (str, int)) and not isinstance(block.get(name), bool)}
+    """The optional fields of a block that have the type ACP gives them."""
+    found: dict[str, Any] = {}
+    for name in names:
+        value = block.get(name)
+        if name == "size":
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+                found[name] = value
+        elif isinstance(value, str):
+            found[name] = value
+    return found
+
+
+def _blocks(result: dict[str, Any]) -> list[dict[str, Any]]:
+    content = result.get("content")
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
 def _editorBlock(block: dict[str, Any]) -> dict[str, Any] | None:
@@ -192,9 +242,23 @@ def _editorBlock(block: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _bounded(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """As many blocks as fit the editor's budget, then a line saying how many more there were."""
+    shown: list[dict[str, Any]] = []
+    text = media = 0
+    for index, block in enumerate(blocks):
+        text += len(json.dumps(block.get("text") or block.get("resource", {}).get("text") or "", ensure_ascii=False))
+        media += len(block.get("data") or block.get("resource", {}).get("blob") or "")
+        if shown and (text > EDITOR_TEXT_LIMIT or media > EDITOR_MEDIA_LIMIT):
+            shown.append({"type": "text", "text": f"({len(blocks) - index} more blocks not shown)"})
+            break
+        shown.append(block)
+    return shown
+
+
 def editorContent(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The result as ACP tool-call content."""
-    blocks = [b for b in map(_editorBlock, [b for b in result.get("content") or [] if isinstance(b, dict)]) if b]
+    blocks = _bounded([b for b in map(_editorBlock, _blocks(result)) if b])
     structured = result.get("structuredContent")
     if structured is not None and not any(b["type"] in ("text", "resource") for b in blocks):
         shown = json.dumps(structured, ensure_ascii=False, indent=2)
@@ -204,19 +268,18 @@ def editorContent(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"type": "content", "content": block} for block in blocks]
 
 
-def outcome(result: Any) -> tuple[str, bool, dict[str, Any]]:
-    """(what the model reads, failed, extras for the editor) of a ``tools/call`` result."""
+def outcome(result: Any, secrets: list[str]) -> tuple[str, bool, dict[str, Any]]:
+    """(what the model reads, failed, extras for the editor) of a ``tools/call`` result;
+    ``secrets`` (what the editor gave the server: tokens) are taken out of both."""
     if not isinstance(result, dict):
-        return "Error: the server's answer is not a tool result", True, {}
+        return failure("the server's answer is not a tool result")
     failed = result.get("isError") is True
     text = modelText(result)
     if failed and not text.startswith("Error"):
         text = f"Error: {text}"
-    return text, failed, {"content": editorContent(result)}
+    return redact(text, secrets), failed, redactAll({"content": editorContent(result)}, secrets)
 
 
-def failure(message: str) -> tuple[str, bool, dict[str, Any]]:
+def failure(message: str, secrets: list[str] = []) -> tuple[str, bool, dict[str, Any]]:  # noqa: B006 (read only)
+    message = redact(message, secrets)
     return f"Error: {message}", True, {"content": [textContent(message)]}
-
-
-Progress = Callable[[dict[str, Any]], None]

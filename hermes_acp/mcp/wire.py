@@ -18,6 +18,9 @@ from ..jsonrpc import Handler, JSONRPCConnection, JSONRPCError
 
 log = Logger()
 
+#: How many lines from a server that are not messages are logged (a chatty server is not a flood).
+STRAYS_LOGGED = 5
+
 
 class TransportError(Exception):
     """A request that got no JSON-RPC answer: an HTTP error or an unreachable
@@ -42,6 +45,7 @@ class MCPConnection(JSONRPCConnection):
                  clock: IReactorTime, maxLength: int | None = None) -> None:
         super().__init__(requests, notifications, clock, maxLength)
         self.name = name
+        self._strays = 0
 
     def connectionMade(self) -> None:
         """No back-pressure on the server's input: only our requests go there."""
@@ -49,13 +53,26 @@ class MCPConnection(JSONRPCConnection):
     def cancelParams(self, requestId: int) -> dict[str, Any]:
         return {"requestId": requestId, "reason": "cancelled by the user"}
 
+    def _closeNow(self) -> None:
+        """The server closed its output: close its input, and no more. A process may
+        still write its reasons to stderr and exit with a status that says more; its
+        end (``RPCChild.processEnded``) closes the rest."""
+        closeStdin = getattr(self.transport, "closeStdin", None)
+        if closeStdin is None:
+            super()._closeNow()
+        else:
+            closeStdin()
+
     def lineLengthExceeded(self, size: int) -> None:
         log.warn("MCP server {name} wrote a line of at least {size} bytes, over the {limit}-byte limit; "
                  "it was dropped", name=self.name, size=size, limit=self.maxLength)
 
     def _sendError(self, requestId: Any, error: JSONRPCError) -> None:
         if requestId is None:  # a line that is no message: nobody to answer
-            log.warn("MCP server {name} wrote something that is not a JSON-RPC message ({error})",
-                     name=self.name, error=error.message)
+            self._strays += 1
+            if self._strays <= STRAYS_LOGGED:
+                log.warn("MCP server {name} wrote something that is not a JSON-RPC message ({error}){more}",
+                         name=self.name, error=error.message[:200],
+                         more="; more of these are not logged" if self._strays == STRAYS_LOGGED else "")
             return
         super()._sendError(requestId, error)
