@@ -73,9 +73,12 @@ async def test_serversBelongToTheirSessionAndEndWithIt(scriptedServer, tmp_path)
     await onLoop(until(lambda: processGone(found["c"]), 15, "the last server to end after stdin EOF"))
 
 
+@pytest.mark.parametrize("end", ["stdin EOF", "SIGKILL"])
 @pytest_twisted.ensureDeferred
-async def test_stubbornServerIsKilledAtExit(scriptedServer, tmp_path) -> None:
-    """A server that ignores stdin EOF and SIGTERM is still gone once the agent is."""
+async def test_stubbornServerEndsWithTheAgent(scriptedServer, tmp_path, end) -> None:
+    """A server that ignores stdin EOF and SIGTERM is gone once the agent is: after
+    its shutdown (which escalates), and even when it was killed outright (no shutdown
+    runs: the server dies with its parent)."""
     model, url = scriptedServer
     server, _ = scripted(tmp_path, "stubborn", pidFile=str(tmp_path / "s.pid"), ignoreStdinEOF=True,
                          ignoreSIGTERM=True)
@@ -84,11 +87,13 @@ async def test_stubbornServerIsKilledAtExit(scriptedServer, tmp_path) -> None:
         async with connect(RecordingClient(), env=modelEnv(url)) as (conn, _, wire, process):
             await initialized(conn)
             await conn.new_session(cwd=str(tmp_path), mcp_servers=[server])
-            return await startedPid(tmp_path / "s.pid"), process
+            pid = await startedPid(tmp_path / "s.pid")
+            if end == "SIGKILL":
+                process.kill()
+        await asyncio.wait_for(process.wait(), 20)
+        await until(lambda: processGone(pid), 10, f"the stubborn server to end after the agent's {end}")
 
-    pid, process = await onLoop(scenario())
-    await onLoop(asyncio.wait_for(process.wait(), 20))
-    await onLoop(until(lambda: processGone(pid), 5, "the stubborn server to be killed"))
+    await onLoop(scenario())
 
 
 @pytest_twisted.ensureDeferred
@@ -360,26 +365,6 @@ async def test_httpServerChangesItsToolsOnTheGetStream(scriptedServer, tmp_path)
     assert "mcp__web__added" not in [t["function"]["name"] for t in model.chatRequests[0]["tools"]]
     assert "mcp__web__added" in [t["function"]["name"] for t in model.chatRequests[1]["tools"]]
     assert toolMessages(model.chatRequests[2]) == ["new tool"]
-
-
-@pytest_twisted.ensureDeferred
-async def test_serverDiesWithAKilledAgent(scriptedServer, tmp_path) -> None:
-    """Even an agent killed with SIGKILL (no shutdown runs) takes a server that
-    ignores stdin EOF and SIGTERM with it."""
-    model, url = scriptedServer
-    server, _ = scripted(tmp_path, "stubborn", pidFile=str(tmp_path / "s.pid"), ignoreStdinEOF=True,
-                         ignoreSIGTERM=True)
-
-    async def scenario():
-        async with connect(RecordingClient(), env=modelEnv(url)) as (conn, _, wire, process):
-            await initialized(conn)
-            await conn.new_session(cwd=str(tmp_path), mcp_servers=[server])
-            pid = await startedPid(tmp_path / "s.pid")
-            process.kill()
-            await asyncio.wait_for(process.wait(), 10)
-            await until(lambda: processGone(pid), 10, "the server of a killed agent to end")
-
-    await onLoop(scenario())
 
 
 @pytest_twisted.ensureDeferred
