@@ -98,7 +98,7 @@ class ACPServer:
             connection.callRemote, mcp,
         ))  # fmt: skip
         lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated,
-                              self.warmUp, mcp)
+                              self.warmUp, mcp, self.settings.contextWindow)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)

@@ -130,8 +130,12 @@ class Commands:
         return self.mcp.describe(state)
 
     async def _context(self, state: SessionState, argument: str) -> str:
+        from .engine.instructions import projectInstructions
+
+        found = projectInstructions(state.cwd).files
+        files = ", ".join(f"`{path}`" for path in found) or "none (AGENTS.md, HERMES.md or CLAUDE.md)"
         if not state.history:
-            return "The conversation is empty (no messages yet)."
+            return f"The conversation is empty (no messages yet).\n\nProject instructions: {files}"
         roles: dict[str, int] = {}
         for message in state.history:
             roles[message.get("role", "?")] = roles.get(message.get("role", "?"), 0) + 1
@@ -143,6 +147,7 @@ class Commands:
             f"| Messages | {len(state.history)} ({counts}) |",
             f"| Model | `{state.model}` |",
             f"| Context used | {used:,} of {size:,} tokens ({100 * used // max(size, 1)}%) |",
+            f"| Project instructions | {files} |",
         ])
 
     async def _reset(self, state: SessionState, argument: str) -> str:

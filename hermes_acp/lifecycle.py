@@ -69,6 +69,8 @@ class Lifecycle:
     warmUp: Callable[[], None]
     #: The sessions' MCP servers.
     mcp: MCPServers
+    #: The context window ``usage_update`` reports.
+    contextWindow: int
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {
@@ -103,6 +105,8 @@ class Lifecycle:
         state.announced = True
         update = {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}
         self.updates.send(state, update, journal=False)
+        usage = {"sessionUpdate": "usage_update", "used": state.contextUsed, "size": self.contextWindow}
+        self.updates.send(state, usage, journal=False)
         self.mcp.attach(state, servers)
 
     async def new(self, params: dict[str, Any]) -> Reply:

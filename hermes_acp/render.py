@@ -156,6 +156,7 @@ class Renderer:
         update: dict[str, Any] = {
             "sessionUpdate": "tool_call",
             "toolCallId": callId,
+            "name": name,
             "title": extras.get("title") or self.title(name, args),
             "kind": extras.get("kind") or KINDS.get(name, "other"),
             "status": "pending",

@@ -150,7 +150,7 @@ class SessionManager:
         newId = str(uuid.uuid4())
         record = await self.call("forkSession", sessionId, newId, cwd, tuple(additionalDirectories))
         state = SessionState.fromRecord(record, [dict(m) for m in source.history])
-        state.turnNumber = source.turnNumber
+        state.turnNumber, state.contextUsed = source.turnNumber, source.contextUsed
         self.sessions[newId] = state
         return state
 

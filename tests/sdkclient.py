@@ -25,7 +25,8 @@ from .agentproc import agentEnv
 
 T = TypeVar("T")
 LIMIT = 128 * 1024 * 1024
-TURN_CONTENT = {"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan", "usage_update"}
+#: What only a prompt turn sends (``usage_update`` also follows new, load, resume and fork).
+TURN_CONTENT = {"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan"}
 
 
 def onLoop(coroutine: Awaitable[T]) -> Deferred[T]:

@@ -31,7 +31,7 @@ async def test_textTurn(scriptedServer, tmp_path) -> None:
     assert "usage_update" in kinds and "session_info_update" in kinds
     info = [u for u in found if u["sessionUpdate"] == "session_info_update"][0]
     assert info["title"] == "hi there"
-    usage = [u for u in found if u["sessionUpdate"] == "usage_update"][0]
+    usage = [u for u in found if u["sessionUpdate"] == "usage_update"][-1]
     assert usage["used"] == 12
     assert server.chatRequests[0]["messages"][-1] == {"role": "user", "content": "hi there"}
 

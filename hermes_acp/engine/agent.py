@@ -23,6 +23,7 @@ from hermes_acp.engine.access import PathApprovals
 from hermes_acp.engine.cancel import CANCELLED as _WOKEN
 from hermes_acp.engine.cancel import Cancellation
 from hermes_acp.engine.guard import CommandApprovals
+from hermes_acp.engine.instructions import projectInstructions
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ToolCallRequest
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy, policyFor
@@ -62,8 +63,16 @@ def _notify(event: Callable[..., Any], *args: Any) -> None:
 
 
 def _forAPI(message: dict[str, Any]) -> dict[str, Any]:
+    """A history entry as the endpoint takes it. The reasoning of a reply that called
+    tools goes back with it, under the field the endpoint sent it in: thinking models
+    (DeepSeek, Kimi) refuse a tool-call continuation without it."""
     keys = _API_KEYS.get(message.get("role", ""))
-    return message if keys is None else {k: message[k] for k in keys if k in message}
+    if keys is None:
+        return message
+    sent = {k: message[k] for k in keys if k in message}
+    if message.get("tool_calls") and message.get("reasoning"):
+        sent[message.get("reasoning_field") or "reasoning_content"] = message["reasoning"]
+    return sent
 
 
 def _assistantMessage(reply: ModelReply, calls: Sequence[ToolCallRequest]) -> dict[str, Any]:
@@ -77,10 +86,13 @@ def _assistantMessage(reply: ModelReply, calls: Sequence[ToolCallRequest]) -> di
         message["content"] = ""
     if reply.reasoning:
         message["reasoning"] = reply.reasoning
+        message["reasoning_field"] = reply.reasoningField
     return message
 
 
-def defaultSystemPrompt(cwd: str, extra: Sequence[str] = ()) -> str:
+def defaultSystemPrompt(cwd: str, extra: Sequence[str] = (), instructions: str = "") -> str:
+    """The system prompt: who the model is, where it works, and the project's own
+    instructions (``engine.instructions``), rebuilt for every run."""
     folders = f"\nOther folders you may work in: {', '.join(extra)}" if extra else ""
     return (
         "You are Hermes, a coding agent working in the user's editor. Your tools read, search, "
@@ -89,7 +101,7 @@ def defaultSystemPrompt(cwd: str, extra: Sequence[str] = ()) -> str:
         "Relative paths start at the working directory. Read a file before changing it, prefer "
         "patch for small edits, keep a todo plan for multi-step work, and finish with a short "
         "summary of what you did."
-    )
+    ) + (f"\n\n{instructions}" if instructions else "")
 
 
 @implementer(IEngineAgent)
@@ -262,7 +274,7 @@ class _Conversation:
         agent, observer = self.agent, self.observer
         self.remember({"role": "user", "content": self.userMessage})
         system = {"role": "system", "content": agent.systemPrompt
-                  or defaultSystemPrompt(agent.cwd, agent.additionalDirectories)}
+                  or defaultSystemPrompt(agent.cwd, agent.additionalDirectories, projectInstructions(agent.cwd).text)}
         tools = agent.activeTools()
         tools.update((name, tool) for name, tool in self.extraTools.items() if name not in tools)
         schemas = [tool.schema() for tool in tools.values()]

@@ -64,6 +64,9 @@ class ModelReply:
     finishReason: str | None
     usage: dict[str, Any] | None
     refusal: str = ""
+    #: The delta field the reasoning came in (``reasoning_content`` or ``reasoning``):
+    #: it goes back to the endpoint under the same name.
+    reasoningField: str = "reasoning_content"
 
 
 @attrs.define
@@ -79,6 +82,7 @@ class _Accumulator:
     finish: str | None = None
     usage: dict[str, Any] | None = None
     delivered: bool = False
+    reasoningField: str = "reasoning_content"
 
     def absorb(self, chunk: Any) -> None:
         if getattr(chunk, "usage", None):
@@ -89,8 +93,10 @@ class _Accumulator:
             delta = choice.delta
             if delta is not None:
                 extra = delta.model_extra or {}
-                reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                field = "reasoning_content" if extra.get("reasoning_content") else "reasoning"
+                reasoning = extra.get(field)
                 if isinstance(reasoning, str) and reasoning:
+                    self.reasoningField = field
                     self._emit(self.reasoning, self.onReasoning, reasoning)
                 if delta.content:
                     self._emit(self.text, self.onText, delta.content)
@@ -128,7 +134,7 @@ class _Accumulator:
         )
         return ModelReply(
             "".join(self.text), "".join(self.reasoning), calls, finish or self.finish,
-            self.usage, "".join(self.refusal),
+            self.usage, "".join(self.refusal), self.reasoningField,
         )
 
 
