@@ -81,7 +81,8 @@ class ACPServer:
         connection = JSONRPCConnection(requests, notifications, self.reactor, self.settings.maxLine)
         store, reactor, client = self.store, self.reactor, self.client
         updates = UpdateChannel(connection, store, client)
-        catalog = ModelCatalog(self.endpointSource, self.workers.run, fetchModels, clock=reactor)
+        catalog = ModelCatalog(self.endpointSource, self.workers.run, fetchModels, clock=reactor,
+                               defaultWindow=self.settings.contextWindow)
         options = SessionOptions(store, updates, catalog, self.agentFactory)
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
@@ -94,11 +95,11 @@ class ACPServer:
 
         prompts = Prompts(TurnServices(
             reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
-            lambda state: Renderer(state.cwd), self.requireAuthenticated, self.settings.contextWindow,
+            lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
             connection.callRemote, mcp,
         ))  # fmt: skip
         lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated,
-                              self.warmUp, mcp, self.settings.contextWindow)
+                              self.warmUp, mcp)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)
@@ -230,8 +231,8 @@ class ACPServer:
         return d.addErrback(lambda f: log.warn("MCP servers still stopping at shutdown; they are killed"))
 
 
-def fetchModels(endpoint: Endpoint) -> list[str]:
-    """The endpoint's model list (in a worker thread; imports the model client then)."""
+def fetchModels(endpoint: Endpoint) -> list[tuple[str, int | None]]:
+    """The endpoint's model list with their windows (in a worker thread; imports the model client then)."""
     from .engine.model import listModels
 
     return listModels(endpoint)

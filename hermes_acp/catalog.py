@@ -24,7 +24,8 @@ class ModelCatalog:
 
     endpointSource: Callable[[], Endpoint]
     runInThread: Callable[..., Deferred[Any]]
-    fetchModels: Callable[[Endpoint], list[str]]
+    #: ``fetchModels(endpoint)``: model names, or (name, context window or None) pairs.
+    fetchModels: Callable[[Endpoint], list[Any]]
     onChange: Callable[[], None] = lambda: None
     clock: Any = None
     fetched: tuple[str, ...] = ()
@@ -32,6 +33,20 @@ class ModelCatalog:
     fetchedFrom: str | None = None
     _asked: str | None = None
     _fetching: OneShot[None] | None = None  # while a model list is on its way
+    #: Context windows by model: what the endpoint's list said, then what its errors said.
+    windows: dict[str, int] = attrs.Factory(dict)
+    #: The window of a model nobody said anything about (``HERMES_CONTEXT_WINDOW``).
+    defaultWindow: int = 128_000
+
+    def window(self, model: str | None) -> int:
+        """The context window of ``model``, as far as anyone said."""
+        return self.windows.get(model or "", self.defaultWindow)
+
+    def learnWindow(self, model: str | None, window: int) -> None:
+        """An error said how big ``model``'s window is: believe it from now on."""
+        if model and window >= 1024 and self.windows.get(model) != window:
+            log.info("model {model} has a context window of {n} tokens (said by the endpoint)", model=model, n=window)
+            self.windows[model] = window
 
     def _known(self, endpoint: Endpoint) -> tuple[str, ...]:
         return self.fetched if self.fetchedFrom == endpoint.baseURL else ()
@@ -55,7 +70,9 @@ class ModelCatalog:
         def fetched(models: list[str]) -> None:
             if self._asked != url:
                 return  # the endpoint changed meanwhile
-            self.fetched, self.fetchedFrom = tuple(str(m) for m in models or ()), url
+            pairs = [(m, None) if isinstance(m, str) else (str(m[0]), m[1]) for m in models or ()]
+            self.fetched, self.fetchedFrom = tuple(name for name, _ in pairs), url
+            self.windows.update((name, window) for name, window in pairs if window)
             if self.fetched:
                 self.onChange()
 

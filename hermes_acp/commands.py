@@ -139,7 +139,7 @@ class Commands:
         roles: dict[str, int] = {}
         for message in state.history:
             roles[message.get("role", "?")] = roles.get(message.get("role", "?"), 0) + 1
-        size, used = self.settings.contextWindow, state.contextUsed
+        size, used = self.catalog.window(state.model), state.contextUsed
         counts = ", ".join(f"{n} {role}" for role, n in sorted(roles.items()))
         return "\n".join([
             "| | |",
@@ -153,7 +153,7 @@ class Commands:
     async def _reset(self, state: SessionState, argument: str) -> str:
         await self.store.replaceHistory(state, [])
         state.contextUsed = 0
-        self.updates.send(state, {"sessionUpdate": "usage_update", "used": 0, "size": self.settings.contextWindow})
+        self.updates.send(state, {"sessionUpdate": "usage_update", "used": 0, "size": self.catalog.window(state.model)})
         return "Conversation history cleared. The model starts fresh; the transcript above stays for you."
 
     async def _title(self, state: SessionState, argument: str) -> str:

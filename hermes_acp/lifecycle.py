@@ -69,8 +69,6 @@ class Lifecycle:
     warmUp: Callable[[], None]
     #: The sessions' MCP servers.
     mcp: MCPServers
-    #: The context window ``usage_update`` reports.
-    contextWindow: int
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {
@@ -105,7 +103,7 @@ class Lifecycle:
         state.announced = True
         update = {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}
         self.updates.send(state, update, journal=False)
-        usage = {"sessionUpdate": "usage_update", "used": state.contextUsed, "size": self.contextWindow}
+        usage = {"sessionUpdate": "usage_update", "used": state.contextUsed, "size": self.catalog.window(state.model)}
         self.updates.send(state, usage, journal=False)
         self.mcp.attach(state, servers)
 

@@ -37,6 +37,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from .bridge import BridgedObserver, EventBridge
+from .catalog import ModelCatalog
 from .commands import Commands, slashCommand
 from .config import Endpoint
 from .engine.approval import ALLOWED, CANCELLED, refusal
@@ -109,7 +110,8 @@ class TurnServices:
     rendererFor: Callable[[SessionState], IRenderer]
     #: The endpoint for a turn that needs the model, or -32000 saying what to do.
     requireEndpoint: Callable[[], Endpoint]
-    contextWindow: int
+    #: The models and their context windows (``usage_update.size``; an overflow error teaches it).
+    catalog: ModelCatalog
     #: Send a request to the editor (the connection's ``callRemote``).
     callRemote: Callable[..., Deferred[Any]]
     #: The sessions' MCP servers: their tools, and the calls of them.
@@ -215,6 +217,7 @@ class Turn:
             else:  # the editor shows the prompt it sent; the replay needs it
                 services.store.journalUpdate(session, update)
         messages: list[dict[str, Any]] = []
+        result: TurnResult | None = None
         response: dict[str, Any] = {"stopReason": "end_turn"}
         failure: JSONRPCError | None = None
         try:
@@ -239,8 +242,10 @@ class Turn:
         if self.cancelled:
             response["stopReason"], failure = "cancelled", None
         if command is None:
+            if result is not None and result.failure is not None and result.failure.window:
+                services.catalog.learnWindow(session.model, result.failure.window)
             services.updates.send(session, {"sessionUpdate": "usage_update", "used": session.contextUsed,
-                                            "size": services.contextWindow})
+                                            "size": services.catalog.window(session.model)})
         if session.title is None and text and command is None:
             session.title = _title(text)
             services.updates.send(session, {"sessionUpdate": "session_info_update", "title": session.title,

@@ -251,6 +251,8 @@ class ScriptedModel(Resource):
         for match, responses in rules:
             self.addRule(match, responses)
         self.models = list(models)
+        #: Context windows the model list reports (OpenRouter's ``context_length``), by model.
+        self.windows: dict[str, int] = {}
         self.apiKey = apiKey
         self.strictModels = strictModels
         self.requests: list[Recorded] = []
@@ -323,7 +325,8 @@ class ScriptedModel(Resource):
         if not self._authorized(request):
             return self._refuse(request, http.UNAUTHORIZED, "Incorrect API key provided", "invalid_api_key")
         request.setHeader("content-type", "application/json")
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self.models]
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted",
+                 **({"context_length": self.windows[m]} if m in self.windows else {})} for m in self.models]
         return json.dumps({"object": "list", "data": data}).encode()
 
     def render_POST(self, request: Request) -> bytes | int:

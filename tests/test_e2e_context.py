@@ -99,3 +99,36 @@ async def test_usageAfterEverySessionSetup(scriptedServer, tmp_path) -> None:
     used = [u["used"] for u in original if u["sessionUpdate"] == "usage_update"]
     assert used[0] == 0 and used[-2:] == [321, 321]  # new; then after the turn, load and resume
     assert [u["used"] for u in forked if u["sessionUpdate"] == "usage_update"] == [321]
+
+
+@pytest_twisted.ensureDeferred
+async def test_theWindowComesFromTheModelListThenFromAnOverflow(scriptedServer, tmp_path) -> None:
+    """usage_update.size is the model's window from /models; a context-length error
+    says so plainly and teaches the window it names."""
+    model, url = scriptedServer
+    model.models = ["listed-model", "scripted-model"]
+    model.windows = {"listed-model": 32768}
+    overflow = ("This model's maximum context length is 16384 tokens. However, your messages resulted "
+                "in 20000 tokens. Please reduce the length of the messages.")
+    model.default.responses += [[{"text": "ok"}], [{"status": 400, "error": overflow, "code": "context_length_exceeded"}]]
+
+    async def scenario():
+        env = {**modelEnv(url), "HERMES_MODEL": "listed-model"}
+        async with connect(RecordingClient(), env=env) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/model")]), 30)  # waits for the list
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("hello")]), 30)
+            try:
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("too long")]), 30)
+            except Exception as e:  # the SDK's RequestError
+                error = str(e)
+            else:
+                error = ""
+            return updates(wire, sid), error, wire.problems()
+
+    found, error, problems = await onLoop(scenario())
+    assert problems == []
+    sizes = [u["size"] for u in found if u["sessionUpdate"] == "usage_update"]
+    assert sizes[-2:] == [32768, 16384]
+    assert "no longer fits" in error and "16384" in error

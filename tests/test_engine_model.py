@@ -229,16 +229,17 @@ async def test_cancelDuringRetryBackoff(scriptedServer) -> None:
 async def test_listModelsFromTheEndpoint(scriptedServer) -> None:
     server, url = scriptedServer
     server.models = ["model-a", "model-b"]
+    server.windows = {"model-b": 65536}
     server.apiKey = "k"
     models = await deferToThread(listModels, Endpoint("custom", url, "k", "model-a"), 5)
-    assert models == ["model-a", "model-b"]
+    assert models == [("model-a", None), ("model-b", 65536)]
     error = await failure(deferToThread(listModels, Endpoint("custom", url, "bad", None), 5))
     assert "HTTP 401" in str(error)
 
 
 def test_listModelsFromTheEnvironment() -> None:
     endpoint = Endpoint("custom", "http://127.0.0.1:9/v1", None, "x", models=("x", "y"))
-    assert listModels(endpoint, 1) == ["x", "y"]
+    assert listModels(endpoint, 1) == [("x", None), ("y", None)]
 
 
 def test_engineImportsNeitherTwistedNorOpenAI() -> None:
@@ -258,3 +259,21 @@ def test_noModelChosen(scriptedServer) -> None:
     _, url = scriptedServer
     with pytest.raises(ModelError, match="no model chosen"):
         client(url).complete("", MESSAGES, [], Cancellation(), print, print)
+
+
+def test_overflowErrorsAreRecognisedWithTheirWindow() -> None:
+    from hermes_acp.engine.model import _statusMessage, modelWindow
+
+    endpoint = Endpoint("custom", "http://127.0.0.1:9/v1", "k", "m")
+    for detail, window in [
+        ("This model's maximum context length is 128,000 tokens. However, you requested 130000 tokens", 128000),
+        ("prompt is too long: 210000 tokens > 200000 maximum", None),
+        ("the request exceeds the available context size (n_ctx 4096)", 4096),
+        ("Input is too long for requested model.", None),
+    ]:
+        error = _statusMessage(400, detail, endpoint, "m")
+        assert error.overflow and error.window == window, detail
+    assert not _statusMessage(400, "temperature must be at most 2", endpoint, "m").overflow
+    assert modelWindow({"id": "a", "context_length": 8192}) == 8192
+    assert modelWindow({"id": "a", "top_provider": {"context_length": 4096}}) == 4096
+    assert modelWindow({"id": "a", "context_length": "big"}) is None

@@ -240,7 +240,7 @@ async def test_longSessionReplaysItsTailWithANotice(monkeypatch: Any) -> None:
         replay = [f["params"]["update"] for f in h.frames()[mark:] if f.get("method") == "session/update"]
     finally:
         await h.stop()
-    notice, *tail = replay[:-1]  # the last one is the commands update after the response
+    notice, *tail = replay[:-2]  # the last two are the commands and usage updates after the response
     assert "not replayed" in notice["content"]["text"]
     assert tail == live[-5:]
     assert h.problems() == []
@@ -383,7 +383,8 @@ async def test_noQuestionAfterTheTurnWasCancelled() -> None:
     try:
         sessionId = await sessionOn(h)
         running = prompt(h, sessionId)
-        await h.transport.when(lambda: sum(f.get("method") == "session/update" for f in h.frames()) >= 2)
+        await h.transport.when(lambda: sum(f.get("method") == "session/update" and
+                                           f["params"]["update"]["sessionUpdate"] == "tool_call" for f in h.frames()) >= 2)
         frame = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sessionId}}
         h.connection.dataReceived(json.dumps(frame).encode() + b"\n")
         response = await h.answer(running)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import re
 import socket
 import threading
 import time
@@ -37,12 +38,15 @@ class ModelError(Exception):
     when the endpoint refused the key (the user has to set up another)."""
 
     def __init__(self, message: str, retryable: bool = False, retryAfter: float | None = None,
-                 auth: bool = False) -> None:
+                 auth: bool = False, overflow: bool = False, window: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.retryable = retryable
         self.retryAfter = retryAfter
         self.auth = auth
+        #: The request did not fit the model's context; ``window`` when the error said how big it is.
+        self.overflow = overflow
+        self.window = window
 
 
 @attrs.frozen
@@ -138,6 +142,27 @@ class _Accumulator:
         )
 
 
+#: How providers say a request is over the context window (OpenAI's ``context_length_exceeded``
+#: message, Anthropic-style, vLLM, llama.cpp, Ollama), and where they say how big it is.
+_OVERFLOW = re.compile(r"context[_ ]length|context window|maximum context|too many tokens|prompt is too long|"
+                       r"exceeds? the (?:available )?context|input is too long|n_ctx", re.IGNORECASE)
+_WINDOW = re.compile(r"(?:maximum context length|context (?:window|length)|n_ctx)[^0-9]{0,20}(\d[\d,]{2,})",
+                     re.IGNORECASE)
+#: The fields of a ``/models`` entry that give the context window, by provider.
+_WINDOW_FIELDS = ("context_length", "context_window", "max_context_length", "max_model_len")
+
+
+def modelWindow(entry: Any) -> int | None:
+    """The context window a ``/models`` entry states (OpenRouter, vLLM and others), if any."""
+    if not isinstance(entry, dict):
+        return None
+    values = [entry.get(name) for name in _WINDOW_FIELDS]
+    top = entry.get("top_provider")
+    if isinstance(top, dict):
+        values.append(top.get("context_length"))
+    return next((int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1024), None)
+
+
 def _statusMessage(status: int, detail: str, endpoint: Endpoint, model: str) -> ModelError:
     where = endpoint.shownURL
     if status == 401:
@@ -151,6 +176,11 @@ def _statusMessage(status: int, detail: str, endpoint: Endpoint, model: str) -> 
     )):
         return ModelError(f"Model {model!r} is not available at {where} (HTTP {status}): {detail}. "
                           "Check HERMES_MODEL and the endpoint URL.")
+    if status in (400, 413, 422) and _OVERFLOW.search(detail):
+        window = _WINDOW.search(detail)
+        return ModelError(f"The conversation no longer fits model {model!r}'s context window (HTTP {status}): "
+                          f"{detail}", overflow=True,
+                          window=int(window.group(1).replace(",", "")) if window else None)
     if status in (408, 409, 429) or status >= 500:
         kind = "is rate limiting requests" if status == 429 else "had a server error"
         return ModelError(f"The model endpoint {where} {kind} (HTTP {status}): {detail}", retryable=True)
@@ -351,13 +381,14 @@ def _run(client: Any, request: dict[str, Any], pump: _Pump, inbox: queue.Queue[A
                 pass
 
 
-def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[str]:
-    """The models to offer: ``HERMES_MODELS`` if set, else the endpoint's ``/models``.
+def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[tuple[str, int | None]]:
+    """The models to offer, each with its context window where the endpoint says:
+    ``HERMES_MODELS`` if set (no windows), else the endpoint's ``/models``.
 
     Raises ``ModelError`` when the list cannot be fetched.
     """
     if endpoint.models:
-        return list(endpoint.models)
+        return [(model, None) for model in endpoint.models]
     if not endpoint.baseURL:
         raise ModelError("; ".join(endpoint.problems()))
     url = endpoint.baseURL.rstrip("/") + "/models"
@@ -381,5 +412,5 @@ def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[str]:
     data = body.get("data") if isinstance(body, dict) else body
     if not isinstance(data, list):
         raise ModelError(f"The model endpoint {endpoint.shownURL} sent a malformed model list")
-    return [item["id"] if isinstance(item, dict) else str(item) for item in data
+    return [(item["id"], modelWindow(item)) if isinstance(item, dict) else (str(item), None) for item in data
             if not isinstance(item, dict) or isinstance(item.get("id"), str)]
