@@ -66,9 +66,11 @@ async def test_restartLoadReplaysExactlyAndContinues(scriptedServer, tmp_path) -
     assert problems == []
     replayed, (before, after), problems = await onLoop(secondLife(sessionId))
     assert problems == []
-    # The whole replay came before the load response; only the commands after it.
-    assert [u["sessionUpdate"] for u in after] == ["available_commands_update"]
+    # The whole replay came before the load response; only the commands and the usage after it.
+    assert [u["sessionUpdate"] for u in after] == ["available_commands_update", "usage_update"]
     replayed = before
+    setup = next(i for i, u in enumerate(live) if u["sessionUpdate"] == "usage_update")
+    live = live[:setup] + live[setup + 1:]  # the usage after session/new is live only, like the commands
     assert comparable(replayed, JOURNALED_ONLY | LIVE_ONLY) == comparable(live, LIVE_ONLY)
     prompts = [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"]
     assert prompts == ["first question", "second question"]
@@ -116,7 +118,7 @@ async def test_forkListCloseDeleteResume(scriptedServer, tmp_path) -> None:
             before = len(updates(wire, b))
             await conn.resume_session(session_id=b, cwd=str(other), mcp_servers=[])
             after = updates(wire, b)[before:]
-            assert [u["sessionUpdate"] for u in after] == ["available_commands_update"]
+            assert [u["sessionUpdate"] for u in after] == ["available_commands_update", "usage_update"]
 
             await conn.close_session(session_id=b)
             await conn.load_session(session_id=b, cwd=str(other), mcp_servers=[])  # closed, still on disk

@@ -115,6 +115,7 @@ class StartedTests(SchemaMixin, SynchronousTestCase):
             {
                 "sessionUpdate": "tool_call",
                 "toolCallId": "call-1",
+                "name": "read_file",
                 "title": "Read src/app.py:10-40",
                 "kind": "read",
                 "status": "pending",
