@@ -46,7 +46,7 @@ class SessionServers:
     #: The session's folders when they started (stdio servers start in the first; all are roots).
     folders: tuple[str, ...]
     links: dict[str, ServerLink]
-    #: Exposed name -> route; replaced whole (tool threads read it).
+    #: Exposed name -> route, and the engine's tools for them; rebuilt whole on every change.
     routes: dict[str, Route] = attrs.Factory(dict)
     tools: dict[str, Tool] = attrs.Factory(dict)
     #: (server, tool) -> ALLOW_ALWAYS or REJECT_ALWAYS, for the session.
@@ -71,8 +71,8 @@ class MCPServers:
     # -- ownership ----------------------------------------------------------------------
 
     def attach(self, state: SessionState, listed: list[ServerSpec] | None) -> None:
-        """Give the session these servers (and config.yaml's), starting them now;
-        ``listed`` None keeps the editor's servers it has."""
+        """Give the session these servers (and config.yaml's), starting them a moment
+        later; ``listed`` None keeps the editor's servers it has."""
         current = self.sessions.get(state.sessionId)
         if listed is None:
             listed = [spec for spec in current.specs if spec.origin == "editor"] if current is not None else []
