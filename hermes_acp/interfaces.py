@@ -66,6 +66,8 @@ class IEngineAgent(Interface):
     """One session's synchronous agent. ``run_conversation`` runs on a worker thread;
     ``interrupt`` may be called from any thread."""
 
+    contextWindow = Attribute("The model's context window in tokens (None: unknown), set before each run.")
+
     def run_conversation(
         user_message: str | list[dict[str, Any]],
         conversation_history: list[dict[str, Any]] | None,

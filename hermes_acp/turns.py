@@ -265,6 +265,7 @@ class Turn:
         was free. The engine's events cross back through the bridge, in order."""
         services = self.services
         self.agent = agent = services.options.agentFor(self.session)
+        agent.contextWindow = services.catalog.window(self.session.model)
         bridge = EventBridge(services.reactor, self.deliver, paused=lambda: services.updates.paused)
         observer = BridgedObserver(bridge, self)
         workspace = services.workspaceFor(self.session, self.request)

@@ -322,3 +322,30 @@ async def test_oneTurnAtATime(scriptedServer, workspace: Path) -> None:
     agent.interrupt()
     assert (await d).stop_reason == "cancelled"
     assert not agent.running
+
+
+@pytest_twisted.ensureDeferred
+async def test_toolResultsFitTheWindow(scriptedServer, workspace: Path) -> None:
+    """With a small window, a big result keeps its head and tail and says what was cut,
+    and the results of one turn together stay within half the window."""
+    server, url = scriptedServer
+    (workspace / "big.txt").write_text("".join(f"line {n:05d} " + "x" * 80 + "\n" for n in range(400)))
+    server.addRule("read big", [
+        tools(call("a", "read_file", path="big.txt", limit=2000)),
+        tools(call("b", "read_file", path="big.txt", limit=2000), call("c", "read_file", path="big.txt", limit=2000)),
+        [{"text": "done"}],
+    ])
+    agent, _ = makeAgent(url, workspace)
+    agent.contextWindow = 8000  # 8,000 characters a result, 16,000 a turn
+    result = await run(agent, "read big")
+    assert result.stop_reason == "end_turn"
+    first = toolResults(server.chatRequests[1])["a"]
+    assert len(first) < 8000 + 300 and "characters cut here" in first
+    assert "line 00000" in first and "line 00399" in first  # head and tail
+    later = {k: v for k, v in toolResults(server.chatRequests[2]).items() if k != "a"}
+    assert len(first) + sum(map(len, later.values())) < 16000 + 4000 + 900  # the turn's half, then the floor
+    assert len(later["c"]) < 4000 + 300
+    server.addRule("read whole", [tools(call("w", "read_file", path="big.txt", limit=2000)), [{"text": "done"}]])
+    agent.contextWindow = None  # unknown: nothing is cut
+    await run(agent, "read whole")
+    assert "characters cut" not in toolResults(server.chatRequests[-1])["w"]

@@ -39,6 +39,7 @@ class ScriptedAgent:
 
     behaviour: Any
     editMode: str = "default"
+    contextWindow: int | None = None
     interrupted: threading.Event = attrs.field(factory=threading.Event)
 
     def interrupt(self) -> None:

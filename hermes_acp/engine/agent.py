@@ -43,6 +43,11 @@ MAX_TURN_REQUESTS = "max_turn_requests"
 REFUSAL = "refusal"
 CANCELLED = "cancelled"
 DEFAULT_MAX_ITERATIONS = 90
+#: What the model reads of tool results, as shares of its context window: one result at most a
+#: quarter of it, all the results of a turn at most half (estimated at 4 characters a token);
+#: a result over its budget keeps its head and tail, with a note of what was cut.
+RESULT_SHARE, TURN_SHARE, CHARS_PER_TOKEN = 0.25, 0.5, 4
+MIN_RESULT_CHARS = 4000
 # After a cancel, tools get this long to stop; the turn then ends without them (a
 # late tool's events and approval requests go to the ended turn, which drops them).
 TOOL_CANCEL_GRACE = 0.4
@@ -131,6 +136,8 @@ class AIAgent:
     sandbox: Policy | None = attrs.field(
         default=attrs.Factory(lambda self: policyFor((self.cwd, *self.additionalDirectories)), takes_self=True))
     limits: Limits = Limits()
+    #: The model's context window in tokens (None: unknown): tool results are budgeted by it.
+    contextWindow: int | None = None
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
     commandApprovals: CommandApprovals = attrs.field(factory=CommandApprovals)
@@ -261,6 +268,8 @@ class _Conversation:
     usage: TurnUsage = attrs.field(factory=TurnUsage)
     lastPromptTokens: int = 0
     finalText: str = ""
+    #: Characters of tool results the model has read in this turn (``_budgeted``).
+    resultChars: int = 0
 
     def result(self, stopReason: str, failure: ModelError | None = None) -> TurnResult:
         return TurnResult(self.finalText, self.new, self.usage, stopReason, failure, self.lastPromptTokens)
@@ -347,9 +356,25 @@ class _Conversation:
             ).start()
         self._collect(inbox, started, outcomes)
         return [
-            {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": outcomes[index].text}
+            {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": self._budgeted(outcomes[index].text)}
             for index, call in enumerate(calls)
         ]
+
+    def _budgeted(self, text: str) -> str:
+        """``text`` as the model may read it: within the result's and the turn's share of
+        the window (no cut when the window is unknown)."""
+        window = self.agent.contextWindow
+        if not window:
+            return text
+        perTurn = int(window * CHARS_PER_TOKEN * TURN_SHARE)
+        limit = max(MIN_RESULT_CHARS, min(int(window * CHARS_PER_TOKEN * RESULT_SHARE), perTurn - self.resultChars))
+        if len(text) > limit:
+            cut = len(text) - limit
+            head = limit * 3 // 5
+            text = (f"{text[:head]}\n[… {cut:,} characters cut here: the whole result does not fit this model's "
+                    f"context; ask for less (a line range, a narrower search)]\n{text[len(text) - (limit - head):]}")
+        self.resultChars += len(text)
+        return text
 
     def _collect(
         self, inbox: queue.Queue[Any], started: dict[int, tuple[str, ToolCallRequest]], outcomes: dict[int, ToolOutcome]
