@@ -434,11 +434,11 @@ class Turn:
                                    else f"{route.title} is not available any more: its server stopped or dropped it")
         self._track(d)
         try:
-            return toolset.outcome(await d, list(route.secrets))
+            return toolset.outcome(await d, route.secrets)
         except CancelledError:
             return toolset.failure("interrupted by the user before it finished")
         except CallFailed as e:
-            return toolset.failure(str(e), list(route.secrets))
+            return toolset.failure(str(e), route.secrets)
 
     def progress(self, callId: str, params: dict[str, Any]) -> None:
         """A ``notifications/progress`` of the call: shown in its card."""

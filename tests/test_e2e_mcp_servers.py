@@ -27,6 +27,24 @@ def allowAll(request):
     return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id="allow_once"))
 
 
+@pytest.fixture
+def httpMCP():
+    """``httpMCP(script)``: a scripted streamable-HTTP MCP server on loopback, and its URL;
+    each is disconnected and stopped when the test ends."""
+    started = []
+
+    def start(script):
+        web = ScriptedHTTPMCP(script)
+        port, url = listen(web)
+        started.append((web, port))
+        return web, url
+
+    yield start
+    for web, port in started:
+        web.disconnectAll()
+        pytest_twisted.blockon(port.stopListening())
+
+
 async def startedPid(path) -> int:
     await until(lambda: os.path.exists(path) and open(path).read().strip(), 20, f"{path}")
     return int(open(path).read())
@@ -202,36 +220,32 @@ async def test_floodsOverlongLinesCrashesAndListChanges(scriptedServer, tmp_path
 
 @pytest.mark.parametrize("mode, lost", [("sse", 404), ("json", 400)])
 @pytest_twisted.ensureDeferred
-async def test_streamableHTTPWithSessionLoss(scriptedServer, tmp_path, mode, lost) -> None:
+async def test_streamableHTTPWithSessionLoss(scriptedServer, httpMCP, tmp_path, mode, lost) -> None:
     """An HTTP server (answering JSON, or SSE with a priming event) gets the
     request's headers and the session id it issued; when it forgets the session (404,
     or 400 as some servers say) the agent shakes hands again and the call goes
     through; closing the session sends DELETE."""
     model, url = scriptedServer
-    web = ScriptedHTTPMCP({"responseMode": mode, "requireHeaders": {"Authorization": "Bearer t0ken"},
+    web, mcpURL = httpMCP({"responseMode": mode, "requireHeaders": {"Authorization": "Bearer t0ken"},
                            "sessionLostStatus": lost})
-    port, mcpURL = listen(web)
     model.default.responses += [
         call("a", "mcp__web__echo", text="over http"), [{"text": "one"}],
         call("b", "mcp__web__echo", text="after the loss"), [{"text": "two"}],
     ]
-    try:
-        async def scenario():
-            async with connect(RecordingClient(permission=allowAll), env=modelEnv(url)) as (conn, _, wire, process):
-                await initialized(conn)
-                server = http("web", mcpURL, Authorization="Bearer t0ken")
-                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[server])).session_id
-                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("first")]), 30)
-                web.expireSessions()
-                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("second")]), 30)
-                await raw(conn, "session/close", {"sessionId": sid})
-                await until(lambda: web.deleted, 10, "the DELETE")
-                return wire.problems()
 
-        assert await onLoop(scenario()) == []
-    finally:
-        web.disconnectAll()
-        await port.stopListening()
+    async def scenario():
+        async with connect(RecordingClient(permission=allowAll), env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn)
+            server = http("web", mcpURL, Authorization="Bearer t0ken")
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[server])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("first")]), 30)
+            web.expireSessions()
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("second")]), 30)
+            await raw(conn, "session/close", {"sessionId": sid})
+            await until(lambda: web.deleted, 10, "the DELETE")
+            return wire.problems()
+
+    assert await onLoop(scenario()) == []
     assert toolMessages(model.chatRequests[1]) == ["over http"]
     assert toolMessages(model.chatRequests[3])[-1] == "after the loss"
     assert web.initializeCount == 2
@@ -242,24 +256,21 @@ async def test_streamableHTTPWithSessionLoss(scriptedServer, tmp_path, mode, los
 
 
 @pytest_twisted.ensureDeferred
-async def test_httpRefusalIsReported(scriptedServer, tmp_path) -> None:
+async def test_httpRefusalIsReported(scriptedServer, httpMCP, tmp_path) -> None:
     """A 401 (wrong token) and an unreachable URL: both told, naming the cause."""
     model, url = scriptedServer
-    web = ScriptedHTTPMCP({"requireHeaders": {"Authorization": "Bearer right"}})
-    port, mcpURL = listen(web)
+    _, mcpURL = httpMCP({"requireHeaders": {"Authorization": "Bearer right"}})
     model.default.responses += [[{"text": "ok"}]]
-    try:
-        async def scenario():
-            async with connect(RecordingClient(), env=modelEnv(url)) as (conn, _, wire, process):
-                await initialized(conn)
-                servers = [http("locked", mcpURL, Authorization="Bearer wrong"), http("nowhere", "http://127.0.0.1:9/mcp")]
-                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=servers)).session_id
-                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("hi")]), 30)
-                return updates(wire, sid), wire.problems()
 
-        found, problems = await onLoop(scenario())
-    finally:
-        await port.stopListening()
+    async def scenario():
+        async with connect(RecordingClient(), env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn)
+            servers = [http("locked", mcpURL, Authorization="Bearer wrong"), http("nowhere", "http://127.0.0.1:9/mcp")]
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=servers)).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("hi")]), 30)
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
     assert problems == []
     shown = agentText(found)
     assert "MCP server locked is not available" in shown and "HTTP 401" in shown and "authorization" in shown
@@ -267,31 +278,28 @@ async def test_httpRefusalIsReported(scriptedServer, tmp_path) -> None:
 
 
 @pytest_twisted.ensureDeferred
-async def test_modernEraOverStdioAndHTTP(scriptedServer, tmp_path) -> None:
+async def test_modernEraOverStdioAndHTTP(scriptedServer, httpMCP, tmp_path) -> None:
     """Servers that refuse the handshake but answer server/discover are spoken to in
     the 2026-07-28 era: every request carries the envelope (and, over HTTP, the headers)."""
     model, url = scriptedServer
     local, localLog = scripted(tmp_path, "local", era="modern")
-    web = ScriptedHTTPMCP({"era": "modern"})
-    port, mcpURL = listen(web)
+    web, mcpURL = httpMCP({"era": "modern"})
     model.default.responses += [
         [{"tool_calls": [{"id": "a", "name": "mcp__local__echo", "arguments": {"text": "modern stdio"}},
                          {"id": "b", "name": "mcp__web__echo", "arguments": {"text": "modern http"}}]}],
         [{"text": "done"}],
     ]
-    try:
-        async def scenario():
-            async with connect(RecordingClient(permission=allowAll), env=modelEnv(url)) as (conn, _, wire, process):
-                await initialized(conn)
-                servers = [local, http("web", mcpURL)]
-                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=servers)).session_id
-                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("modern")]), 30)
-                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp")]), 30)
-                return updates(wire, sid), wire.problems()
 
-        found, problems = await onLoop(scenario())
-    finally:
-        await port.stopListening()
+    async def scenario():
+        async with connect(RecordingClient(permission=allowAll), env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn)
+            servers = [local, http("web", mcpURL)]
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=servers)).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("modern")]), 30)
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp")]), 30)
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
     assert problems == []
     assert sorted(toolMessages(model.chatRequests[1])) == ["modern http", "modern stdio"]
     assert agentText(found).count("modern era") == 2
@@ -332,36 +340,32 @@ async def test_realServersFromTheMcpPackage(scriptedServer, tmp_path) -> None:
 
 
 @pytest_twisted.ensureDeferred
-async def test_httpServerChangesItsToolsOnTheGetStream(scriptedServer, tmp_path) -> None:
+async def test_httpServerChangesItsToolsOnTheGetStream(scriptedServer, httpMCP, tmp_path) -> None:
     """An HTTP server that offers the standalone GET stream tells the agent there when
     its tools change; the next prompt offers the new tool."""
     model, url = scriptedServer
-    web = ScriptedHTTPMCP({"getStream": True})
-    port, mcpURL = listen(web)
+    web, mcpURL = httpMCP({"getStream": True})
     model.default.responses += [[{"text": "one"}], call("n", "mcp__web__added", text="new tool"), [{"text": "two"}]]
-    try:
-        async def scenario():
-            async with connect(RecordingClient(permission=allowAll), env=modelEnv(url)) as (conn, _, wire, process):
-                await initialized(conn)
-                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("web", mcpURL)])).session_id
-                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("first")]), 30)
-                await asyncio.wait_for(web.whenGetStreams(1).asFuture(asyncio.get_running_loop()), 10)
-                listed = web.counts["tools/list"]
-                web.notifyToolsChanged([mcp_scripted.tool("added")])
-                await until(lambda: web.counts["tools/list"] > listed, 10, "the agent to list the tools again")
-                for _ in range(50):  # /tools shows when the new list has been taken in
-                    before = len(updates(wire, sid))
-                    await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/tools")]), 30)
-                    if "mcp__web__added" in agentText(updates(wire, sid)[before:]):
-                        break
-                    await asyncio.sleep(0.05)
-                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("second")]), 30)
-                return wire.problems()
 
-        assert await onLoop(scenario()) == []
-    finally:
-        web.disconnectAll()
-        await port.stopListening()
+    async def scenario():
+        async with connect(RecordingClient(permission=allowAll), env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("web", mcpURL)])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("first")]), 30)
+            await asyncio.wait_for(web.whenGetStreams(1).asFuture(asyncio.get_running_loop()), 10)
+            listed = web.counts["tools/list"]
+            web.notifyToolsChanged([mcp_scripted.tool("added")])
+            await until(lambda: web.counts["tools/list"] > listed, 10, "the agent to list the tools again")
+            for _ in range(50):  # /tools shows when the new list has been taken in
+                before = len(updates(wire, sid))
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/tools")]), 30)
+                if "mcp__web__added" in agentText(updates(wire, sid)[before:]):
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("second")]), 30)
+            return wire.problems()
+
+    assert await onLoop(scenario()) == []
     assert "mcp__web__added" not in [t["function"]["name"] for t in model.chatRequests[0]["tools"]]
     assert "mcp__web__added" in [t["function"]["name"] for t in model.chatRequests[1]["tools"]]
     assert toolMessages(model.chatRequests[2]) == ["new tool"]
@@ -391,31 +395,27 @@ async def test_serverThatClosesItsOutputIsToldWithItsLastWords(scriptedServer, t
 
 
 @pytest_twisted.ensureDeferred
-async def test_parallelCallsAfterASessionLossShakeHandsOnce(scriptedServer, tmp_path) -> None:
+async def test_parallelCallsAfterASessionLossShakeHandsOnce(scriptedServer, httpMCP, tmp_path) -> None:
     """Three calls at once find the server forgot the session: one new handshake,
     and every call goes through."""
     model, url = scriptedServer
-    web = ScriptedHTTPMCP({})
-    port, mcpURL = listen(web)
+    web, mcpURL = httpMCP({})
     model.default.responses += [
         [{"text": "ready"}],
         [{"tool_calls": [{"id": f"c{n}", "name": "mcp__web__echo", "arguments": {"text": f"call {n}"}}
                          for n in range(3)]}],
         [{"text": "done"}],
     ]
-    try:
-        async def scenario():
-            async with connect(RecordingClient(permission=allowAll), env=modelEnv(url)) as (conn, _, wire, process):
-                await initialized(conn)
-                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("web", mcpURL)])).session_id
-                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("first")]), 30)
-                web.expireSessions()
-                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("three at once")]), 30)
-                return wire.problems()
 
-        assert await onLoop(scenario()) == []
-    finally:
-        web.disconnectAll()
-        await port.stopListening()
+    async def scenario():
+        async with connect(RecordingClient(permission=allowAll), env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("web", mcpURL)])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("first")]), 30)
+            web.expireSessions()
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("three at once")]), 30)
+            return wire.problems()
+
+    assert await onLoop(scenario()) == []
     assert sorted(toolMessages(model.chatRequests[2])) == ["call 0", "call 1", "call 2"]
     assert web.initializeCount == 2

@@ -85,8 +85,8 @@ class MCPServers:
         if current is not None:
             self._stopLinks(current)
         # What the user said of a tool holds while its server is the same one.
-        kept = {spec.name for spec in specs} & {spec.name for spec in current.specs} if current is not None else set()
-        same = {name for name in kept if _spec(current.specs, name) == _spec(specs, name)}
+        before = {spec.name: spec for spec in current.specs} if current is not None else {}
+        same = {spec.name for spec in specs if before.get(spec.name) == spec}
         remembered = {key: answer for key, answer in (current.remembered if current else {}).items() if key[0] in same}
         servers = SessionServers(specs, state.roots, {}, remembered=remembered)
         self.sessions[state.sessionId] = servers
@@ -245,10 +245,6 @@ class MCPServers:
         if tools:
             lines += ["", "Tools: " + ", ".join(f"`{name}`" for name in tools)]
         return "\n".join(lines)
-
-
-def _spec(specs: list[ServerSpec], name: str) -> ServerSpec | None:
-    return next((spec for spec in specs if spec.name == name), None)
 
 
 def _engineTools(found: dict[str, Route]) -> dict[str, Tool]:

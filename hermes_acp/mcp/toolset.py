@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -268,7 +269,7 @@ def editorContent(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"type": "content", "content": block} for block in blocks]
 
 
-def outcome(result: Any, secrets: list[str]) -> tuple[str, bool, dict[str, Any]]:
+def outcome(result: Any, secrets: Sequence[str]) -> tuple[str, bool, dict[str, Any]]:
     """(what the model reads, failed, extras for the editor) of a ``tools/call`` result;
     ``secrets`` (what the editor gave the server: tokens) are taken out of both."""
     if not isinstance(result, dict):
@@ -280,6 +281,6 @@ def outcome(result: Any, secrets: list[str]) -> tuple[str, bool, dict[str, Any]]
     return redact(text, secrets), failed, redactAll({"content": editorContent(result)}, secrets)
 
 
-def failure(message: str, secrets: list[str] = []) -> tuple[str, bool, dict[str, Any]]:  # noqa: B006 (read only)
+def failure(message: str, secrets: Sequence[str] = ()) -> tuple[str, bool, dict[str, Any]]:
     message = redact(message, secrets)
     return f"Error: {message}", True, {"content": [textContent(message)]}
