@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import statistics
 import sys
@@ -32,6 +33,9 @@ HISTORY_TURNS = 100
 LATE_TURNS = 10
 RSS_SESSIONS = 50
 MCP_SERVERS = 3
+#: The long session of the compaction case: a small-window model, a 12 KB file read every turn.
+COMPACTION_WINDOW, COMPACTION_FILE = 16_000, 12_000
+_COMPACTED = re.compile(r"compaction \w+ \((\w+)\): completed \((\w+)\), (\d+) -> (\d+) tokens in ([\d.]+) s")
 MCP_SETTLE = 0.3  # between a session/new with servers and its close
 CANCEL_SETTLE = 0.1  # after the model request arrives, let the stream open and stall
 
@@ -77,15 +81,16 @@ class Runs:
     cancels: int
     loads: int
     rss: int
+    longTurns: int
     diagnostics: bool  # rows that explain a miss rather than measure a target
 
     @classmethod
     def forMode(cls, quick: bool) -> Runs:
         if quick:
             return cls(spawns=3, sessions=5, turns=5, toolTurns=3, streams=2, concurrent=1, cancels=3, loads=2, rss=1,
-                       diagnostics=False)
+                       longTurns=40, diagnostics=False)
         return cls(spawns=10, sessions=20, turns=20, toolTurns=10, streams=5, concurrent=5, cancels=10, loads=5, rss=3,
-                   diagnostics=True)
+                   longTurns=300, diagnostics=True)
 
 
 @attrs.frozen
@@ -94,7 +99,7 @@ class Result:
 
     label: str
     samples: list[float]
-    unit: str  # "ms", "s" or "MiB"
+    unit: str  # "ms", "s", "MiB" or "ratio"
     target: float | None = None
     targetText: str = "—"
     note: str = ""
@@ -133,12 +138,13 @@ class Bench:
         path.mkdir()
         return str(path)
 
-    async def spawn(self, home: str | None = None, **extra: str) -> AgentProcess:
-        """A fresh agent with its own (or the given) HERMES_HOME; stderr to a log file."""
+    async def spawn(self, home: str | None = None, server: ModelServer | None = None, **extra: str) -> AgentProcess:
+        """A fresh agent with its own (or the given) HERMES_HOME, on the run's model server
+        (or ``server``); stderr to a log file."""
         home = home or self.home()
         log = _stderrLog(home)
         try:
-            agent = await AgentProcess.spawn(agentEnv(self.server.url, home, **extra), stderr=log)
+            agent = await AgentProcess.spawn(agentEnv((server or self.server).url, home, **extra), stderr=log)
         finally:
             log.close()
         self.agents.append(agent)
@@ -486,6 +492,53 @@ async def caseMCP(b: Bench) -> list[Result]:
     ]
 
 
+async def caseCompaction(b: Bench) -> list[Result]:
+    """A long session on a small-window model: every turn reads a 12 KB file. The engine's
+    own log gives each compaction's kind, tokens before and after, and its time; the client
+    times the turns with a compaction against those without."""
+    script = {"repeat": True, "window": COMPACTION_WINDOW, "windows": {"scripted-model": COMPACTION_WINDOW},
+              "default": [[{"tool_calls": [{"id": "big", "name": "read_file", "arguments": {"path": "big.txt"}}]}],
+                          [{"text": "Read big.txt."}]]}
+    server = await ModelServer.start(script)
+    big = Path(b.workspace) / "big.txt"
+    big.write_text("".join(f"{n:05d} " + "v" * 73 + "\n" for n in range(COMPACTION_FILE // 80)))
+    home = b.home()
+    try:
+        agent = await b.spawn(home, server)
+        await agent.initialize()
+        _, sessionId = await agent.newSession(b.workspace)
+        plain, compacting = [], []
+        for n in range(b.runs.longTurns):
+            before = len(agent.updates[sessionId])
+            elapsed = (await agent.prompt(sessionId, f"turn {n}: read big.txt"))[0]
+            shown = [u for u in agent.updates[sessionId][before:] if u.get("title") == "Compact conversation"]
+            (compacting if shown else plain).append(elapsed)
+        await b.close(agent)
+    finally:
+        await server.stop()
+    found = _COMPACTED.findall((Path(home) / "agent-stderr.log").read_text(errors="replace"))
+    if not found or not compacting:
+        raise BenchError(f"{b.runs.longTurns} turns on a {COMPACTION_WINDOW:,}-token window showed no compaction")
+    kinds = {kind: [(int(a), int(z), float(t)) for _, k, a, z, t in found if k == kind] for kind in ("shortened", "summarised")}
+    rows = [
+        Result(f"turn reading 12 KB, no compaction ({len(plain)} of {b.runs.longTurns})", plain, "ms",
+               note=f"a {COMPACTION_WINDOW:,}-token window; two model requests and a read"),
+        Result(f"turn reading 12 KB, with a compaction ({len(compacting)})", compacting, "ms",
+               note="the compaction runs before the request that would pass the threshold"),
+    ]
+    for kind, entries in kinds.items():
+        if entries:
+            rows += [
+                Result(f"compaction, {kind} ({len(entries)})", [t for _, _, t in entries], "ms",
+                       note="engine time: " + ("the cheap pass alone" if kind == "shortened"
+                                               else "cheap pass, then a summary request to the local scripted model")),
+                Result(f"tokens after / before, {kind}", [z / a for a, z, _ in entries], "ratio",
+                       note=f"median before {statistics.median(a for a, _, _ in entries):,.0f} tokens, "
+                            f"after {statistics.median(z for _, z, _ in entries):,.0f}"),
+            ]
+    return rows
+
+
 #: Name (for --only) → case, in table order.
 CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "initialize": caseInitialize,
@@ -494,6 +547,7 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "tools": caseTools,
     "sandbox": caseSandbox,
     "mcp": caseMCP,
+    "compaction": caseCompaction,
     "stream": caseStream,
     "concurrent": caseConcurrent,
     "cancel": caseCancel,

@@ -34,6 +34,7 @@ COALESCE_SECONDS = 0.005
 MAX_BATCH_BYTES = 64 * 1024
 
 Deliver = Callable[[list[tuple[str, Any]]], Any]
+SUMMARY_CHUNK = "compaction_summary_chunk"
 
 
 class EventBridge:
@@ -41,8 +42,9 @@ class EventBridge:
 
     ``deliver(events)`` runs in the reactor thread with a list of
     ``(kind, payload)`` pairs and may return a Deferred that fires when the
-    editor can take more. Kinds: "agent_message_chunk", "agent_thought_chunk"
-    (payload: text) and "event" (payload: a ``(handler, args)`` pair to call).
+    editor can take more. Kinds: "agent_message_chunk", "agent_thought_chunk",
+    "compaction_summary_chunk" (payload: text) and "event" (payload: a
+    ``(handler, args)`` pair to call).
     """
 
     def __init__(self, reactor: Any, deliver: Deliver, paused: Callable[[], bool] = lambda: False) -> None:
@@ -60,6 +62,10 @@ class EventBridge:
 
     def thought(self, text: str) -> None:
         self._text("agent_thought_chunk", text)
+
+    def summary(self, text: str) -> None:
+        """A piece of a compaction's summary (coalesced like the answer)."""
+        self._text(SUMMARY_CHUNK, text)
 
     def _text(self, kind: str, text: str) -> None:
         if not text:
@@ -144,6 +150,10 @@ class TurnEvents(Protocol):
 
     def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> Deferred[tuple[str, bool, dict[str, Any]]]: ...
 
+    def compactionStarted(self, compactionId: str, reason: str) -> None: ...
+
+    def compactionEnded(self, compactionId: str, status: str, summary: str, error: str, before: int, after: int) -> None: ...
+
 
 @implementer(ITurnObserver)
 @attrs.frozen
@@ -184,3 +194,12 @@ class BridgedObserver:
     def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
         outcome: tuple[str, bool, dict[str, Any]] = self.bridge.call(self.turn.callTool, callId, name, arguments)
         return outcome
+
+    def compactionStarted(self, compactionId: str, reason: str) -> None:
+        self.bridge.event(self.turn.compactionStarted, compactionId, reason)
+
+    def compactionText(self, compactionId: str, delta: str) -> None:
+        self.bridge.summary(delta)  # a run compacts once at a time: the turn knows which
+
+    def compactionEnded(self, compactionId: str, status: str, summary: str, error: str, before: int, after: int) -> None:
+        self.bridge.event(self.turn.compactionEnded, compactionId, status, summary, error, before, after)

@@ -43,6 +43,11 @@ class ClientInfo:
         session = self.capabilities.get("session")
         return isinstance(session, dict) and isinstance(session.get("notices"), dict)
 
+    @property
+    def compaction(self) -> bool:
+        session = self.capabilities.get("session")
+        return isinstance(session, dict) and isinstance(session.get("compaction"), dict)
+
     def offers(self) -> list[str]:
         """The capabilities this agent uses, as the editor advertised them."""
         offers = [f"fs.{name}" for name in ("readTextFile", "writeTextFile") if self.fs(name)]
@@ -50,6 +55,8 @@ class ClientInfo:
             offers.append("terminal")
         if self.notices:
             offers.append("session.notices")
+        if self.compaction:
+            offers.append("session.compaction")
         if self.supportsTerminalAuth():
             offers.append("terminal auth")
         return offers

@@ -25,6 +25,7 @@ from .mcp.registry import MCPServers
 from .options import MODE_INFO
 from .session_state import SessionState
 from .store import timestamp
+from .updates import usageUpdate
 
 #: How long ``/model`` waits for the endpoint's model list when it is still on its way.
 CATALOG_WAIT = 3.0
@@ -35,11 +36,16 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "tools": ("List the tools the agent can use", None),
     "mcp": ("List this session's MCP servers, their state and tools", None),
     "context": ("Show how much of the context window the conversation uses", None),
+    "compact": ("Summarise the older part of the conversation to free context (alias /compress)",
+                "what the summary should keep (optional)"),
     "reset": ("Clear the conversation history (the transcript stays)", None),
     "title": ("Show or set this session's title", "new title"),
     "usage": ("Show token usage for this session", None),
     "doctor": ("Versions, endpoint, capabilities and where logs go", None),
 }
+
+#: Other names of commands (Hermes' own name for /compact).
+ALIASES = {"compress": "compact"}
 
 
 def availableCommands() -> list[dict[str, Any]]:
@@ -57,7 +63,7 @@ def slashCommand(text: str, blocks: list[dict[str, Any]]) -> tuple[str, str] | N
     if not text.startswith("/") or any(b.get("type") != "text" for b in blocks):
         return None
     name, _, argument = text[1:].partition(" ")
-    name = name.strip().lower()
+    name = ALIASES.get(name.strip().lower(), name.strip().lower())
     return (name, argument.strip()) if name in COMMANDS else None
 
 
@@ -153,7 +159,7 @@ class Commands:
     async def _reset(self, state: SessionState, argument: str) -> str:
         await self.store.replaceHistory(state, [])
         state.contextUsed = 0
-        self.updates.send(state, {"sessionUpdate": "usage_update", "used": 0, "size": self.catalog.window(state.model)})
+        self.updates.send(state, usageUpdate(state, self.catalog.window(state.model)))
         return "Conversation history cleared. The model starts fresh; the transcript above stays for you."
 
     async def _title(self, state: SessionState, argument: str) -> str:
@@ -166,10 +172,11 @@ class Commands:
 
     async def _usage(self, state: SessionState, argument: str) -> str:
         totals = state.usageTotals
+        cost = "" if state.cost is None else f"\n\nCost of the session so far, as the endpoint reported it: ${state.cost:.4f}"
         if not totals:
-            return "No model requests in this session since the agent started."
+            return "No model requests in this session since the agent started." + cost
         lines = ["Token usage since the agent started:", "", "| tokens | count |", "|---|---|"]
-        return "\n".join(lines + [f"| {k} | {v:,} |" for k, v in totals.items()])
+        return "\n".join(lines + [f"| {k} | {v:,} |" for k, v in totals.items()]) + cost
 
     def _protection(self) -> str:
         from .engine.sandbox import describe

@@ -10,7 +10,8 @@ import logging
 import math
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 from pathlib import Path
 
 import attrs
@@ -25,6 +26,7 @@ DEFAULT_PERMISSION_TIMEOUT = 60.0
 DEFAULT_CONTEXT_WINDOW = 128_000
 DEFAULT_MCP_STARTUP_TIMEOUT = 30.0
 DEFAULT_MCP_CALL_TIMEOUT = 300.0
+DEFAULT_COMPACT_AT = 0.9
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -157,19 +159,26 @@ class ConfigError(ValueError):
     """A setting has a value hermes-acp cannot use; the message names it."""
 
 
+def _envNumber(env: Mapping[str, str], name: str, convert: Callable[[str], Any], what: str) -> Any:
+    """The setting as ``convert`` reads it; None when missing or empty."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return convert(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be {what}, got {raw!r}") from None
+
+
 def envInt(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
     """An integer setting; missing or empty gives the default, anything else
     that is not a whole number of at least ``minimum`` is a ConfigError."""
-    raw = env.get(name, "").strip()
-    if not raw:
+    value = _envNumber(env, name, int, "a whole number")
+    if value is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-    return value
+    return int(value)
 
 
 def envChoice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
@@ -185,16 +194,22 @@ def envChoice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> st
 def envSeconds(env: Mapping[str, str], name: str, default: float) -> float:
     """A duration in seconds: finite and above 0 (``inf``, ``nan`` and negative
     values are ConfigErrors); missing or empty gives the default."""
-    raw = env.get(name, "").strip()
-    if not raw:
+    value = _envNumber(env, name, float, "a number of seconds")
+    if value is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
     if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name} must be a finite number of seconds above 0, got {raw!r}")
-    return value
+        raise ConfigError(f"{name} must be a finite number of seconds above 0, got {env[name].strip()!r}")
+    return float(value)
+
+
+def envShare(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
+    """A share between ``low`` and ``high`` (a number like 0.85); missing or empty gives the default."""
+    value = _envNumber(env, name, float, f"a number between {low} and {high}")
+    if value is None:
+        return default
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {env[name].strip()!r}")
+    return float(value)
 
 
 def resolveEndpoint(env: Mapping[str, str] | None = None) -> Endpoint:
@@ -242,6 +257,9 @@ class Settings:
     mcpStartupTimeout: float = DEFAULT_MCP_STARTUP_TIMEOUT
     mcpCallTimeout: float = DEFAULT_MCP_CALL_TIMEOUT
     mcpTrusted: frozenset[str] = frozenset()
+    #: Compact the conversation when a request would pass this share of the context window
+    #: (less the room of the reply).
+    compactAt: float = DEFAULT_COMPACT_AT
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -261,4 +279,5 @@ class Settings:
             mcpStartupTimeout=envSeconds(env, "HERMES_ACP_MCP_STARTUP_TIMEOUT", DEFAULT_MCP_STARTUP_TIMEOUT),
             mcpCallTimeout=envSeconds(env, "HERMES_ACP_MCP_CALL_TIMEOUT", DEFAULT_MCP_CALL_TIMEOUT),
             mcpTrusted=frozenset(_split(env.get("HERMES_ACP_MCP_TRUSTED", ""))),
+            compactAt=envShare(env, "HERMES_ACP_COMPACT_AT", DEFAULT_COMPACT_AT, 0.3, 0.98),
         )

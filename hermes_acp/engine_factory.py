@@ -51,6 +51,7 @@ class EngineAgentFactory:
             sandbox=None if settings.sandbox == "off" else policyFor(
                 folders, settings.sandboxNetwork, settings.sandboxWritable),
             limits=Limits(settings.commandProcesses, settings.commandCpuSeconds),
+            compactAt=settings.compactAt,
         )
         agent.setEditMode(session.mode)
         return agent

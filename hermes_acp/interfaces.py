@@ -61,6 +61,16 @@ class ITurnObserver(Interface):
         """Run a tool that lives outside the engine (an MCP server's), asking the
         user first where that is the rule; (what the model reads, failed, extras)."""
 
+    def compactionStarted(compactionId: str, reason: str) -> None:
+        """The history is being compacted (``reason``: "threshold", "overflow" or "requested")."""
+
+    def compactionText(compactionId: str, delta: str) -> None:
+        """A piece of the summary as the model writes it."""
+
+    def compactionEnded(compactionId: str, status: str, summary: str, error: str, before: int, after: int) -> None:
+        """"completed" (with what the user is shown), "failed" (with why) or "cancelled";
+        ``before`` and ``after`` are the estimated tokens of a request."""
+
 
 class IEngineAgent(Interface):
     """One session's synchronous agent. ``run_conversation`` runs on a worker thread;
@@ -79,6 +89,15 @@ class IEngineAgent(Interface):
         """Run one turn to its end, reporting to ``observer``, with files and
         commands through ``workspace``; a set ``cancelEvent`` cancels it;
         ``extraTools`` join the agent's own for this run."""
+
+    def compact(
+        conversation_history: list[dict[str, Any]],
+        observer: ITurnObserver,
+        focus: str = "",
+        cancelEvent: threading.Event | None = None,
+    ) -> TurnResult:
+        """Compact the history now (``/compact``), whatever its size; ``focus`` says what
+        the summary should keep. The result's ``history`` is the new one (None: unchanged)."""
 
     def interrupt() -> None:
         """Cancel the run in progress, if any."""
@@ -143,6 +162,17 @@ class IUpdateChannel(Interface):
 
     def notice(state: SessionState, severity: str, title: str, description: str, journal: bool = True) -> None:
         """A ``notice`` where the editor takes them, else a line of agent text."""
+
+    def compaction(state: SessionState, compactionId: str, status: str, text: str = "") -> None:
+        """A compaction began ("in_progress") or ended ("completed" with the summary,
+        "failed" with why, "cancelled"): ``compaction_update`` where the editor takes it,
+        else a "Compact conversation" card; the journal keeps the card."""
+
+    def compactionChunk(state: SessionState, compactionId: str, text: str) -> None:
+        """A piece of the summary as it streams (only where the editor takes compactions)."""
+
+    def replay(state: SessionState, update: dict[str, Any]) -> None:
+        """Send a journaled update again (``session/load``), in the form this editor takes."""
 
     def whenWritable() -> Deferred[None]:
         """A Deferred that fires once the editor has caught up (at once if it has)."""
@@ -220,8 +250,10 @@ class ISessionStore(Interface):
     def beginTurn(state: SessionState) -> Awaitable[None]:
         """Mark a prompt turn as running in this process."""
 
-    def endTurn(state: SessionState, messages: list[dict[str, Any]]) -> Awaitable[None]:
-        """Make the finished turn durable (journal, new messages, idle state)."""
+    def endTurn(state: SessionState, messages: list[dict[str, Any]],
+                history: list[dict[str, Any]] | None = None) -> Awaitable[None]:
+        """Make the finished turn durable (journal, new messages, idle state); with
+        ``history`` (after a compaction) that is the model's history from now on."""
 
     def replaceHistory(state: SessionState, messages: list[dict[str, Any]]) -> Awaitable[None]:
         """Replace the conversation the model sees."""

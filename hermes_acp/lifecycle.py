@@ -24,6 +24,7 @@ from .mcp.specs import ServerSpec, fromRequest
 from .options import checkMode, modeState
 from .params import field
 from .session_state import SessionState
+from .updates import usageUpdate
 
 log = Logger()
 
@@ -103,8 +104,7 @@ class Lifecycle:
         state.announced = True
         update = {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}
         self.updates.send(state, update, journal=False)
-        usage = {"sessionUpdate": "usage_update", "used": state.contextUsed, "size": self.catalog.window(state.model)}
-        self.updates.send(state, usage, journal=False)
+        self.updates.send(state, usageUpdate(state, self.catalog.window(state.model)), journal=False)
         self.mcp.attach(state, servers)
 
     async def new(self, params: dict[str, Any]) -> Reply:
@@ -146,7 +146,7 @@ class Lifecycle:
                 journal=False,
             )
         for update in replay.updates:
-            self.updates.send(state, update, journal=False)
+            self.updates.replay(state, update)
         log.debug("session {id} loaded: {n} updates replayed, {m} left out", id=state.sessionId,
                   n=len(replay.updates), m=replay.omittedCount)
         return self.setupResult(state, servers)

@@ -111,8 +111,15 @@ def _v2ToV3(cursor: sqlite3.Cursor) -> None:
     cursor.execute("ALTER TABLE acp_sessions ADD COLUMN turn_owner TEXT")
 
 
+def _v3ToV4(cursor: sqlite3.Cursor) -> None:
+    """``acp_messages.archived``: messages a compaction took out of the model's history. They
+    stay (and stay in the full-text index) for ``session_search``; their ``seq`` is negative,
+    so the live history keeps numbering from 0."""
+    cursor.execute("ALTER TABLE acp_messages ADD COLUMN archived INTEGER NOT NULL DEFAULT 0")
+
+
 # MIGRATIONS[n] takes a file at schema version n to version n + 1.
-MIGRATIONS: tuple[Callable[[sqlite3.Cursor], None], ...] = (_createV1, _v1ToV2, _v2ToV3)
+MIGRATIONS: tuple[Callable[[sqlite3.Cursor], None], ...] = (_createV1, _v1ToV2, _v2ToV3, _v3ToV4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -30,6 +30,8 @@ class SessionState:
     turnNumber: int = 0  # the number of the last turn begun (the store's count)
     contextUsed: int = 0
     usageTotals: dict[str, int] = attrs.field(factory=dict)
+    #: What the endpoint says the session's requests cost in all (USD; None: it never said).
+    cost: float | None = None
     journal: list[dict[str, Any]] = attrs.field(factory=list)
     flushCall: IDelayedCall | None = None
     announced: bool = False  # its new/load/resume/fork response has been written

@@ -128,9 +128,9 @@ class SessionManager:
                 log.info("session {id} was interrupted mid-turn; closed it ({n} updates)", id=sessionId, n=len(recovered))
         history = await self.call("loadMessages", sessionId)
         state = SessionState.fromRecord(record, history)
-        # What the editor last heard of the context (the journal's usage_update), so
-        # /context agrees with it in a new process too.
-        state.contextUsed = await self.call("lastContextUsed", sessionId)
+        # What the editor last heard of the context and the cost (the journal's usage_update),
+        # so /context agrees with it in a new process too, and the cost goes on adding up.
+        state.contextUsed, state.cost = await self.call("lastUsage", sessionId)
         self.sessions[sessionId] = state
         return state
 
@@ -150,7 +150,7 @@ class SessionManager:
         newId = str(uuid.uuid4())
         record = await self.call("forkSession", sessionId, newId, cwd, tuple(additionalDirectories))
         state = SessionState.fromRecord(record, [dict(m) for m in source.history])
-        state.turnNumber, state.contextUsed = source.turnNumber, source.contextUsed
+        state.turnNumber, state.contextUsed, state.cost = source.turnNumber, source.contextUsed, source.cost
         self.sessions[newId] = state
         return state
 
@@ -204,8 +204,10 @@ class SessionManager:
     def flushAll(self) -> Deferred[Any]:
         return gatherResults([self.flush(s) for s in list(self.sessions.values())])
 
-    async def endTurn(self, state: SessionState, messages: list[dict[str, Any]]) -> None:
-        """Make the finished turn durable: journal, new messages, idle state.
+    async def endTurn(self, state: SessionState, messages: list[dict[str, Any]],
+                      history: list[dict[str, Any]] | None = None) -> None:
+        """Make the finished turn durable: journal, new messages (or, after a compaction,
+        the new ``history``, the old one archived), idle state.
 
         If the store refuses (another process marked the turn interrupted, or the
         disk failed), the messages are still appended when possible and the failure
@@ -215,7 +217,7 @@ class SessionManager:
         state.updatedAt = timestamp()
         await self.flush(state)
         try:
-            await self.call("endTurn", state.sessionId, state.turnNumber, messages)
+            await self.call("endTurn", state.sessionId, state.turnNumber, messages, history)
         except Exception as e:
             log.warn("ending turn {turn} of {id} failed ({error}); appending its messages",
                      turn=state.turnNumber, id=state.sessionId, error=e)

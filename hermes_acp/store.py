@@ -446,6 +446,39 @@ class SessionDB:
         )
         return count
 
+    @classmethod
+    def _compact(
+        cls, cursor: sqlite3.Cursor, record: SessionRecord, messages: list[dict[str, Any]],
+        history: list[dict[str, Any]],
+    ) -> int:
+        """After a compaction: the live history and the turn's own ``messages`` are archived
+        (still indexed for search, below the lowest archived seq), and ``history`` becomes the
+        live history. Its rows are not indexed: each is a copy of an archived message, or the
+        summary of some. Returns the new message count."""
+        sessionId = record.sessionId
+        (low,) = cursor.execute(
+            "SELECT coalesce(min(seq), 0) FROM acp_messages WHERE session_id = ? AND seq < 0", (sessionId,)
+        ).fetchone()
+        base = min(low, 0) - record.messageCount
+        cursor.execute(
+            "UPDATE acp_messages SET seq = seq + ?, archived = 1 WHERE session_id = ? AND archived = 0",
+            (base, sessionId),
+        )
+        cursor.executemany(
+            "INSERT INTO acp_messages (session_id, seq, role, message, text, archived) VALUES (?, ?, ?, ?, ?, 1)",
+            [(sessionId, seq, str(m.get("role", "")), _encode(m)[0], searchableText(m))
+             for seq, m in enumerate(messages, base - len(messages))],
+        )
+        cursor.executemany(
+            "INSERT INTO acp_messages (session_id, seq, role, message) VALUES (?, ?, ?, ?)",
+            [(sessionId, seq, str(m.get("role", "")), _encode(m)[0]) for seq, m in enumerate(history)],
+        )
+        cursor.execute(
+            "UPDATE acp_sessions SET message_count = ?, updated_at = ? WHERE session_id = ?",
+            (len(history), timestamp(), sessionId),
+        )
+        return len(history)
+
     @staticmethod
     def _insertUpdates(
         cursor: sqlite3.Cursor, sessionId: str, turn: int, updates: list[dict[str, Any]]
@@ -615,8 +648,8 @@ class SessionDB:
                  sourceId),
             )  # fmt: skip
             cursor.execute(
-                "INSERT INTO acp_messages (session_id, seq, role, message, text) "
-                "SELECT ?, seq, role, message, text FROM acp_messages "
+                "INSERT INTO acp_messages (session_id, seq, role, message, text, archived) "
+                "SELECT ?, seq, role, message, text, archived FROM acp_messages "
                 "WHERE session_id = ? ORDER BY seq",
                 (newId, sourceId),
             )
@@ -639,11 +672,11 @@ class SessionDB:
             return self._insertMessages(cursor, sessionId, record.messageCount, messages)
 
     def loadMessages(self, sessionId: str) -> list[dict[str, Any]]:
-        """The whole history, each message exactly as it was given."""
+        """The model's whole history, each message exactly as it was given (archived ones left out)."""
         with self._read() as cursor:
             self._require(cursor, sessionId)
             rows = cursor.execute(
-                "SELECT message FROM acp_messages WHERE session_id = ? ORDER BY seq",
+                "SELECT message FROM acp_messages WHERE session_id = ? AND archived = 0 ORDER BY seq",
                 (sessionId,),
             ).fetchall()
         return [safejson.loads(message) for (message,) in rows]
@@ -734,16 +767,20 @@ class SessionDB:
             omittedBytes=totalBytes - sum(size for _, size in rows),
         )
 
-    def lastContextUsed(self, sessionId: str) -> int:
-        """``used`` of the newest ``usage_update`` journaled (0 when there is none)."""
+    def lastUsage(self, sessionId: str) -> tuple[int, float | None]:
+        """``used`` and ``cost.amount`` of the newest ``usage_update`` journaled (0 and None
+        when there is none, or it has no cost)."""
         with self._read() as cursor:
             row = cursor.execute(
                 "SELECT payload FROM acp_journal WHERE session_id = ? "
                 "AND instr(payload, '\"sessionUpdate\":\"usage_update\"') > 0 ORDER BY seq DESC LIMIT 1",
                 (sessionId,),
             ).fetchone()
-        used = safejson.loads(row[0]).get("used") if row else None
-        return used if isinstance(used, int) and not isinstance(used, bool) else 0
+        update = safejson.loads(row[0]) if row else {}
+        used, cost = update.get("used"), update.get("cost")
+        amount = cost.get("amount") if isinstance(cost, dict) else None
+        return (used if isinstance(used, int) and not isinstance(used, bool) else 0,
+                float(amount) if isinstance(amount, (int, float)) and not isinstance(amount, bool) else None)
 
     # -- turns ------------------------------------------------------------------------------
 
@@ -768,10 +805,13 @@ class SessionDB:
             return record.turn + 1
 
     def endTurn(
-        self, sessionId: str, turn: int, messages: Iterable[dict[str, Any]] = ()
+        self, sessionId: str, turn: int, messages: Iterable[dict[str, Any]] = (),
+        history: list[dict[str, Any]] | None = None,
     ) -> int:
         """Append the turn's new messages and mark the session idle, in one transaction;
-        return the new message count. Once this returns, the turn is durable.
+        return the new message count. Once this returns, the turn is durable. With
+        ``history`` (a compaction's result) that becomes the model's history instead, and the
+        old one with ``messages`` is archived (see ``_compact``).
 
         ValueError unless ``turn`` is the running turn.
         """
@@ -788,6 +828,8 @@ class SessionDB:
                 "WHERE session_id = ?",
                 (sessionId,),
             )
+            if history is not None:
+                return self._compact(cursor, record, messages, history)
             return self._insertMessages(cursor, sessionId, record.messageCount, messages)
 
     def recoverInterrupted(

@@ -36,7 +36,7 @@ from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from .bridge import BridgedObserver, EventBridge
+from .bridge import SUMMARY_CHUNK, BridgedObserver, EventBridge
 from .catalog import ModelCatalog
 from .commands import Commands, slashCommand
 from .config import Endpoint
@@ -54,6 +54,7 @@ from .params import field
 from .render import planEntries, textContent
 from .session_state import SessionState
 from .store import timestamp
+from .updates import usageUpdate
 
 if TYPE_CHECKING:
     from .engine.model import ModelError
@@ -138,6 +139,8 @@ class Turn:
     #: Open tool cards: the engine's call id -> (toolCallId, tool name, arguments).
     cards: dict[str, tuple[str, str, dict[str, Any]]] = attrs.field(factory=dict)
     messageSeq: int = 0
+    #: Compactions begun and not yet ended (a crash's sweep fails them).
+    compactions: set[str] = attrs.field(factory=set)
     #: The MCP tools the model was offered in this turn, by name, and when each call's progress was last shown.
     routes: dict[str, Route] = attrs.field(factory=dict)
     progressShown: dict[str, float] = attrs.field(factory=dict)
@@ -207,6 +210,9 @@ class Turn:
         session, services = self.session, self.services
         text = promptText(self.blocks)
         command = slashCommand(text, self.blocks)
+        compact = command[1] if command is not None and command[0] == "compact" else None
+        if compact is not None:
+            command = None  # a turn of the engine, with its own kind of run
         if command is None:
             services.requireEndpoint()
         await services.store.beginTurn(session)
@@ -224,14 +230,17 @@ class Turn:
             if command is not None:
                 self._move(RUNNING)
                 self.sendText("agent_message_chunk", await services.commands.run(session, *command))
-            elif not self.cancelled and (result := await self._runEngine()) is not None:
+            elif not self.cancelled and (result := await self._runEngine(compact)) is not None:
                 messages = result.messages
                 response = {"stopReason": result.stop_reason, "usage": attrs.asdict(result.usage)}
                 for name, count in response["usage"].items():
                     session.usageTotals[name] = session.usageTotals.get(name, 0) + count
+                if result.cost is not None:
+                    session.cost = (session.cost or 0.0) + result.cost
                 if result.failure is not None:
                     failure = modelFailure(result.failure)
-                session.contextUsed = result.last_prompt_tokens or estimateTokens(session.history + messages)
+                history = session.history + messages if result.history is None else result.history
+                session.contextUsed = result.last_prompt_tokens or estimateTokens(history)
         except Exception:
             log.failure("turn {turn} in session {id} crashed", turn=self.turnId, id=session.sessionId)
             failure = InternalError(CRASHED)
@@ -242,27 +251,31 @@ class Turn:
         if self.cancelled:
             response["stopReason"], failure = "cancelled", None
         if command is None:
-            if result is not None and result.failure is not None and result.failure.window:
-                services.catalog.learnWindow(session.model, result.failure.window)
-            services.updates.send(session, {"sessionUpdate": "usage_update", "used": session.contextUsed,
-                                            "size": services.catalog.window(session.model)})
-        if session.title is None and text and command is None:
+            if result is not None and result.window:
+                services.catalog.learnWindow(session.model, result.window)
+            services.updates.send(session, usageUpdate(session, services.catalog.window(session.model)))
+        if session.title is None and text and command is None and compact is None:
             session.title = _title(text)
             services.updates.send(session, {"sessionUpdate": "session_info_update", "title": session.title,
                                             "updatedAt": timestamp()})
         if failure is not None:  # the editor shows the error; a later replay shows this line
             services.store.journalUpdate(session, {"sessionUpdate": "agent_message_chunk", "messageId": f"{self.turnId}-failed",
                                                    "content": {"type": "text", "text": f"\n\n_{failure.message}_\n"}})
-        session.history.extend(messages)
-        await services.store.endTurn(session, messages)
+        replaced = result.history if result is not None else None
+        if replaced is not None:
+            session.history = list(replaced)
+        else:
+            session.history.extend(messages)
+        await services.store.endTurn(session, messages, replaced)
         self._move(ANSWERED)
         if failure is not None:
             raise failure
         return response
 
-    async def _runEngine(self) -> TurnResult | None:
+    async def _runEngine(self, compact: str | None = None) -> TurnResult | None:
         """The engine on a worker thread; None when the turn was cancelled before one
-        was free. The engine's events cross back through the bridge, in order."""
+        was free. The engine's events cross back through the bridge, in order. With
+        ``compact`` (``/compact``'s focus, maybe "") the run is one compaction."""
         services = self.services
         self.agent = agent = services.options.agentFor(self.session)
         agent.contextWindow = services.catalog.window(self.session.model)
@@ -279,6 +292,8 @@ class Turn:
                 self._claimed = True
             services.reactor.callFromThread(self._workerStarted)
             try:
+                if compact is not None:
+                    return agent.compact(history, observer, compact, self.cancelEvent)
                 content = toModelContent(self.blocks, self.cancelEvent)
                 return agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools)
             finally:
@@ -303,7 +318,8 @@ class Turn:
 
         done: Deferred[TurnResult | None] = Deferred()
         self._engineDone = done
-        services.mcp.ready(self.session).addCallback(serversSettled).addBoth(finished)
+        ready = succeed(None) if compact is not None else services.mcp.ready(self.session)
+        ready.addCallback(serversSettled).addBoth(finished)
         return await done
 
     def _workerStarted(self) -> None:
@@ -320,6 +336,9 @@ class Turn:
             if kind == "event":
                 handler, args = payload
                 handler(*args)
+            elif kind == SUMMARY_CHUNK:
+                for compactionId in self.compactions:  # one at a time
+                    self.services.updates.compactionChunk(self.session, compactionId, payload)
             else:
                 self.sendText(kind, payload)
         return self.services.updates.whenWritable()
@@ -350,6 +369,26 @@ class Turn:
         if name == "todo" and not failed and isinstance(extras.get("todos"), list):
             self.services.updates.send(self.session, {"sessionUpdate": "plan", "entries": planEntries(extras["todos"])})
 
+    def compactionStarted(self, compactionId: str, reason: str) -> None:
+        self.messageSeq += 1
+        self.compactions.add(compactionId)
+        self.services.updates.compaction(self.session, compactionId, "in_progress")
+
+    def compactionEnded(self, compactionId: str, status: str, summary: str, error: str, before: int, after: int) -> None:
+        """The editor sees the summary (or why it failed) and, after a compaction, the
+        smaller context at once."""
+        self.messageSeq += 1
+        self.compactions.discard(compactionId)
+        if status == "completed":
+            text = f"{summary}\n\n_About {before:,} → {after:,} tokens._"
+        else:
+            text = "Cancelled." if status == "cancelled" else f"Compaction failed: {error}."
+        updates = self.services.updates
+        updates.compaction(self.session, compactionId, status, text)
+        if status == "completed":
+            self.session.contextUsed = after
+            updates.send(self.session, usageUpdate(self.session, self.services.catalog.window(self.session.model)))
+
     def terminalStarted(self, callId: str, terminalId: str) -> None:
         """The editor made a terminal for the call's command: show it in its card."""
         card = self.cards.get(callId)
@@ -367,6 +406,9 @@ class Turn:
                 "content": [textContent(f"Not completed: {reason}.")],
             })  # fmt: skip
         self.cards.clear()
+        for compactionId in sorted(self.compactions):
+            self.services.updates.compaction(self.session, compactionId, "failed", f"Not completed: {reason}.")
+        self.compactions.clear()
 
     # -- requests to the editor for this turn ----------------------------------------
 

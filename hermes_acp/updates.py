@@ -1,4 +1,11 @@
-"""``session/update`` to the editor, and into the journal that ``session/load`` replays."""
+"""``session/update`` to the editor, and into the journal that ``session/load`` replays.
+
+A compaction has two forms: ``compaction_update`` (and ``compaction_summary_chunk``) for editors
+that advertise ``session.compaction``, else a "Compact conversation" tool card of kind ``think``
+with the summary as its content, as codex-acp and the Claude adapter show it. The journal keeps
+the card (tagged in ``_meta``, its id ``compaction-…``), so that a crash's recovery fails it like
+any open card, and a replay turns it into the form the *loading* editor takes.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
 from .client import ClientInfo
+from .render import textContent
 from .interfaces import ISessionStore, IUpdateChannel
 from .jsonrpc import JSONRPCConnection
 from .session_state import SessionState
@@ -39,6 +47,72 @@ class UpdateChannel:
             update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": f"_{title}: {description}_\n\n"}}
         self.send(state, update, journal=journal)
 
+    def compaction(self, state: SessionState, compactionId: str, status: str, text: str = "") -> None:
+        card = compactionCard(compactionId, status, text)
+        if self.client.compaction:
+            self.send(state, compactionUpdate(card), journal=False)
+            self.store.journalUpdate(state, card)
+        else:
+            self.send(state, card)
+
+    def compactionChunk(self, state: SessionState, compactionId: str, text: str) -> None:
+        if self.client.compaction and text:
+            update = {"sessionUpdate": "compaction_summary_chunk", "compactionId": compactionId,
+                      "content": {"type": "text", "text": text}}
+            self.send(state, update, journal=False)
+
+    def replay(self, state: SessionState, update: dict[str, Any]) -> None:
+        self.send(state, compactionUpdate(update) if self.client.compaction and isCompactionCard(update) else update,
+                  journal=False)
+
     def whenWritable(self) -> Deferred[None]:
         return self.connection.whenWritable()
 
+
+
+def usageUpdate(state: SessionState, size: int) -> dict[str, Any]:
+    """``usage_update``: the context used of ``size``, and the cost where the endpoint told it."""
+    update: dict[str, Any] = {"sessionUpdate": "usage_update", "used": state.contextUsed, "size": size}
+    if state.cost is not None:
+        update["cost"] = {"amount": round(state.cost, 6), "currency": "USD"}
+    return update
+
+
+COMPACTION_TITLE = "Compact conversation"
+_CARD_PREFIX = "compaction-"
+
+
+def compactionCard(compactionId: str, status: str, text: str = "") -> dict[str, Any]:
+    """The card form of a compaction's start ("in_progress") or end."""
+    meta = {"hermesAcp": {"compactionId": compactionId, "status": status}}
+    toolCallId = _CARD_PREFIX + compactionId
+    if status == "in_progress":
+        return {"sessionUpdate": "tool_call", "toolCallId": toolCallId, "title": COMPACTION_TITLE, "kind": "think",
+                "status": "in_progress", "_meta": meta}
+    return {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
+            "status": "completed" if status == "completed" else "failed",
+            "content": [textContent(text or status)], "_meta": meta}
+
+
+def isCompactionCard(update: dict[str, Any]) -> bool:
+    return (update.get("sessionUpdate") in ("tool_call", "tool_call_update")
+            and str(update.get("toolCallId", "")).startswith(_CARD_PREFIX))
+
+
+def compactionUpdate(card: dict[str, Any]) -> dict[str, Any]:
+    """A compaction card as ``compaction_update``. A failed update without our tag is the
+    recovery's, after a crash mid-compaction."""
+    compactionId = card["toolCallId"].removeprefix(_CARD_PREFIX)
+    meta = card.get("_meta")
+    tagged = meta.get("hermesAcp") if isinstance(meta, dict) else None
+    status = tagged.get("status") if isinstance(tagged, dict) else card.get("status")
+    update: dict[str, Any] = {"sessionUpdate": "compaction_update", "compactionId": compactionId,
+                              "status": status if status in ("in_progress", "completed", "cancelled") else "failed"}
+    content = card.get("content")
+    text = next((c["content"].get("text", "") for c in content if isinstance(c, dict) and isinstance(c.get("content"), dict)),
+                "") if isinstance(content, list) else ""
+    if update["status"] == "completed":
+        update["summary"] = [{"type": "text", "text": text}]
+    elif update["status"] == "failed":
+        update["error"] = text or "the compaction did not finish"
+    return update

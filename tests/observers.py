@@ -29,6 +29,8 @@ class RecordingObserver:
         self.reads: list[tuple[str, str, str]] = []
         self.terminals: list[tuple[str, str]] = []
         self.delegated: list[tuple[str, str, dict[str, Any]]] = []
+        #: ("started", id, reason), ("text", id, delta), ("ended", id, status, summary, error, before, after)
+        self.compactions: list[tuple[Any, ...]] = []
         #: ``toolAnswer(name, arguments)`` answers a delegated (MCP) call.
         self.toolAnswer = toolAnswer or (lambda name, arguments: (f"ran {name}", False, {}))
         self.commandAnswer = commandAnswer
@@ -76,6 +78,15 @@ class RecordingObserver:
             self.delegated.append((callId, name, arguments))
         answer: tuple[str, bool, dict[str, Any]] = self.toolAnswer(name, arguments)
         return answer
+
+    def compactionStarted(self, compactionId: str, reason: str) -> None:
+        self.compactions.append(("started", compactionId, reason))
+
+    def compactionText(self, compactionId: str, delta: str) -> None:
+        self.compactions.append(("text", compactionId, delta))
+
+    def compactionEnded(self, compactionId: str, status: str, summary: str, error: str, before: int, after: int) -> None:
+        self.compactions.append(("ended", compactionId, status, summary, error, before, after))
 
     def ends(self) -> dict[str, str]:
         """call id -> how it ended; fails if a call ended twice or never started."""

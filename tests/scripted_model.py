@@ -21,12 +21,20 @@ a list of steps (JSON-friendly dicts):
 
 Rules pick a script by a substring of the latest user message, so concurrent
 sessions each get their own; requests that match no rule use the default
-script. A script that runs out answers HTTP 500, unless it repeats.
+script. A script that runs out answers HTTP 500, unless it repeats. The agent's
+compaction requests (their system prompt is ``compaction.SUMMARY_PROMPT``) have a
+script of their own, ``summaries`` (by default each answers a short numbered
+summary); ``chatRequests`` leaves them out and ``summaryRequests`` has them.
+
+With ``window`` set, the server counts a request's tokens (``tokensOf``: 4
+characters a token) like a provider with that context window: a request over it
+gets OpenAI's 400 ``context_length_exceeded`` naming the window (counted in
+``overflows``), and a reply without scripted usage reports ``prompt_tokens``.
 
 Run ``python tests/scripted_model.py --port 0 --script FILE.json`` to host one
 in its own process; the first line on stdout is its base URL. FILE.json holds
 ``{"default": [...], "rules": [{"match": "...", "responses": [...]}],
-"models": [...], "repeat": false, "apiKey": null}``.
+"models": [...], "repeat": false, "apiKey": null, "window": null, "windows": {}}``.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+from hermes_acp.engine.compaction import SUMMARY_PROMPT
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTCP, IReactorTime
 from twisted.web import http
@@ -84,6 +93,16 @@ def latestUserText(body: Any) -> str:
     return ""
 
 
+def isSummaryRequest(body: Any) -> bool:
+    messages = body.get("messages") or []
+    return bool(messages) and messages[0].get("role") == "system" and messages[0].get("content") == SUMMARY_PROMPT
+
+
+def tokensOf(body: Any) -> int:
+    """What the scripted provider counts for a request: its messages and tools, 4 characters a token."""
+    return len(json.dumps([body.get("messages"), body.get("tools")], ensure_ascii=False)) // 4
+
+
 def _errorBody(message: str, code: str | None = None) -> bytes:
     return json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": code}}).encode()
 
@@ -92,7 +111,7 @@ class _Playback:
     """Plays one response's steps onto a request, honouring stalls and disconnects."""
 
     def __init__(self, request: Request, steps: Response, model: str, streaming: bool, clock: IReactorTime,
-                 server: ScriptedModel) -> None:
+                 server: ScriptedModel, promptTokens: int | None = None) -> None:
         self.server = server
         self.request = request
         self.steps = list(steps)
@@ -106,7 +125,8 @@ class _Playback:
         self.callIndex = 0
         self.message: dict[str, Any] = {"role": "assistant", "content": None}
         self.finish: str | None = None
-        self.usage: dict[str, Any] | None = None
+        self.usage: dict[str, Any] | None = None if promptTokens is None else {
+            "prompt_tokens": promptTokens, "completion_tokens": 1, "total_tokens": promptTokens + 1}
         request.notifyFinish().addBoth(self._gone)
 
     def _gone(self, _: object) -> None:
@@ -240,6 +260,8 @@ class ScriptedModel(Resource):
         strictModels: bool = False,
         repeat: bool = False,
         clock: IReactorTime | None = None,
+        window: int | None = None,
+        summaries: list[Response] | None = None,
     ) -> None:
         super().__init__()
         if clock is None:
@@ -257,11 +279,15 @@ class ScriptedModel(Resource):
         self.strictModels = strictModels
         self.requests: list[Recorded] = []
         self.stalls = 0  # how many times a response reached a ``stall`` step
+        self.window = window
+        self.overflows = 0  # requests refused for being over the window
+        self.summaries = Script(list(summaries or []), True) if summaries is not None else None
+        self.summaryCount = 0
         self._waiting: list[tuple[Callable[[], bool], Deferred[None]]] = []
 
     @classmethod
     def fromJSON(cls, spec: dict[str, Any], clock: IReactorTime | None = None) -> ScriptedModel:
-        return cls(
+        model = cls(
             spec.get("default"),
             [(rule["match"], rule["responses"]) for rule in spec.get("rules", [])],
             spec.get("models", ["scripted-model"]),
@@ -269,7 +295,10 @@ class ScriptedModel(Resource):
             spec.get("strictModels", False),
             spec.get("repeat", False),
             clock,
+            spec.get("window"),
         )
+        model.windows.update(spec.get("windows", {}))
+        return model
 
     def addRule(self, match: str, responses: list[Response]) -> None:
         """Answer requests whose latest user message contains ``match`` with ``responses``."""
@@ -302,8 +331,13 @@ class ScriptedModel(Resource):
 
     @property
     def chatRequests(self) -> list[Any]:
-        """The bodies of the chat completion requests, oldest first."""
-        return [r.body for r in self.requests if r.path.endswith("/chat/completions")]
+        """The bodies of the chat completion requests, oldest first (compaction requests left out)."""
+        return [r.body for r in self.requests if r.path.endswith("/chat/completions") and not isSummaryRequest(r.body)]
+
+    @property
+    def summaryRequests(self) -> list[Any]:
+        """The bodies of the agent's compaction (summary) requests, oldest first."""
+        return [r.body for r in self.requests if r.path.endswith("/chat/completions") and isSummaryRequest(r.body)]
 
     def _record(self, request: Request, body: Any) -> None:
         headers = {k.decode().lower(): v[-1].decode() for k, v in request.requestHeaders.getAllRawHeaders()}
@@ -342,13 +376,25 @@ class ScriptedModel(Resource):
         model = body.get("model", "")
         if self.strictModels and model not in self.models:
             return self._refuse(request, http.NOT_FOUND, f"The model `{model}` does not exist", "model_not_found")
+        tokens = tokensOf(body)
+        if self.window is not None and tokens > self.window:
+            self.overflows += 1
+            return self._refuse(request, http.BAD_REQUEST, (
+                f"This model's maximum context length is {self.window} tokens. However, your messages resulted in "
+                f"{tokens} tokens. Please reduce the length of the messages."), "context_length_exceeded")
         text = latestUserText(body)
-        script = next((s for match, s in self.rules if match in text), self.default)
-        steps = script.next()
+        if isSummaryRequest(body):
+            self.summaryCount += 1
+            steps = self.summaries.next() if self.summaries is not None else [
+                {"text": f"## Goal\nScripted summary {self.summaryCount}."}]
+        else:
+            script = next((s for match, s in self.rules if match in text), self.default)
+            steps = script.next()
         if steps is None:
             message = f"script exhausted (latest user message: {text[:80]!r})"
             return self._refuse(request, http.INTERNAL_SERVER_ERROR, message)
-        _Playback(request, steps, model, bool(body.get("stream")), self.clock, self).start()
+        _Playback(request, steps, model, bool(body.get("stream")), self.clock, self,
+                  tokens if self.window is not None else None).start()
         return NOT_DONE_YET
 
 

@@ -132,3 +132,35 @@ async def test_theWindowComesFromTheModelListThenFromAnOverflow(scriptedServer, 
     sizes = [u["size"] for u in found if u["sessionUpdate"] == "usage_update"]
     assert sizes[-2:] == [32768, 16384]
     assert "no longer fits" in error and "16384" in error
+
+
+@pytest_twisted.ensureDeferred
+async def test_costAddsUpAcrossTurnsAndRestarts(scriptedServer, tmp_path) -> None:
+    """Where the endpoint reports ``usage.cost`` (OpenRouter), ``usage_update`` carries the
+    session's total, in every turn and after a restart; without it, no cost at all."""
+    model, url = scriptedServer
+    priced = {"prompt_tokens": 100, "completion_tokens": 5, "cost": 0.00125}
+    model.default.responses += [[{"text": "one"}, {"usage": priced}], [{"text": "two"}, {"usage": priced}],
+                                [{"text": "three"}, {"usage": priced}]]
+    env = modelEnv(url, str(tmp_path / "home"))
+
+    async def session(load=None):
+        async with connect(RecordingClient(), env=env) as (conn, _, wire, process):
+            await initialized(conn)
+            if load is None:
+                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+                prompts = ["a", "b"]
+            else:
+                sid = load
+                await conn.load_session(session_id=sid, cwd=str(tmp_path), mcp_servers=[])
+                prompts = ["c"]
+            for words in prompts:
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text(words)]), 30)
+            return sid, [u for u in updates(wire, sid) if u["sessionUpdate"] == "usage_update"], wire.problems()
+
+    sid, first, problems = await onLoop(session())
+    _, second, moreProblems = await onLoop(session(sid))
+    assert problems == moreProblems == []
+    assert "cost" not in first[0]  # before any request
+    assert [u["cost"] for u in first[1:]] == [{"amount": 0.00125, "currency": "USD"}, {"amount": 0.0025, "currency": "USD"}]
+    assert second[-1]["cost"] == {"amount": 0.00375, "currency": "USD"}

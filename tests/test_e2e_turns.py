@@ -22,6 +22,8 @@ from acp.schema import (
     WaitForTerminalExitResponse,
 )
 
+from hermes_acp.commands import COMMANDS
+
 from .e2e import agentText, modelEnv, text, toolCalls, updates
 from .sdkclient import RecordingClient, connect, initialized, onLoop, rawNotify, settled, until
 
@@ -423,7 +425,7 @@ async def test_slashCommands(scriptedServer, tmp_path) -> None:
     assert "hermes-acp" in replies[4] and "Endpoint:" in replies[4]
     assert "read_file" in replies[6]
     # Markdown lists, one item a line, so that editors do not run them together.
-    assert sum(line.startswith("- `/") for line in replies[0].splitlines()) == 10
+    assert sum(line.startswith("- `/") for line in replies[0].splitlines()) == len(COMMANDS)
     assert sum(line.startswith("- **") for line in replies[4].splitlines()) == 11
     assert "- **Commands:** " in replies[4] and ("sandboxed (Landlock" in replies[4] or "asks before it runs" in replies[4])
     assert sum(line.startswith("- `") for line in replies[6].splitlines()) >= 6

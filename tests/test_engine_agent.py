@@ -14,11 +14,12 @@ from twisted.internet.defer import DeferredList
 from twisted.internet.threads import deferToThread
 
 from hermes_acp.config import Endpoint
-from hermes_acp.engine.agent import AIAgent
+from hermes_acp.engine.agent import CONTINUE, AIAgent
 from hermes_acp.engine.result import TurnUsage
 from hermes_acp.engine.approval import REJECT_ONCE
 from hermes_acp.engine.model import ModelClient
 
+from .scripted_model import Script
 from .observers import RecordingObserver
 from .sdkclient import onLoop, until
 
@@ -268,10 +269,8 @@ async def test_deniedEditIsNotWrittenAndTheModelIsTold(scriptedServer, workspace
 @pytest.mark.parametrize(
     ("steps", "reason"),
     [
-        ([{"text": "cut"}, {"finish": "length"}], "max_tokens"),
         ([{"text": "no"}, {"finish": "content_filter"}], "refusal"),
         ([{"refusal": "I can't help with that."}], "refusal"),
-        ([*tools(call("x", "todo")), {"finish": "length"}], "max_tokens"),
     ],
 )
 @pytest_twisted.ensureDeferred
@@ -281,7 +280,52 @@ async def test_stopReasons(scriptedServer, workspace: Path, steps, reason: str) 
     agent, seen = makeAgent(url, workspace)
     result = await run(agent, "q")
     assert result.stop_reason == reason
-    assert seen.events == []  # a cut-off tool call is not run
+    assert seen.events == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_cutAnswerGoesOn(scriptedServer, workspace: Path) -> None:
+    """An answer the output limit cut goes on: the model is asked to continue, and the
+    answer is the two parts together."""
+    server, url = scriptedServer
+    server.default.responses += [[{"text": "The answer is"}, {"finish": "length"}], [{"text": " forty-two."}]]
+    agent, seen = makeAgent(url, workspace)
+    result = await run(agent, "q")
+    assert (result.stop_reason, result.final_text) == ("end_turn", "The answer is forty-two.")
+    assert "".join(seen.texts) == "The answer is forty-two."
+    sent = server.chatRequests[1]["messages"]
+    assert sent[-2] == {"role": "assistant", "content": "The answer is"}
+    assert sent[-1] == {"role": "user", "content": CONTINUE}
+
+
+@pytest_twisted.ensureDeferred
+async def test_cutAnswerStopsAfterThreeContinuations(scriptedServer, workspace: Path) -> None:
+    server, url = scriptedServer
+    server.default = Script([[{"text": "more "}, {"finish": "length"}]], repeat=True)
+    agent, _ = makeAgent(url, workspace)
+    result = await run(agent, "q")
+    assert (result.stop_reason, result.final_text) == ("max_tokens", "more " * 4)
+    assert len(server.chatRequests) == 4
+
+
+@pytest_twisted.ensureDeferred
+async def test_cutToolCallIsAskedForAgainWithMoreRoom(scriptedServer, workspace: Path) -> None:
+    """A tool call the output limit cut is not run: the request goes again with a larger
+    ``max_tokens``, and the whole call that comes back runs once."""
+    server, url = scriptedServer
+    server.default.responses += [
+        [{"tool_calls": [{"id": "w", "name": "write_file", "arguments": '{"path": "a.txt", "content": "hal'}]},
+         {"usage": {"prompt_tokens": 50, "completion_tokens": 6000}}, {"finish": "length"}],
+        tools(call("w", "todo")),
+        [{"text": "ok"}],
+    ]
+    agent, seen = makeAgent(url, workspace)
+    result = await run(agent, "q")
+    assert result.stop_reason == "end_turn"
+    assert "max_tokens" not in server.chatRequests[0]
+    assert server.chatRequests[1]["max_tokens"] == 12000
+    assert [e[:2] for e in seen.events] == [("started", "todo"), ("finished", "todo")]
+    assert not (workspace / "a.txt").exists()
 
 
 @pytest_twisted.ensureDeferred

@@ -218,7 +218,7 @@ async def test_denied(scriptedServer, tmp_path, flags, said) -> None:
 
 @pytest.mark.parametrize("steps, repeat, code, stop", [
     ([[{"refusal": "I will not do that."}]], False, EXIT_REFUSAL, "refusal"),
-    ([[{"text": "cut sh"}, {"finish": "length"}]], False, EXIT_MAX_TOKENS, "max_tokens"),
+    ([[{"text": "cut sh"}, {"finish": "length"}]], True, EXIT_MAX_TOKENS, "max_tokens"),  # after 3 continuations
     pytest.param([[{"tool_calls": [{"name": "todo", "arguments": {}}]}]], True, EXIT_MAX_TURN_REQUESTS,
                  "max_turn_requests", marks=pytest.mark.slow),  # 90 model requests
 ])

@@ -356,7 +356,8 @@ class SettingsTests(SynchronousTestCase):
         bad = [("HERMES_ACP_PERMISSION_TIMEOUT", v) for v in ("inf", "nan", "-5", "0", "soon")]
         bad += [("HERMES_ACP_THREADS", "0"), ("HERMES_ACP_MAX_LINE", "10"), ("HERMES_CONTEXT_WINDOW", "lots"),
                 ("HERMES_ACP_SANDBOX", "maybe"), ("HERMES_ACP_SANDBOX_NETWORK", "sometimes"),
-                ("HERMES_ACP_COMMAND_CPU_SECONDS", "0")]
+                ("HERMES_ACP_COMMAND_CPU_SECONDS", "0"), ("HERMES_ACP_COMPACT_AT", "1.5"),
+                ("HERMES_ACP_COMPACT_AT", "most")]
         for name, argv in ENTRY_POINTS.items():
             for variable, value in bad[: 2 if name != "hermes-acp" else len(bad)]:
                 run = runAgent([initialize(0)], argv=argv, env=agentEnv(**{variable: value}))

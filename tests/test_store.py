@@ -655,6 +655,38 @@ class TurnTests(StoreTestCase):
         self.assertEqual(db.loadMessages("s1"), HISTORY)
         self.assertEqual(db.beginTurn("s1"), 2)
 
+    def test_compactionArchivesAndStaysSearchable(self) -> None:
+        """endTurn with a compaction's history: that is the model's history from now on; the
+        old one and the turn's own messages stay findable, each once; a second compaction and
+        a fork keep working; the journal's last usage gives the context used and the cost."""
+        db = self.openStore()
+        self.newSession(db)
+        first = [{"role": "user", "content": "find the kumquat"}, {"role": "assistant", "content": "in the crate"}]
+        db.endTurn("s1", db.beginTurn("s1"), first)
+        turn = [{"role": "user", "content": "and the persimmon"}, {"role": "assistant", "content": "on the shelf"}]
+        compacted = [{"role": "user", "content": "[summary] fruit", "compaction": "c1"}, *turn]
+        self.assertEqual(db.endTurn("s1", db.beginTurn("s1"), turn, compacted), 3)
+        self.assertEqual(db.loadMessages("s1"), compacted)
+        self.assertEqual(db.getSession("s1").messageCount, 3)
+        for word in ("kumquat", "persimmon", "shelf"):
+            self.assertEqual(len(db.searchMessages(word)), 1, word)
+        self.assertEqual(db.searchMessages("summary"), [])
+        later = [{"role": "user", "content": "now the quince"}]
+        again = [{"role": "user", "content": "[summary] more fruit", "compaction": "c2"}, *later]
+        self.assertEqual(db.endTurn("s1", db.beginTurn("s1"), later, again), 2)
+        self.assertEqual(db.loadMessages("s1"), again)
+        for word in ("kumquat", "persimmon", "quince"):
+            self.assertEqual(len(db.searchMessages(word)), 1, word)
+        db.appendMessages("s1", [{"role": "assistant", "content": "quince found"}])
+        self.assertEqual([m["content"] for m in db.loadMessages("s1")][-1], "quince found")
+        db.forkSession("s1", "s2", "/work")
+        self.assertEqual(db.loadMessages("s2"), db.loadMessages("s1"))
+        self.assertEqual(sorted(h["sessionId"] for h in db.searchMessages("kumquat")), ["s1", "s2"])
+        self.assertEqual(db.lastUsage("s1"), (0, None))
+        db.appendUpdates("s1", 3, [{"sessionUpdate": "usage_update", "used": 900, "size": 8000,
+                                    "cost": {"amount": 0.0125, "currency": "USD"}}])
+        self.assertEqual(db.lastUsage("s1"), (900, 0.0125))
+
     def test_endTurnIsDurable(self) -> None:
         """What endTurn saved is there for the next process."""
         path = self.tempDir() / "state.db"

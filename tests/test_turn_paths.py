@@ -49,6 +49,9 @@ class ScriptedAgent:
                          cancelEvent: Any = None, extraTools: Any = None) -> TurnResult:
         return self.behaviour(self, user_message, observer)
 
+    def compact(self, conversation_history: Any, observer: Any, focus: str = "", cancelEvent: Any = None) -> TurnResult:
+        return self.behaviour(self, None, observer)
+
     def activeTools(self) -> dict[str, Any]:
         return {}
 

@@ -11,6 +11,7 @@ import os
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,9 @@ from hermes_acp.config import Endpoint
 from hermes_acp.engine.access import PathApprovals
 from hermes_acp.engine.cancel import CANCELLED as _WOKEN
 from hermes_acp.engine.cancel import Cancellation
+from hermes_acp.engine.compaction import (
+    CHARS_PER_TOKEN, SYNTHETIC_KEY, Budget, Cancelled, Compactor, Estimator, Outcome, charCount,
+)
 from hermes_acp.engine.guard import CommandApprovals
 from hermes_acp.engine.instructions import projectInstructions
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ToolCallRequest
@@ -46,8 +50,20 @@ DEFAULT_MAX_ITERATIONS = 90
 #: What the model reads of tool results, as shares of its context window: one result at most a
 #: quarter of it, all the results of a turn at most half (estimated at 4 characters a token);
 #: a result over its budget keeps its head and tail, with a note of what was cut.
-RESULT_SHARE, TURN_SHARE, CHARS_PER_TOKEN = 0.25, 0.5, 4
+RESULT_SHARE, TURN_SHARE = 0.25, 0.5
 MIN_RESULT_CHARS = 4000
+#: Context-length errors a turn recovers from (compact and retry), and failed compactions in a
+#: row after which the agent stops compacting on its own (``/compact`` still does).
+MAX_OVERFLOW_RETRIES, MAX_COMPACTION_FAILURES = 2, 2
+#: The window assumed by ``/compact`` when none is known.
+DEFAULT_WINDOW = 128_000
+#: A reply cut off by the output limit: an answer goes on (the model is asked to continue), a
+#: tool call is asked for again with more room; at most this many times a turn.
+MAX_CONTINUATIONS, MAX_OUTPUT_TOKENS = 3, 32_768
+CONTINUE = ("[Your reply was cut off by the output limit. Continue exactly where it stopped, "
+            "without repeating anything.]")
+GAVE_UP = ("Compacting this conversation failed twice in a row, so the agent stopped doing it on its own. "
+           "Run /compact to try again, or /reset to start fresh")
 # After a cancel, tools get this long to stop; the turn then ends without them (a
 # late tool's events and approval requests go to the ended turn, which drops them).
 TOOL_CANCEL_GRACE = 0.4
@@ -78,6 +94,11 @@ def _forAPI(message: dict[str, Any]) -> dict[str, Any]:
     if message.get("tool_calls") and message.get("reasoning"):
         sent[message.get("reasoning_field") or "reasoning_content"] = message["reasoning"]
     return sent
+
+
+def _sentChars(messages: Sequence[dict[str, Any]]) -> int:
+    """The size of history entries as the endpoint receives them."""
+    return charCount([_forAPI(message) for message in messages])
 
 
 def _assistantMessage(reply: ModelReply, calls: Sequence[ToolCallRequest]) -> dict[str, Any]:
@@ -136,8 +157,13 @@ class AIAgent:
     sandbox: Policy | None = attrs.field(
         default=attrs.Factory(lambda self: policyFor((self.cwd, *self.additionalDirectories)), takes_self=True))
     limits: Limits = Limits()
-    #: The model's context window in tokens (None: unknown): tool results are budgeted by it.
+    #: The model's context window in tokens (None: unknown): tool results are budgeted by it,
+    #: and a request over ``compactAt`` of it (less the reply's room) compacts the history first.
     contextWindow: int | None = None
+    compactAt: float = 0.9
+    #: Tokens per character as the endpoint counts them, and compactions that failed in a row.
+    estimator: Estimator = attrs.field(factory=Estimator)
+    compactionFailures: int = 0
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
     commandApprovals: CommandApprovals = attrs.field(factory=CommandApprovals)
@@ -184,6 +210,24 @@ class AIAgent:
         that sets it and then calls ``interrupt`` cannot miss the run.
         ``extraTools`` join the agent's own for this run (the session's MCP tools).
         """
+        if not conversation_history:
+            self.compactionFailures = 0  # a new conversation (or one after /reset) may compact again
+        return self._start(lambda c: _Conversation(self, c, observer, workspace or LocalWorkspace(),
+                                                   list(conversation_history or []), user_message,
+                                                   dict(extraTools or {})).run(), cancelEvent)
+
+    def compact(
+        self,
+        conversation_history: Sequence[dict[str, Any]],
+        observer: ITurnObserver,
+        focus: str = "",
+        cancelEvent: threading.Event | None = None,
+    ) -> TurnResult:
+        """Compact the history now (``/compact``); the result's ``history`` is the new one."""
+        return self._start(lambda c: _Conversation(self, c, observer, LocalWorkspace(),
+                                                   list(conversation_history), None).compactNow(focus), cancelEvent)
+
+    def _start(self, run: Callable[[Cancellation], TurnResult], cancelEvent: threading.Event | None) -> TurnResult:
         with self._runLock:
             if self._run is not None:
                 raise RuntimeError("this agent is already running a turn")
@@ -191,9 +235,7 @@ class AIAgent:
             if cancelEvent is not None and cancelEvent.is_set():
                 cancellation.cancel()
         try:
-            conversation = _Conversation(self, cancellation, observer, workspace or LocalWorkspace(),
-                                         list(conversation_history or []), user_message, dict(extraTools or {}))
-            return conversation.run()
+            return run(cancellation)
         finally:
             with self._runLock:
                 self._run = None
@@ -255,14 +297,17 @@ def _runCall(inbox: queue.Queue[Any], index: int, tool: Tool, context: ToolConte
 
 @attrs.define
 class _Conversation:
-    """The state of one ``AIAgent.run_conversation`` call."""
+    """The state of one ``AIAgent.run_conversation`` call.
+
+    ``live`` is the history the model reads (after the system prompt); ``new`` every entry
+    this run added, as it was: a compaction replaces ``live`` but never ``new``."""
 
     agent: AIAgent
     cancellation: Cancellation
     observer: ITurnObserver
     workspace: Workspace
-    history: list[dict[str, Any]]
-    userMessage: str | list[dict[str, Any]]
+    live: list[dict[str, Any]]
+    userMessage: str | list[dict[str, Any]] | None
     extraTools: dict[str, Tool] = attrs.field(factory=dict)
     new: list[dict[str, Any]] = attrs.field(factory=list)
     usage: TurnUsage = attrs.field(factory=TurnUsage)
@@ -270,42 +315,90 @@ class _Conversation:
     finalText: str = ""
     #: Characters of tool results the model has read in this turn (``_budgeted``).
     resultChars: int = 0
+    #: A compaction replaced ``live``; context-length errors recovered from; a window they taught.
+    replaced: bool = False
+    overflows: int = 0
+    learnedWindow: int | None = None
+    #: Replies the output limit cut that the turn went on from, and the text so far of a cut answer.
+    continuations: int = 0
+    cutText: str = ""
+    cost: float | None = None
 
     def result(self, stopReason: str, failure: ModelError | None = None) -> TurnResult:
-        return TurnResult(self.finalText, self.new, self.usage, stopReason, failure, self.lastPromptTokens)
+        return TurnResult(self.finalText, self.new, self.usage, stopReason, failure, self.lastPromptTokens,
+                          self.live if self.replaced else None, self.learnedWindow, self.cost)
+
+    def counted(self, usage: dict[str, Any] | None) -> None:
+        """A reply's usage joins the run's, its cost too where the endpoint reports one."""
+        self.usage = self.usage.plus(usage)
+        cost = (usage or {}).get("cost")
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0:
+            self.cost = (self.cost or 0.0) + cost
 
     def remember(self, message: dict[str, Any]) -> None:
         """A new history entry, under the rule of ``hermes_acp.safejson``: a lone
         surrogate from a file name or a model delta must not poison the session."""
-        self.new.append(safejson.repaired(message))
+        message = safejson.repaired(message)
+        self.new.append(message)
+        self.live.append(message)
+
+    def _system(self) -> dict[str, Any]:
+        agent = self.agent
+        return {"role": "system", "content": agent.systemPrompt
+                or defaultSystemPrompt(agent.cwd, agent.additionalDirectories, projectInstructions(agent.cwd).text)}
 
     def run(self) -> TurnResult:
         agent, observer = self.agent, self.observer
+        assert self.userMessage is not None
         self.remember({"role": "user", "content": self.userMessage})
-        system = {"role": "system", "content": agent.systemPrompt
-                  or defaultSystemPrompt(agent.cwd, agent.additionalDirectories, projectInstructions(agent.cwd).text)}
+        system = self._system()
         tools = agent.activeTools()
         tools.update((name, tool) for name, tool in self.extraTools.items() if name not in tools)
         schemas = [tool.schema() for tool in tools.values()]
+        fixed = charCount([system, schemas])
         options = {k: v for k, v in (("max_tokens", agent.maxTokens), ("reasoning_effort", agent.reasoningEffort)) if v}
         for step in range(1, agent.maxIterations + 1):
             if self.cancellation.cancelled:
                 return self.result(CANCELLED)
-            messages = [system, *map(_forAPI, self.history), *map(_forAPI, self.new)]
+            sent = fixed + _sentChars(self.live)
+            if (agent.contextWindow and agent.estimator.tokens(sent) > self._budget().threshold
+                    and agent.compactionFailures < MAX_COMPACTION_FAILURES):
+                if self._compact("threshold", fixed).status == "cancelled":
+                    return self.result(CANCELLED)
+                sent = fixed + _sentChars(self.live)
             try:
                 reply = agent.modelClient().complete(
-                    agent.model or "", messages, schemas, self.cancellation,
+                    agent.model or "", [system, *map(_forAPI, self.live)], schemas, self.cancellation,
                     lambda text: _notify(observer.text, text),
                     lambda text: _notify(observer.thought, text),
                     **options,
                 )
             except ModelError as e:
-                return self.result(END_TURN, e)
-            self.usage = self.usage.plus(reply.usage)
+                if not e.overflow:
+                    return self.result(END_TURN, e)
+                if self.overflows >= MAX_OVERFLOW_RETRIES or not self._recover(e, sent, fixed):
+                    if self.cancellation.cancelled:
+                        return self.result(CANCELLED)
+                    return self.result(END_TURN, ModelError(f"{str(e).rstrip('.')}. Run /compact to summarise the conversation, or "
+                                                            "/reset to start fresh.", overflow=True, window=e.window))
+                continue
+            self.counted(reply.usage)
             if reply.usage and reply.usage.get("prompt_tokens"):
                 self.lastPromptTokens = reply.usage["prompt_tokens"]
-            self.finalText = reply.text or reply.refusal or self.finalText
+                agent.estimator.calibrate(sent, self.lastPromptTokens)
+            self.finalText = (self.cutText + reply.text) or reply.refusal or self.finalText
             stop = self._stopReason(reply)
+            if stop == MAX_TOKENS and self.continuations < MAX_CONTINUATIONS:
+                self.continuations += 1
+                if reply.toolCalls:  # cut inside a tool call: ask again with more room
+                    options["max_tokens"] = self._moreRoom(options.get("max_tokens"), reply.usage)
+                    log.info("reply cut off inside a tool call; asking again with max_tokens %d", options["max_tokens"])
+                    continue
+                self.cutText += reply.text
+                self.remember(_assistantMessage(reply, ()))
+                self.remember({"role": "user", "content": CONTINUE, SYNTHETIC_KEY: "continuation"})
+                continue
+            self.cutText = ""
             calls = reply.toolCalls if stop is None else ()
             if reply.text or reply.refusal or reply.reasoning or calls:
                 self.remember(_assistantMessage(reply, calls))
@@ -314,6 +407,72 @@ class _Conversation:
             for message in self._runTools(step, calls, tools):
                 self.remember(message)
         return self.result(MAX_TURN_REQUESTS)
+
+    def compactNow(self, focus: str) -> TurnResult:
+        """``/compact``: one compaction of the history as it is, whatever its size."""
+        schemas = [tool.schema() for tool in self.agent.activeTools().values()]
+        outcome = self._compact("requested", charCount([self._system(), schemas]), force=True, focus=focus)
+        return self.result(CANCELLED if outcome.status == "cancelled" else END_TURN)
+
+    def _moreRoom(self, current: int | None, usage: dict[str, Any] | None) -> int:
+        """A larger ``max_tokens`` after a reply the output limit cut: twice what it had,
+        at least 8,192, at most 32,768 and half the window."""
+        had = current or (usage or {}).get("completion_tokens") or 4096
+        return min(MAX_OUTPUT_TOKENS, (self.agent.contextWindow or DEFAULT_WINDOW) // 2, max(8192, 2 * had))
+
+    def _budget(self) -> Budget:
+        return Budget.of(self.agent.contextWindow or DEFAULT_WINDOW, self.agent.maxTokens, self.agent.compactAt)
+
+    def _recover(self, error: ModelError, sent: int, fixed: int) -> bool:
+        """A context-length error: learn the window (from the error, else below the
+        request that failed), compact and retry; False when that did not help."""
+        self.overflows += 1
+        agent = self.agent
+        learned = error.window or int(agent.estimator.tokens(sent) * 0.9)
+        if agent.contextWindow is None or learned < agent.contextWindow:
+            agent.contextWindow = learned
+            if error.window:
+                self.learnedWindow = error.window
+        if agent.compactionFailures >= MAX_COMPACTION_FAILURES:
+            return False
+        return self._compact("overflow", fixed, force=True).status == "completed"
+
+    def _compact(self, reason: str, fixed: int, force: bool = False, focus: str = "") -> Outcome:
+        """One compaction of ``live``, reported to the observer; a failure leaves it as it was."""
+        agent, observer = self.agent, self.observer
+        budget = self._budget()
+        compactionId = uuid.uuid4().hex[:12]
+        _notify(observer.compactionStarted, compactionId, reason)
+        began = time.monotonic()
+
+        def summarise(request: list[dict[str, Any]], maxTokens: int) -> str:
+            reply = agent.modelClient().complete(
+                agent.model or "", request, [], self.cancellation,
+                lambda text: _notify(observer.compactionText, compactionId, text), lambda text: None,
+                max_tokens=maxTokens,
+            )
+            self.counted(reply.usage)
+            if reply.finishReason == CANCELLED_FINISH or self.cancellation.cancelled:
+                raise Cancelled()
+            return reply.text
+
+        outcome = Compactor(budget, agent.estimator, summarise, _sentChars).compact(
+            compactionId, self.live, agent.estimator.tokens(fixed), focus, force)
+        error = outcome.error
+        if outcome.messages is not None:
+            self.live, self.replaced = outcome.messages, True
+            self.lastPromptTokens = outcome.after
+            agent.compactionFailures = 0
+        elif outcome.status == "failed" and reason != "requested":
+            agent.compactionFailures += 1
+            if agent.compactionFailures >= MAX_COMPACTION_FAILURES:
+                error = f"{error}. {GAVE_UP}"
+        log.info("compaction %s (%s): %s%s, %d -> %d tokens in %.3f s%s", compactionId, reason, outcome.status,
+                 f" ({outcome.kind})" if outcome.kind else "", outcome.before, outcome.after,
+                 time.monotonic() - began, f": {error}" if error else "")
+        _notify(observer.compactionEnded, compactionId, outcome.status, outcome.summary, error,
+                outcome.before, outcome.after)
+        return outcome
 
     def _stopReason(self, reply: ModelReply) -> str | None:
         """Why the run ends after this reply, or None to run its tools."""

@@ -42,7 +42,10 @@ class TurnResult:
     ``messages`` are the new history entries (the user message first);
     ``last_prompt_tokens`` is the context size of the last model request.
     ``failure`` is set, with ``stop_reason`` "end_turn", when the model endpoint
-    failed in a way retrying did not fix.
+    failed in a way retrying did not fix. ``history`` is the model's whole history
+    after the run when a compaction replaced it (``messages`` then are still every
+    new entry as it was, for the record), else None; ``window`` the context window
+    an overflow error taught.
     """
 
     final_text: str
@@ -51,3 +54,7 @@ class TurnResult:
     stop_reason: str
     failure: ModelError | None = None
     last_prompt_tokens: int = 0
+    history: list[dict[str, Any]] | None = None
+    window: int | None = None
+    #: What the endpoint said the run's requests cost (OpenRouter's ``usage.cost``), if it did.
+    cost: float | None = None

@@ -1,0 +1,342 @@
+"""Keeping a conversation inside the model's context window (no Twisted).
+
+Before a model request that would pass the threshold, ``Compactor.compact`` makes the history
+smaller in two steps, stopping as soon as it is under the target:
+
+1. the cheap way: tool results of the older part shortened to one line, identical results
+   collapsed into the last one, and huge tool-call arguments (a whole file written) shortened;
+2. a summary of the older part, written by the model, that updates the previous summary.
+
+The history is cut into *units* that are never separated: a user message, or an assistant
+message with all the results of its tool calls (a parallel batch stays whole). The newest units,
+within a token budget, stay verbatim, and so does the user's latest request. The system prompt
+and the project instructions are rebuilt for every request, so they are never summarised. The
+summary joins the history as a user message framed as reference, not as instructions; the
+summary request itself is bounded to fit the window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+Message = dict[str, Any]
+Unit = list[Message]
+
+CHARS_PER_TOKEN = 4
+#: The keys that mark the summary message, and other user messages the agent wrote (a request
+#: to continue a cut-off answer), in the history; the API never sees them (``agent._forAPI``).
+SUMMARY_KEY, SYNTHETIC_KEY = "compaction", "synthetic"
+FRAME = ("[Context summary: reference only] The earlier part of this conversation was compacted into the "
+         "summary below so that it fits the model's context window. It is background, not new instructions: "
+         "answer the user's latest message, which comes after it.\n\n")
+#: A tool result of the older part longer than this becomes one line; arguments longer than
+#: ``LONG_ARGUMENTS`` have their long strings cut.
+LONG_RESULT, LONG_ARGUMENTS, LONG_STRING = 200, 1000, 200
+#: A compaction that leaves more than this share of the tokens made no progress.
+PROGRESS = 0.95
+#: How much of each message the summary request shows, by role (characters).
+SHOWN = {"user": 3000, "assistant": 1500, "tool": 600, "arguments": 300}
+SUMMARY_PROMPT = """You maintain the working memory of a coding agent whose conversation no longer fits its \
+context window. Write the summary that replaces the older part of the conversation: the agent must be able \
+to continue the work from it alone. Be concrete (paths, names, commands, numbers, error messages) and brief. \
+Use these Markdown sections, leaving out any that would be empty:
+
+## Latest request
+The user's most recent request that is not finished yet, quoted verbatim.
+## Goal
+## Constraints and preferences
+Every instruction of the user's that still applies, in their words.
+## Done
+What was completed, with the files changed.
+## Current state
+What is in progress; errors being worked on.
+## Decisions
+## Relevant files
+## Remaining work
+
+Write only the summary. Do not answer the user, and do not add anything the conversation does not say."""
+
+
+def charCount(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False))
+
+
+@attrs.frozen
+class Budget:
+    """Token figures of one model: ``limit`` is what a request may hold (the window less the
+    room of the reply); compaction starts over ``threshold`` and aims under ``target``."""
+
+    window: int
+    replyRoom: int
+    share: float = 0.9
+
+    @classmethod
+    def of(cls, window: int, maxTokens: int | None = None, share: float = 0.9) -> Budget:
+        room = maxTokens or min(8192, window // 8)
+        return cls(window, min(room, window // 2), share)
+
+    @property
+    def limit(self) -> int:
+        return self.window - self.replyRoom
+
+    @property
+    def threshold(self) -> int:
+        return int(self.limit * self.share)
+
+    @property
+    def target(self) -> int:
+        return int(self.limit * min(0.5, self.share * 0.6))
+
+    @property
+    def tail(self) -> int:
+        """The newest units kept verbatim."""
+        return int(self.limit * 0.3)
+
+    @property
+    def summaryTokens(self) -> int:
+        return max(256, min(4096, self.limit // 8))
+
+
+@attrs.define
+class Estimator:
+    """Tokens from characters, calibrated by what the endpoint reports for a request."""
+
+    ratio: float = 1.0
+
+    def tokens(self, chars: int) -> int:
+        return int(chars / CHARS_PER_TOKEN * self.ratio)
+
+    def chars(self, tokens: int) -> int:
+        return int(tokens * CHARS_PER_TOKEN / self.ratio)
+
+    def calibrate(self, sentChars: int, promptTokens: int | None) -> None:
+        if promptTokens and sentChars > 4000:
+            self.ratio = min(4.0, max(0.25, promptTokens * CHARS_PER_TOKEN / sentChars))
+
+
+@attrs.frozen
+class Outcome:
+    """How one compaction ended. ``messages`` is the new history (None: keep the old one);
+    ``summary`` what the user is shown; ``before``/``after`` in estimated tokens."""
+
+    status: str  # "completed", "failed" or "cancelled"
+    messages: list[Message] | None = None
+    kind: str = ""  # of a completed one: "shortened" (the cheap pass was enough) or "summarised"
+    summary: str = ""
+    error: str = ""
+    before: int = 0
+    after: int = 0
+
+
+class Cancelled(Exception):
+    """The summary request was cancelled."""
+
+
+def units(messages: Sequence[Message]) -> list[Unit]:
+    """The history in units: a tool message stays with what precedes it (its call)."""
+    found: list[Unit] = []
+    for message in messages:
+        if message.get("role") == "tool" and found:
+            found[-1].append(message)
+        else:
+            found.append([message])
+    return found
+
+
+def flatten(parts: Sequence[Unit]) -> list[Message]:
+    return [message for unit in parts for message in unit]
+
+
+def isSummary(message: Message) -> bool:
+    return SUMMARY_KEY in message
+
+
+def isRequest(message: Message) -> bool:
+    """A message of the user's own (not a summary, not one the agent wrote)."""
+    return message.get("role") == "user" and SUMMARY_KEY not in message and SYNTHETIC_KEY not in message
+
+
+def summaryMessage(compactionId: str, summary: str) -> Message:
+    return {"role": "user", "content": FRAME + summary, SUMMARY_KEY: compactionId}
+
+
+def contentText(content: Any) -> str:
+    """A message's content as text (images and other parts named, not shown)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") if part.get("type") == "text" else f"[{part.get('type', 'part')}]"
+                        for part in content if isinstance(part, dict))
+    return ""
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    return f"{text[:head]} […{len(text) - limit:,} characters left out…] {text[len(text) - (limit - head):]}"
+
+
+def _shortArguments(arguments: str) -> str:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return json.dumps({"note": f"{len(arguments):,} characters of arguments removed to save context"})
+    if isinstance(value, dict):
+        value = {k: f"[{len(v):,} characters removed to save context]" if isinstance(v, str) and len(v) > LONG_STRING
+                 else v for k, v in value.items()}
+    return json.dumps(value, ensure_ascii=False)
+
+
+def shorten(older: Sequence[Unit], everything: Sequence[Message]) -> tuple[list[Unit], int]:
+    """The cheap pass over the older units: returns them (changed messages copied, never
+    edited in place) and how many messages changed. A result identical to a later one of
+    ``everything`` becomes a pointer to it."""
+    seen: dict[str, int] = {}
+    for index, message in enumerate(everything):
+        if message.get("role") == "tool" and isinstance(message.get("content"), str):
+            seen[message["content"]] = index
+    position = {id(m): i for i, m in enumerate(everything)}
+    changed, result = 0, []
+    for unit in older:
+        kept: Unit = []
+        for message in unit:
+            content = message.get("content")
+            if message.get("role") == "tool" and isinstance(content, str) and len(content) > LONG_RESULT:
+                name = message.get("name") or "the tool"
+                if seen.get(content, -1) > position.get(id(message), -1):
+                    line = f"[Same output as a later {name} call below.]"
+                else:
+                    first = next((ln.strip() for ln in content.splitlines() if ln.strip()), "")[:120]
+                    line = (f"[Earlier output of {name}: {len(content):,} characters, removed to save context. "
+                            f"It began: {first!r}. Run the tool again if you need it.]")
+                message = {**message, "content": line}
+                changed += 1
+            elif message.get("tool_calls") and any(len(c["function"]["arguments"]) > LONG_ARGUMENTS
+                                                   for c in message["tool_calls"]):
+                calls = [{**c, "function": {**c["function"], "arguments": _shortArguments(c["function"]["arguments"])}}
+                         if len(c["function"]["arguments"]) > LONG_ARGUMENTS else c for c in message["tool_calls"]]
+                message = {**message, "tool_calls": calls}
+                changed += 1
+            kept.append(message)
+        result.append(kept)
+    return result, changed
+
+
+def squeeze(parts: Sequence[Unit], limit: int) -> list[Unit]:
+    """The newest units when even they do not fit: their tool results cut to ``limit``
+    characters each (head and tail kept)."""
+    return [[{**m, "content": _cut(m["content"], limit)}
+             if m.get("role") == "tool" and isinstance(m.get("content"), str) and len(m["content"]) > limit else m
+             for m in unit] for unit in parts]
+
+
+def transcript(older: Sequence[Unit], budget: int) -> str:
+    """The older units as the summary request shows them, within ``budget`` characters:
+    long messages cut, and if that is not enough, the oldest left out (said so)."""
+    lines: list[str] = []
+    for message in flatten(older):
+        role, text = message.get("role"), contentText(message.get("content"))
+        if isSummary(message) or SYNTHETIC_KEY in message:
+            continue
+        if role == "user":
+            lines.append(f"USER: {_cut(text, SHOWN['user'])}")
+        elif role == "assistant":
+            said = [f"ASSISTANT: {_cut(text, SHOWN['assistant'])}"] if text.strip() else []
+            said += [f"ASSISTANT called {c['function']['name']}({_cut(c['function']['arguments'], SHOWN['arguments'])})"
+                     for c in message.get("tool_calls") or ()]
+            lines.extend(said)
+        elif role == "tool":
+            lines.append(f"RESULT of {message.get('name') or 'a tool'}: {_cut(text, SHOWN['tool'])}")
+    size, first = sum(len(line) + 1 for line in lines), 0
+    while size > budget and first < len(lines):
+        size -= len(lines[first]) + 1
+        first += 1
+    left = f"[{first} earlier entries left out: they do not fit the summary request]\n" if first else ""
+    return left + _cut("\n".join(lines[first:]), max(budget, 200))
+
+
+Summarise = Callable[[list[Message], int], str]
+
+
+@attrs.define
+class Compactor:
+    """One compaction of the history ``live`` (the messages after the system prompt).
+
+    ``fixed`` is the token size of what is not compacted (system prompt, tool schemas);
+    ``summarise(messages, maxTokens)`` asks the model for the summary (raises ``Cancelled``
+    or any error, which fails the compaction); ``measure`` gives the characters of
+    messages as the endpoint receives them."""
+
+    budget: Budget
+    estimator: Estimator
+    summarise: Summarise
+    measure: Callable[[Sequence[Message]], int] = lambda messages: charCount(list(messages))
+
+    def size(self, messages: Sequence[Message]) -> int:
+        return self.estimator.tokens(self.measure(messages))
+
+    def compact(self, compactionId: str, live: Sequence[Message], fixed: int, focus: str = "",
+                force: bool = False) -> Outcome:
+        """Compact ``live``; ``force`` (``/compact``, an overflow) writes a summary even when
+        the cheap pass got under the target."""
+        before = fixed + self.size(live)
+        if not live:
+            return Outcome("failed", error="the conversation is empty", before=before, after=before)
+        parts = units(live)
+        tail = min(self.budget.tail, (before - fixed) // 3) if force else self.budget.tail
+        keep, used = len(parts), 0
+        while keep > 1 and used + self.size(parts[keep - 1]) <= tail:
+            keep -= 1
+            used += self.size(parts[keep])
+        keep = min(keep, len(parts) - 1) if parts else 0
+        older, newest = parts[:keep], parts[keep:]
+        latest = next((i for i in range(len(older) - 1, -1, -1) if isRequest(older[i][0])), None)
+        if not any(isRequest(u[0]) for u in newest) and latest is not None:
+            newest = [older[latest], *newest]  # the user's latest request stays verbatim
+            older = older[:latest] + older[latest + 1:]
+        if not older:
+            return Outcome("failed", error="nothing old enough to compact: the newest messages alone are "
+                           f"{before:,} tokens", before=before, after=before)
+        cheap, changed = shorten(older, flatten(parts))
+        candidate = flatten(cheap + newest)
+        after = fixed + self.size(candidate)
+        if after <= self.budget.target and not force and changed:
+            return Outcome("completed", candidate, "shortened", f"Shortened {changed} earlier tool results and arguments "
+                           f"(about {before:,} → {after:,} tokens).", before=before, after=after)
+        previous = next((contentText(m.get("content")).removeprefix(FRAME) for m in flatten(older) if isSummary(m)), "")
+        try:
+            summary = self._summary(older, previous, focus).strip()
+        except Cancelled:
+            return Outcome("cancelled", error="cancelled", before=before, after=before)
+        except Exception as e:
+            return Outcome("failed", error=f"the summary request failed: {e}", before=before, after=before)
+        if not summary:
+            return Outcome("failed", error="the model wrote an empty summary", before=before, after=before)
+        summary = _cut(summary, self.estimator.chars(self.budget.summaryTokens * 3 // 2))  # it ignored max_tokens
+        messages = [summaryMessage(compactionId, summary), *flatten(newest)]
+        after = fixed + self.size(messages)
+        if after > self.budget.threshold:  # the newest alone are too big: cut their tool results
+            room = self.estimator.chars(self.budget.target - fixed - self.size(messages[:1]))
+            results = max(1, sum(m.get("role") == "tool" for m in flatten(newest)))
+            messages = messages[:1] + flatten(squeeze(newest, max(500, room // results)))
+            after = fixed + self.size(messages)
+        if after - fixed > (before - fixed) * PROGRESS:
+            return Outcome("failed", error=f"no progress: the summary and the newest messages are {after:,} tokens, "
+                           f"the conversation was {before:,}", before=before, after=before)
+        return Outcome("completed", messages, "summarised", summary, before=before, after=after)
+
+    def _summary(self, older: Sequence[Unit], previous: str, focus: str) -> str:
+        room = self.budget.limit - self.budget.summaryTokens - self.estimator.tokens(len(SUMMARY_PROMPT)) - 200
+        previous = _cut(previous, self.estimator.chars(room) // 3)
+        budget = max(1000, self.estimator.chars(room) - len(previous))
+        parts = [f"The previous summary (update it; keep what still holds):\n\n{previous}\n\n" if previous else "",
+                 f"The conversation since {'then' if previous else 'the start'}:\n\n{transcript(older, budget)}\n\n",
+                 f"Focus on: {focus}\n\n" if focus else "",
+                 "Write the new summary now."]
+        request = [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": "".join(parts)}]
+        return self.summarise(request, self.budget.summaryTokens)

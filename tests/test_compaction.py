@@ -1,0 +1,265 @@
+"""The compactor (``hermes_acp.engine.compaction``) on its own: units, the cheap pass, the
+summary, the budgets, and a property test over random histories with parallel batches."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from twisted.trial.unittest import SynchronousTestCase
+
+from hermes_acp.engine.compaction import (
+    FRAME, Budget, Cancelled, Compactor, Estimator, charCount, isSummary, shorten, summaryMessage, units,
+)
+
+
+def call(callId: str, name: str = "read_file", arguments: str = '{"path": "a.py"}') -> dict[str, Any]:
+    return {"id": callId, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def batch(prefix: str, results: list[str], name: str = "read_file") -> list[dict[str, Any]]:
+    """An assistant message calling ``len(results)`` tools at once, and their results."""
+    calls = [call(f"{prefix}-{i}", name) for i in range(len(results))]
+    return [{"role": "assistant", "content": None, "tool_calls": calls},
+            *({"role": "tool", "tool_call_id": c["id"], "name": name, "content": r} for c, r in zip(calls, results))]
+
+
+def wellFormed(messages: list[dict[str, Any]]) -> None:
+    """What endpoints insist on: every tool result answers a call of the assistant message
+    just before its run of results, and every call of that message has its result."""
+    open_: set[str] = set()
+    for message in messages:
+        if message["role"] == "tool":
+            assert message["tool_call_id"] in open_, f"orphan tool result {message['tool_call_id']}"
+            open_.discard(message["tool_call_id"])
+            continue
+        assert not open_, f"calls without results: {open_}"
+        open_ = {c["id"] for c in message.get("tool_calls") or ()}
+    assert not open_, f"calls without results: {open_}"
+
+
+class Summariser:
+    def __init__(self, answer: str = "## Goal\nKeep going.", fail: BaseException | None = None) -> None:
+        self.answer, self.fail, self.requests = answer, fail, []
+
+    def __call__(self, request: list[dict[str, Any]], maxTokens: int) -> str:
+        self.requests.append((request, maxTokens))
+        if self.fail is not None:
+            raise self.fail
+        return self.answer
+
+
+def history(turns: int, size: int = 4000, answer: int = 0) -> list[dict[str, Any]]:
+    """Turns of a prompt, a read of ``size`` characters and an answer of ``answer`` more
+    (answers are not shortened by the cheap pass)."""
+    messages: list[dict[str, Any]] = []
+    for n in range(turns):
+        messages.append({"role": "user", "content": f"request {n}"})
+        messages += batch(f"t{n}", [f"file {n} " + "x" * size])
+        messages.append({"role": "assistant", "content": f"answer {n} " + "y" * answer})
+    return messages
+
+
+class UnitsTests(SynchronousTestCase):
+    def test_tool_results_stay_with_their_call(self) -> None:
+        messages = [{"role": "user", "content": "hi"}, *batch("a", ["1", "2", "3"]), {"role": "assistant", "content": "ok"}]
+        self.assertEqual([len(u) for u in units(messages)], [1, 4, 1])
+
+    def test_budget_figures(self) -> None:
+        budget = Budget.of(8000)
+        self.assertEqual(budget.replyRoom, 1000)
+        self.assertEqual(budget.limit, 7000)
+        self.assertEqual(budget.threshold, 6300)
+        self.assertLess(budget.target, budget.threshold)
+        self.assertEqual(Budget.of(8000, maxTokens=50_000).replyRoom, 4000)  # never more than half the window
+
+    def test_estimator_calibrates_within_bounds(self) -> None:
+        estimator = Estimator()
+        estimator.calibrate(40_000, 20_000)
+        self.assertEqual(estimator.tokens(4000), 2000)
+        estimator.calibrate(40_000, 1)
+        self.assertEqual(estimator.ratio, 0.25)
+
+
+class CheapPassTests(SynchronousTestCase):
+    def test_old_results_become_one_line_and_repeats_point_to_the_last(self) -> None:
+        messages = [*batch("a", ["same " * 100]), *batch("b", ["other\n" * 100]), *batch("c", ["same " * 100])]
+        older, changed = shorten(units(messages)[:2], messages)
+        self.assertEqual(changed, 2)
+        self.assertEqual(older[0][1]["content"], "[Same output as a later read_file call below.]")
+        self.assertIn("Earlier output of read_file: 600 characters", older[1][1]["content"])
+        self.assertIn("It began: 'other'", older[1][1]["content"])
+        self.assertEqual(messages[1]["content"], "same " * 100, "the input is not changed in place")
+
+    def test_huge_arguments_keep_valid_json(self) -> None:
+        messages = [{"role": "assistant", "content": None,
+                     "tool_calls": [call("w", "write_file", json.dumps({"path": "big.txt", "content": "y" * 5000}))]},
+                    {"role": "tool", "tool_call_id": "w", "name": "write_file", "content": "wrote"}]
+        older, changed = shorten(units(messages), messages)
+        arguments = json.loads(older[0][0]["tool_calls"][0]["function"]["arguments"])
+        self.assertEqual(arguments["path"], "big.txt")
+        self.assertEqual(arguments["content"], "[5,000 characters removed to save context]")
+
+
+class CompactTests(SynchronousTestCase):
+    def compactor(self, window: int = 8000, summariser: Summariser | None = None) -> tuple[Compactor, Summariser]:
+        summariser = summariser or Summariser()
+        return Compactor(Budget.of(window), Estimator(), summariser), summariser
+
+    def test_cheap_pass_alone_when_it_is_enough(self) -> None:
+        compactor, summariser = self.compactor(window=40_000)
+        live = history(40, size=3000)
+        outcome = compactor.compact("c1", live, 100)
+        self.assertEqual(outcome.status, "completed")
+        self.assertEqual(summariser.requests, [])
+        self.assertIn("Shortened", outcome.summary)
+        self.assertLessEqual(outcome.after, compactor.budget.target)
+        assert outcome.messages is not None
+        wellFormed(outcome.messages)
+        self.assertEqual(outcome.messages[-1], live[-1])
+
+    def test_summary_replaces_the_older_part(self) -> None:
+        compactor, summariser = self.compactor()
+        live = history(12, answer=2000)
+        outcome = compactor.compact("c1", live, 100)
+        self.assertEqual(outcome.status, "completed")
+        assert outcome.messages is not None
+        first = outcome.messages[0]
+        self.assertTrue(isSummary(first))
+        self.assertEqual(first["content"], FRAME + "## Goal\nKeep going.")
+        self.assertLess(outcome.after, outcome.before)
+        self.assertLessEqual(outcome.after, compactor.budget.threshold)
+        wellFormed(outcome.messages)
+        request, maxTokens = summariser.requests[0]
+        self.assertEqual(maxTokens, compactor.budget.summaryTokens)
+        self.assertLessEqual(compactor.size(request) + maxTokens, compactor.budget.window, "the summary request fits")
+        self.assertIn("USER: request 5", request[1]["content"])
+
+    def test_the_latest_request_stays_verbatim(self) -> None:
+        compactor, _ = self.compactor()
+        live = [{"role": "user", "content": "the one request"}]
+        for n in range(10):
+            live += batch(f"s{n}", [f"{n} " + "z" * 3000])
+        outcome = compactor.compact("c1", live, 100, force=True)
+        assert outcome.messages is not None
+        self.assertEqual(outcome.messages[1], {"role": "user", "content": "the one request"})
+        wellFormed(outcome.messages)
+
+    def test_a_second_compaction_updates_the_first_summary(self) -> None:
+        compactor, summariser = self.compactor()
+        first = compactor.compact("c1", history(12), 100, force=True).messages
+        assert first is not None
+        second = compactor.compact("c2", first + history(12, answer=2000), 100)
+        self.assertEqual(second.status, "completed")
+        self.assertIn("The previous summary (update it; keep what still holds):\n\n## Goal\nKeep going.",
+                      summariser.requests[-1][0][1]["content"])
+        assert second.messages is not None
+        self.assertEqual(sum(isSummary(m) for m in second.messages), 1)
+
+    def test_failures_leave_the_history(self) -> None:
+        for summariser, status, error in [
+            (Summariser(fail=RuntimeError("boom")), "failed", "the summary request failed: boom"),
+            (Summariser(fail=Cancelled()), "cancelled", "cancelled"),
+            (Summariser(answer="  "), "failed", "the model wrote an empty summary"),
+        ]:
+            compactor, _ = self.compactor(summariser=summariser)
+            outcome = compactor.compact("c1", history(12, answer=2000), 100)
+            self.assertEqual((outcome.status, outcome.messages, outcome.error), (status, None, error))
+
+    def test_no_progress_is_a_failure(self) -> None:
+        compactor, _ = self.compactor(summariser=Summariser(answer="w" * 1000))
+        live = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "v" * 30_000}]
+        outcome = compactor.compact("c1", live, 100)
+        self.assertEqual(outcome.status, "failed")
+        self.assertIn("no progress", outcome.error)
+
+    def test_nothing_to_compact(self) -> None:
+        compactor, _ = self.compactor()
+        outcome = compactor.compact("c1", [{"role": "user", "content": "x" * 40_000}], 100)
+        self.assertEqual(outcome.status, "failed")
+        self.assertIn("nothing old enough", outcome.error)
+
+    def test_newest_too_big_have_their_results_cut(self) -> None:
+        compactor, _ = self.compactor()
+        live = [*history(3), {"role": "user", "content": "now"}, *batch("big", ["q" * 20_000, "r" * 20_000])]
+        outcome = compactor.compact("c1", live, 100)
+        self.assertEqual(outcome.status, "completed")
+        assert outcome.messages is not None
+        self.assertLessEqual(outcome.after, compactor.budget.threshold)
+        wellFormed(outcome.messages)
+
+    def test_summary_request_fits_a_huge_history(self) -> None:
+        compactor, summariser = self.compactor()
+        outcome = compactor.compact("c1", history(400, size=500), 100)
+        self.assertEqual(outcome.status, "completed")
+        request, maxTokens = summariser.requests[0]
+        self.assertLessEqual(compactor.size(request) + maxTokens, compactor.budget.window)
+        self.assertIn("earlier entries left out", request[1]["content"])
+
+
+@st.composite
+def histories(draw: Any) -> list[dict[str, Any]]:
+    """Random well-formed histories: prompts, answers, single calls and parallel batches of
+    results of any size, and now and then an earlier summary at the start."""
+    messages: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        messages.append(summaryMessage("old", "## Goal\nearlier work"))
+    for n in range(draw(st.integers(1, 25))):
+        kind = draw(st.sampled_from(["user", "answer", "batch", "batch"]))
+        if kind == "user":
+            messages.append({"role": "user", "content": "u" * draw(st.integers(1, 3000))})
+        elif kind == "answer":
+            messages.append({"role": "assistant", "content": "a" * draw(st.integers(0, 2000))})
+        else:
+            sizes = draw(st.lists(st.integers(0, 9000), min_size=1, max_size=5))
+            messages += batch(f"b{n}", ["r" * size for size in sizes], draw(st.sampled_from(["read_file", "terminal"])))
+    return messages
+
+
+class PropertyTests(SynchronousTestCase):
+    @settings(max_examples=150, deadline=None)
+    @given(histories(), st.booleans(), st.sampled_from([4096, 8000, 32_000]))
+    def test_compaction_never_orphans_a_tool_result(self, live: list[dict[str, Any]], force: bool, window: int) -> None:
+        summariser = Summariser()
+        compactor = Compactor(Budget.of(window), Estimator(), summariser)
+        outcome = compactor.compact("c1", live, 200, force=force)
+        for request, maxTokens in summariser.requests:
+            self.assertLessEqual(compactor.size(request) + maxTokens, window)
+        if outcome.messages is None:
+            self.assertEqual(outcome.after, outcome.before)
+            return
+        wellFormed(outcome.messages)
+        self.assertLess(outcome.after, outcome.before)
+        self.assertEqual(outcome.after, 200 + compactor.size(outcome.messages))
+        self.assertLessEqual(sum(isSummary(m) for m in outcome.messages), 1)
+        users = [m for m in live if m["role"] == "user" and not isSummary(m)]
+        if users:  # the latest request is never summarised away
+            self.assertIn(users[-1], outcome.messages)
+        self.assertLessEqual(charCount(outcome.messages), charCount(live))
+
+
+class ShownTests(SynchronousTestCase):
+    """How a compaction reaches the editor: the journal's card, and its other form."""
+
+    def test_card_and_update_forms(self) -> None:
+        from hermes_acp.store import INTERRUPTED_CALL
+        from hermes_acp.updates import compactionCard, compactionUpdate, isCompactionCard
+
+        start, done = compactionCard("c1", "in_progress"), compactionCard("c1", "completed", "## Goal\nx")
+        self.assertEqual((start["title"], start["kind"], start["status"]), ("Compact conversation", "think", "in_progress"))
+        self.assertTrue(isCompactionCard(start) and isCompactionCard(done))
+        self.assertFalse(isCompactionCard({"sessionUpdate": "tool_call", "toolCallId": "t1-1.0"}))
+        self.assertEqual(compactionUpdate(start), {"sessionUpdate": "compaction_update", "compactionId": "c1",
+                                                   "status": "in_progress"})
+        self.assertEqual(compactionUpdate(done)["summary"], [{"type": "text", "text": "## Goal\nx"}])
+        cancelled = compactionUpdate(compactionCard("c1", "cancelled", "Cancelled."))
+        self.assertEqual((cancelled["status"], "error" in cancelled, "summary" in cancelled), ("cancelled", False, False))
+        failed = compactionUpdate(compactionCard("c1", "failed", "Compaction failed: boom."))
+        self.assertEqual((failed["status"], failed["error"]), ("failed", "Compaction failed: boom."))
+        recovered = {"sessionUpdate": "tool_call_update", "toolCallId": "compaction-c1", "status": "failed",
+                     "content": [{"type": "content", "content": {"type": "text", "text": INTERRUPTED_CALL}}]}
+        self.assertEqual(compactionUpdate(recovered), {"sessionUpdate": "compaction_update", "compactionId": "c1",
+                                                       "status": "failed", "error": INTERRUPTED_CALL})
