@@ -449,12 +449,12 @@ class SessionDB:
     @classmethod
     def _compact(
         cls, cursor: sqlite3.Cursor, record: SessionRecord, messages: list[dict[str, Any]],
-        history: list[dict[str, Any]],
+        history: list[dict[str, Any]], indexed: bool = False,
     ) -> int:
         """After a compaction: the live history and the turn's own ``messages`` are archived
         (still indexed for search, below the lowest archived seq), and ``history`` becomes the
-        live history. Its rows are not indexed: each is a copy of an archived message, or the
-        summary of some. Returns the new message count."""
+        live history. Its rows are not indexed (unless ``indexed``): each is a copy of an
+        archived message, or the summary of some. Returns the new message count."""
         sessionId = record.sessionId
         (low,) = cursor.execute(
             "SELECT coalesce(min(seq), 0) FROM acp_messages WHERE session_id = ? AND seq < 0", (sessionId,)
@@ -470,8 +470,9 @@ class SessionDB:
              for seq, m in enumerate(messages, base - len(messages))],
         )
         cursor.executemany(
-            "INSERT INTO acp_messages (session_id, seq, role, message) VALUES (?, ?, ?, ?)",
-            [(sessionId, seq, str(m.get("role", "")), _encode(m)[0]) for seq, m in enumerate(history)],
+            "INSERT INTO acp_messages (session_id, seq, role, message, text) VALUES (?, ?, ?, ?, ?)",
+            [(sessionId, seq, str(m.get("role", "")), _encode(m)[0], searchableText(m) if indexed else None)
+             for seq, m in enumerate(history)],
         )
         cursor.execute(
             "UPDATE acp_sessions SET message_count = ?, updated_at = ? WHERE session_id = ?",
@@ -682,12 +683,12 @@ class SessionDB:
         return [safejson.loads(message) for (message,) in rows]
 
     def replaceMessages(self, sessionId: str, messages: Iterable[dict[str, Any]]) -> int:
-        """Replace the whole history in one transaction (``/reset``, compaction)."""
+        """Replace the model's history in one transaction (``/reset``); the old messages are
+        archived, still found by ``searchMessages``."""
         messages = list(messages)
         with self._write() as cursor:
-            self._require(cursor, sessionId)
-            cursor.execute("DELETE FROM acp_messages WHERE session_id = ?", (sessionId,))
-            return self._insertMessages(cursor, sessionId, 0, messages)
+            record = self._require(cursor, sessionId)
+            return self._compact(cursor, record, [], messages, indexed=True)
 
     def searchMessages(self, query: str, limit: int = 10, cwd: str | None = None) -> list[dict[str, Any]]:
         """Messages whose text has every word of ``query``, best match (bm25) first.

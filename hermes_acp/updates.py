@@ -113,6 +113,8 @@ def compactionUpdate(card: dict[str, Any]) -> dict[str, Any]:
                 "") if isinstance(content, list) else ""
     if update["status"] == "completed":
         update["summary"] = [{"type": "text", "text": text}]
-    elif update["status"] == "failed":
-        update["error"] = text or "the compaction did not finish"
+    elif update["status"] != "in_progress":
+        update["summary"] = None  # clears what streamed: a summary only with "completed"
+        if update["status"] == "failed":
+            update["error"] = text or "the compaction did not finish"
     return update

@@ -256,10 +256,89 @@ class ShownTests(SynchronousTestCase):
                                                    "status": "in_progress"})
         self.assertEqual(compactionUpdate(done)["summary"], [{"type": "text", "text": "## Goal\nx"}])
         cancelled = compactionUpdate(compactionCard("c1", "cancelled", "Cancelled."))
-        self.assertEqual((cancelled["status"], "error" in cancelled, "summary" in cancelled), ("cancelled", False, False))
+        self.assertEqual((cancelled["status"], "error" in cancelled, cancelled["summary"]), ("cancelled", False, None))
         failed = compactionUpdate(compactionCard("c1", "failed", "Compaction failed: boom."))
-        self.assertEqual((failed["status"], failed["error"]), ("failed", "Compaction failed: boom."))
+        self.assertEqual((failed["status"], failed["error"], failed["summary"]), ("failed", "Compaction failed: boom.", None))
         recovered = {"sessionUpdate": "tool_call_update", "toolCallId": "compaction-c1", "status": "failed",
                      "content": [{"type": "content", "content": {"type": "text", "text": INTERRUPTED_CALL}}]}
         self.assertEqual(compactionUpdate(recovered), {"sessionUpdate": "compaction_update", "compactionId": "c1",
-                                                       "status": "failed", "error": INTERRUPTED_CALL})
+                                                       "status": "failed", "summary": None, "error": INTERRUPTED_CALL})
+
+
+class ReviewedTests(SynchronousTestCase):
+    """Cases an independent review found."""
+
+    def test_cheap_pass_keeps_the_order(self) -> None:
+        """The latest request stays where it was when nothing is summarised."""
+        live = [{"role": "user", "content": "u0"}, *batch("a", ["x" * 4000]), {"role": "assistant", "content": "answer 0"},
+                {"role": "user", "content": "fix the bug"}, *batch("b", ["y" * 4000]), *batch("c", ["z" * 4000]),
+                *batch("d", ["w" * 4000])]
+        outcome = Compactor(Budget.of(8000), Estimator(), Summariser()).compact("c1", live, 100)
+        self.assertEqual(outcome.kind, "shortened")
+        assert outcome.messages is not None
+        self.assertEqual([m["role"] for m in outcome.messages], [m["role"] for m in live])
+        self.assertEqual([m.get("content") for m in outcome.messages if m["role"] == "user"], ["u0", "fix the bug"])
+
+    def test_small_windows_compact_toward_the_target(self) -> None:
+        """After a summary the request is under the target, not just under the threshold, so the
+        next request does not need another one."""
+        for window in (3072, 4096):
+            compactor = Compactor(Budget.of(window), Estimator(), Summariser())
+            live = [{"role": "user", "content": "read them"}]
+            for n in range(6):
+                live += batch(f"r{n}", [f"{n} " + "q" * 2000])
+            outcome = compactor.compact("c1", live, 600)
+            self.assertEqual(outcome.status, "completed", window)
+            self.assertLessEqual(outcome.after, compactor.budget.target, window)
+
+    def test_only_the_newest_left_is_cut_to_fit(self) -> None:
+        compactor = Compactor(Budget.of(4096), Estimator(), Summariser())
+        outcome = compactor.compact("c1", [{"role": "user", "content": "read"}, *batch("r", ["v" * 9000])], 1250)
+        self.assertEqual((outcome.status, outcome.kind), ("completed", "shortened"))
+        assert outcome.messages is not None
+        wellFormed(outcome.messages)
+        self.assertLessEqual(outcome.after, compactor.budget.threshold)
+
+    def test_summary_request_fits_tiny_windows_and_is_retried_smaller(self) -> None:
+        class Overflow(Exception):
+            overflow = True
+
+        for window, ratio in ((1024, 4.0), (2048, 4.0), (2048, 1.0)):
+            summariser = Summariser()
+            compactor = Compactor(Budget.of(window), Estimator(ratio), summariser)
+            old = [summaryMessage("old", "p" * 20_000), *history(6, size=1000, answer=500)]
+            outcome = compactor.compact("c1", old, 100, force=True)
+            for request, maxTokens in summariser.requests:
+                self.assertLessEqual(compactor.size(request) + maxTokens, window, (window, ratio, outcome.error))
+        calls = []
+
+        def refuseFirst(request: list[dict[str, Any]], maxTokens: int) -> str:
+            calls.append(len(request[1]["content"]))
+            if len(calls) == 1:
+                raise Overflow("too long")
+            return "## Goal\nsmaller"
+
+        outcome = Compactor(Budget.of(8000), Estimator(), refuseFirst).compact("c1", history(30, answer=2000), 100)
+        self.assertEqual(outcome.status, "completed")
+        self.assertLess(calls[1], calls[0])
+
+    def test_a_summary_before_a_request_joins_the_system_prompt(self) -> None:
+        from hermes_acp.engine.agent import _request
+
+        system = {"role": "system", "content": "You are Hermes."}
+        summary = summaryMessage("c1", "## Goal\nx")
+        sent = _request(system, [summary, {"role": "user", "content": "go on"}])
+        self.assertEqual([m["role"] for m in sent], ["system", "user"])
+        self.assertEqual(sent[0]["content"], "You are Hermes.\n\n" + FRAME + "## Goal\nx")
+        before = _request(system, [summary, {"role": "assistant", "content": "ok"}])  # it stays a user turn
+        self.assertEqual([m["role"] for m in before], ["system", "user", "assistant"])
+        self.assertNotIn("compaction", before[1])
+
+    def test_images_count_as_a_fixed_size(self) -> None:
+        from hermes_acp.engine.agent import IMAGE_CHARS, _hasImages, _sentChars
+
+        image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 600_000}}
+        message = {"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]}
+        self.assertTrue(_hasImages([message]))
+        self.assertLess(_sentChars([message]), IMAGE_CHARS + 200)
+        self.assertFalse(_hasImages([{"role": "user", "content": "plain"}]))

@@ -314,18 +314,54 @@ async def test_cutToolCallIsAskedForAgainWithMoreRoom(scriptedServer, workspace:
     ``max_tokens``, and the whole call that comes back runs once."""
     server, url = scriptedServer
     server.default.responses += [
-        [{"tool_calls": [{"id": "w", "name": "write_file", "arguments": '{"path": "a.txt", "content": "hal'}]},
+        [{"text": "I will write it."},
+         {"tool_calls": [{"id": "w", "name": "write_file", "arguments": '{"path": "a.txt", "content": "hal'}]},
          {"usage": {"prompt_tokens": 50, "completion_tokens": 6000}}, {"finish": "length"}],
-        tools(call("w", "todo")),
-        [{"text": "ok"}],
+        [{"text": "I will "}, {"text": "write it."}, *tools(call("w", "todo"))],
+        [{"text": " Done."}],
     ]
     agent, seen = makeAgent(url, workspace)
     result = await run(agent, "q")
     assert result.stop_reason == "end_turn"
     assert "max_tokens" not in server.chatRequests[0]
     assert server.chatRequests[1]["max_tokens"] == 12000
+    assert "max_tokens" not in server.chatRequests[2]  # for the one request only
     assert [e[:2] for e in seen.events] == [("started", "todo"), ("finished", "todo")]
     assert not (workspace / "a.txt").exists()
+    assert "".join(seen.texts) == "I will write it. Done."  # the repeated part is not shown twice
+
+
+@pytest_twisted.ensureDeferred
+async def test_cutToolCallAndLargerLimitRefused(scriptedServer, workspace: Path) -> None:
+    """An endpoint that refuses the larger ``max_tokens`` ends the turn as the cut did."""
+    server, url = scriptedServer
+    server.default.responses += [
+        [{"tool_calls": [{"id": "w", "name": "todo", "arguments": '{"todos": [{"con'}]}, {"finish": "length"}],
+        [{"status": 400, "error": "max_tokens is too large: 12000. This model supports at most 4096."}],
+    ]
+    agent, seen = makeAgent(url, workspace)
+    result = await run(agent, "q")
+    assert (result.stop_reason, result.failure, seen.events) == ("max_tokens", None, [])
+
+
+@pytest_twisted.ensureDeferred
+async def test_windowInferredFromAnOverflowIsKept(scriptedServer, workspace: Path) -> None:
+    """An overflow that does not name the window: the agent takes it to be below the request
+    that failed, compacts, retries, and hands that window back for the next turns."""
+    server, url = scriptedServer
+    (workspace / "big.txt").write_text("".join(f"{n} " + "b" * 96 + "\n" for n in range(300)))
+    server.default.responses += [
+        tools(call("r", "read_file", path="big.txt")),
+        [{"status": 400, "error": "the prompt is too long for this model"}],
+        [{"text": "fits now"}],
+    ]
+    agent, seen = makeAgent(url, workspace)
+    agent.contextWindow = 128_000
+    result = await run(agent, "q")
+    assert (result.stop_reason, result.final_text) == ("end_turn", "fits now")
+    assert result.window is not None and result.window < 12_000
+    assert agent.contextWindow == result.window
+    assert [c[2] for c in seen.compactions if c[0] == "ended"] == ["completed"]
 
 
 @pytest_twisted.ensureDeferred

@@ -294,7 +294,7 @@ class MessageTests(StoreTestCase):
         self.assertEqual(db.getSession("s1").messageCount, len(HISTORY) + 1)
 
     def test_replace(self) -> None:
-        """replaceMessages swaps the whole history, and the search index with it."""
+        """replaceMessages swaps the model's history (/reset); the old messages stay found."""
         db = self.openStore()
         self.newSession(db)
         db.appendMessages("s1", HISTORY)
@@ -302,8 +302,10 @@ class MessageTests(StoreTestCase):
         self.assertEqual(db.replaceMessages("s1", summary), 1)
         self.assertEqual(db.loadMessages("s1"), summary)
         self.assertEqual(db.getSession("s1").messageCount, 1)
-        self.assertEqual(db.searchMessages("screenshot"), [])
+        self.assertEqual(len(db.searchMessages("screenshot")), 1)
         self.assertEqual([hit["seq"] for hit in db.searchMessages("kumquat")], [0])
+        self.assertEqual(db.replaceMessages("s1", []), 0)
+        self.assertEqual((db.loadMessages("s1"), len(db.searchMessages("kumquat"))), ([], 1))
 
     def test_unknownSession(self) -> None:
         """Writes and loads name the unknown session; getSession just says None."""

@@ -24,7 +24,7 @@ from hermes_acp.engine.access import PathApprovals
 from hermes_acp.engine.cancel import CANCELLED as _WOKEN
 from hermes_acp.engine.cancel import Cancellation
 from hermes_acp.engine.compaction import (
-    CHARS_PER_TOKEN, SYNTHETIC_KEY, Budget, Cancelled, Compactor, Estimator, Outcome, charCount,
+    CHARS_PER_TOKEN, SYNTHETIC_KEY, Budget, Cancelled, Compactor, Estimator, Outcome, charCount, isSummary,
 )
 from hermes_acp.engine.guard import CommandApprovals
 from hermes_acp.engine.instructions import projectInstructions
@@ -96,9 +96,56 @@ def _forAPI(message: dict[str, Any]) -> dict[str, Any]:
     return sent
 
 
+#: What an attached image counts for in a request's estimate (its base64 is not its tokens).
+IMAGE_CHARS = 4000
+
+
 def _sentChars(messages: Sequence[dict[str, Any]]) -> int:
-    """The size of history entries as the endpoint receives them."""
-    return charCount([_forAPI(message) for message in messages])
+    """The size of history entries as the endpoint receives them, images at ``IMAGE_CHARS``."""
+    if not _hasImages(messages):
+        return charCount([_forAPI(message) for message in messages])
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            parts = [p for p in content if not (isinstance(p, dict) and p.get("type") == "image_url")]
+            total += IMAGE_CHARS * (len(content) - len(parts))
+            message = {**message, "content": parts}
+        total += charCount(_forAPI(message))
+    return total
+
+
+def _hasImages(messages: Sequence[dict[str, Any]]) -> bool:
+    return any(isinstance(m.get("content"), list) and any(isinstance(p, dict) and p.get("type") == "image_url"
+                                                          for p in m["content"]) for m in messages)
+
+
+def _request(system: dict[str, Any], live: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages of a request. A summary followed by a user message joins the system
+    prompt: strict chat templates (Mistral, Gemma, Llama 2) refuse two user turns in a row."""
+    if len(live) > 1 and isSummary(live[0]) and live[1].get("role") == "user":
+        system = {**system, "content": f"{system['content']}\n\n{live[0]['content']}"}
+        live = live[1:]
+    return [system, *map(_forAPI, live)]
+
+
+class _Unrepeated:
+    """The text callback of a request that asks again for a cut reply: the part of the new
+    text the editor already has from the cut one is not sent again."""
+
+    def __init__(self, shown: str, emit: Callable[[str], None]) -> None:
+        self.shown, self.emit, self.seen = shown, emit, 0
+
+    def __call__(self, delta: str) -> None:
+        if self.seen < len(self.shown):
+            overlap = self.shown[self.seen:self.seen + len(delta)]
+            if delta.startswith(overlap) and overlap:
+                self.seen += len(overlap)
+                delta = delta[len(overlap):]
+            else:
+                self.seen = len(self.shown)  # it says something else: show it all from here
+        if delta:
+            self.emit(delta)
 
 
 def _assistantMessage(reply: ModelReply, calls: Sequence[ToolCallRequest]) -> dict[str, Any]:
@@ -357,6 +404,8 @@ class _Conversation:
         schemas = [tool.schema() for tool in tools.values()]
         fixed = charCount([system, schemas])
         options = {k: v for k, v in (("max_tokens", agent.maxTokens), ("reasoning_effort", agent.reasoningEffort)) if v}
+        retry: dict[str, Any] = {}  # options of the one request that asks again for a cut tool call
+        shown = ""  # text the editor already has of that cut reply
         for step in range(1, agent.maxIterations + 1):
             if self.cancellation.cancelled:
                 return self.result(CANCELLED)
@@ -366,38 +415,44 @@ class _Conversation:
                 if self._compact("threshold", fixed).status == "cancelled":
                     return self.result(CANCELLED)
                 sent = fixed + _sentChars(self.live)
+            text = _Unrepeated(shown, lambda delta: _notify(observer.text, delta))
             try:
                 reply = agent.modelClient().complete(
-                    agent.model or "", [system, *map(_forAPI, self.live)], schemas, self.cancellation,
-                    lambda text: _notify(observer.text, text),
-                    lambda text: _notify(observer.thought, text),
-                    **options,
+                    agent.model or "", _request(system, self.live), schemas, self.cancellation, text,
+                    lambda delta: _notify(observer.thought, delta), **{**options, **retry},
                 )
             except ModelError as e:
+                if retry and not e.overflow:  # it refused the larger max_tokens: the turn ends as it was
+                    return self.result(MAX_TOKENS)
                 if not e.overflow:
                     return self.result(END_TURN, e)
                 if self.overflows >= MAX_OVERFLOW_RETRIES or not self._recover(e, sent, fixed):
                     if self.cancellation.cancelled:
                         return self.result(CANCELLED)
-                    return self.result(END_TURN, ModelError(f"{str(e).rstrip('.')}. Run /compact to summarise the conversation, or "
-                                                            "/reset to start fresh.", overflow=True, window=e.window))
+                    return self.result(END_TURN, ModelError(
+                        f"{str(e).rstrip('.')}. Run /compact to summarise the conversation, or /reset to start fresh.",
+                        overflow=True, window=e.window))
                 continue
+            retry, shown = {}, ""
             self.counted(reply.usage)
             if reply.usage and reply.usage.get("prompt_tokens"):
                 self.lastPromptTokens = reply.usage["prompt_tokens"]
-                agent.estimator.calibrate(sent, self.lastPromptTokens)
+                if not _hasImages(self.live):  # an image's tokens are not its characters
+                    agent.estimator.calibrate(sent, self.lastPromptTokens)
             self.finalText = (self.cutText + reply.text) or reply.refusal or self.finalText
             stop = self._stopReason(reply)
             if stop == MAX_TOKENS and self.continuations < MAX_CONTINUATIONS:
                 self.continuations += 1
-                if reply.toolCalls:  # cut inside a tool call: ask again with more room
-                    options["max_tokens"] = self._moreRoom(options.get("max_tokens"), reply.usage)
-                    log.info("reply cut off inside a tool call; asking again with max_tokens %d", options["max_tokens"])
+                room = self._moreRoom(options.get("max_tokens"), reply.usage, agent.estimator.tokens(sent))
+                if reply.toolCalls and room:  # cut inside a tool call: ask again, once, with more room
+                    retry, shown = {"max_tokens": room}, reply.text
+                    log.info("reply cut off inside a tool call; asking again with max_tokens %d", room)
                     continue
-                self.cutText += reply.text
-                self.remember(_assistantMessage(reply, ()))
-                self.remember({"role": "user", "content": CONTINUE, SYNTHETIC_KEY: "continuation"})
-                continue
+                if not reply.toolCalls:  # an answer: it goes on from where it was cut
+                    self.cutText += reply.text
+                    self.remember(_assistantMessage(reply, ()))
+                    self.remember({"role": "user", "content": CONTINUE, SYNTHETIC_KEY: "continuation"})
+                    continue
             self.cutText = ""
             calls = reply.toolCalls if stop is None else ()
             if reply.text or reply.refusal or reply.reasoning or calls:
@@ -414,11 +469,14 @@ class _Conversation:
         outcome = self._compact("requested", charCount([self._system(), schemas]), force=True, focus=focus)
         return self.result(CANCELLED if outcome.status == "cancelled" else END_TURN)
 
-    def _moreRoom(self, current: int | None, usage: dict[str, Any] | None) -> int:
+    def _moreRoom(self, current: int | None, usage: dict[str, Any] | None, prompt: int) -> int | None:
         """A larger ``max_tokens`` after a reply the output limit cut: twice what it had,
-        at least 8,192, at most 32,768 and half the window."""
+        at least 8,192, at most 32,768 and what the window leaves after the prompt; None
+        when that is no more than it had."""
         had = current or (usage or {}).get("completion_tokens") or 4096
-        return min(MAX_OUTPUT_TOKENS, (self.agent.contextWindow or DEFAULT_WINDOW) // 2, max(8192, 2 * had))
+        left = (self.agent.contextWindow or DEFAULT_WINDOW) - prompt - 256
+        room = min(MAX_OUTPUT_TOKENS, left, max(8192, 2 * had))
+        return room if room > had else None
 
     def _budget(self) -> Budget:
         return Budget.of(self.agent.contextWindow or DEFAULT_WINDOW, self.agent.maxTokens, self.agent.compactAt)
@@ -430,9 +488,7 @@ class _Conversation:
         agent = self.agent
         learned = error.window or int(agent.estimator.tokens(sent) * 0.9)
         if agent.contextWindow is None or learned < agent.contextWindow:
-            agent.contextWindow = learned
-            if error.window:
-                self.learnedWindow = error.window
+            agent.contextWindow = self.learnedWindow = learned  # the next turns keep it (the catalog learns it)
         if agent.compactionFailures >= MAX_COMPACTION_FAILURES:
             return False
         return self._compact("overflow", fixed, force=True).status == "completed"

@@ -98,7 +98,7 @@ class Budget:
 
     @property
     def summaryTokens(self) -> int:
-        return max(256, min(4096, self.limit // 8))
+        return min(self.limit // 3, max(512, min(4096, self.limit // 8)))
 
 
 @attrs.define
@@ -177,6 +177,8 @@ def contentText(content: Any) -> str:
 def _cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
+    if limit < 100:
+        return f"[…{len(text):,} characters left out…]"
     head = limit * 2 // 3
     return f"{text[:head]} […{len(text) - limit:,} characters left out…] {text[len(text) - (limit - head):]}"
 
@@ -257,7 +259,7 @@ def transcript(older: Sequence[Unit], budget: int) -> str:
         size -= len(lines[first]) + 1
         first += 1
     left = f"[{first} earlier entries left out: they do not fit the summary request]\n" if first else ""
-    return left + _cut("\n".join(lines[first:]), max(budget, 200))
+    return left + _cut("\n".join(lines[first:]), budget)
 
 
 Summarise = Callable[[list[Message], int], str]
@@ -293,20 +295,26 @@ class Compactor:
         while keep > 1 and used + self.size(parts[keep - 1]) <= tail:
             keep -= 1
             used += self.size(parts[keep])
-        keep = min(keep, len(parts) - 1) if parts else 0
+        keep = min(keep, len(parts) - 1)  # the newest unit always stays
         older, newest = parts[:keep], parts[keep:]
-        latest = next((i for i in range(len(older) - 1, -1, -1) if isRequest(older[i][0])), None)
-        if not any(isRequest(u[0]) for u in newest) and latest is not None:
-            newest = [older[latest], *newest]  # the user's latest request stays verbatim
-            older = older[:latest] + older[latest + 1:]
-        if not older:
-            return Outcome("failed", error="nothing old enough to compact: the newest messages alone are "
-                           f"{before:,} tokens", before=before, after=before)
-        cheap, changed = shorten(older, flatten(parts))
-        candidate = flatten(cheap + newest)
+        cheap, changed = shorten(older, live)
+        candidate = flatten(cheap + newest)  # in order: nothing moves in the cheap pass
         after = fixed + self.size(candidate)
-        if after <= self.budget.target and not force and changed:
-            return Outcome("completed", candidate, "shortened", f"Shortened {changed} earlier tool results and arguments "
+        if changed and after <= self.budget.target and not force:
+            return Outcome("completed", candidate, "shortened", f"Shortened {changed} earlier tool results and "
+                           f"arguments (about {before:,} → {after:,} tokens).", before=before, after=after)
+        latest = next((i for i in range(len(older) - 1, -1, -1) if isRequest(older[i][0])), None)
+        pinned: list[Unit] = []
+        if latest is not None and not any(isRequest(u[0]) for u in newest):
+            pinned = [older[latest]]  # the user's latest request stays verbatim, right after the summary
+            older = older[:latest] + older[latest + 1:]
+        if not any(not isSummary(m) for m in flatten(older)):
+            squeezed = self._squeezed(flatten(pinned), pinned + newest, fixed)
+            after = fixed + self.size(squeezed)
+            if after > (before - fixed) * PROGRESS + fixed:
+                return Outcome("failed", error="nothing old enough to compact: the newest messages alone are "
+                               f"{before:,} tokens", before=before, after=before)
+            return Outcome("completed", squeezed, "shortened", "Cut the newest tool results to fit "
                            f"(about {before:,} → {after:,} tokens).", before=before, after=after)
         previous = next((contentText(m.get("content")).removeprefix(FRAME) for m in flatten(older) if isSummary(m)), "")
         try:
@@ -318,25 +326,43 @@ class Compactor:
         if not summary:
             return Outcome("failed", error="the model wrote an empty summary", before=before, after=before)
         summary = _cut(summary, self.estimator.chars(self.budget.summaryTokens * 3 // 2))  # it ignored max_tokens
-        messages = [summaryMessage(compactionId, summary), *flatten(newest)]
+        head = [summaryMessage(compactionId, summary), *flatten(pinned)]
+        messages = head + flatten(newest)
         after = fixed + self.size(messages)
-        if after > self.budget.threshold:  # the newest alone are too big: cut their tool results
-            room = self.estimator.chars(self.budget.target - fixed - self.size(messages[:1]))
-            results = max(1, sum(m.get("role") == "tool" for m in flatten(newest)))
-            messages = messages[:1] + flatten(squeeze(newest, max(500, room // results)))
+        if after > self.budget.target:  # the newest alone are too big: cut their tool results
+            messages = self._squeezed(head, newest, fixed)
             after = fixed + self.size(messages)
         if after - fixed > (before - fixed) * PROGRESS:
             return Outcome("failed", error=f"no progress: the summary and the newest messages are {after:,} tokens, "
                            f"the conversation was {before:,}", before=before, after=before)
         return Outcome("completed", messages, "summarised", summary, before=before, after=after)
 
+    def _squeezed(self, head: list[Message], newest: Sequence[Unit], fixed: int) -> list[Message]:
+        """``head`` and the ``newest`` units with their tool results cut toward the target."""
+        room = self.estimator.chars(self.budget.target - fixed - self.size(head))
+        results = sum(m.get("role") == "tool" for m in flatten(newest))
+        if not results:
+            return head + flatten(newest)
+        return head + flatten(squeeze(newest, max(500, room // results)))
+
     def _summary(self, older: Sequence[Unit], previous: str, focus: str) -> str:
+        """Ask for the summary, in a request that fits: the previous summary, then as much
+        of the transcript as there is room for (half of it again after an overflow)."""
         room = self.budget.limit - self.budget.summaryTokens - self.estimator.tokens(len(SUMMARY_PROMPT)) - 200
+        if room < 200:
+            raise ValueError(f"the window ({self.budget.window:,} tokens) is too small for a summary request")
         previous = _cut(previous, self.estimator.chars(room) // 3)
-        budget = max(1000, self.estimator.chars(room) - len(previous))
-        parts = [f"The previous summary (update it; keep what still holds):\n\n{previous}\n\n" if previous else "",
-                 f"The conversation since {'then' if previous else 'the start'}:\n\n{transcript(older, budget)}\n\n",
-                 f"Focus on: {focus}\n\n" if focus else "",
-                 "Write the new summary now."]
-        request = [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": "".join(parts)}]
-        return self.summarise(request, self.budget.summaryTokens)
+        budget = self.estimator.chars(room) - len(previous) - 200
+        for attempt in (0, 1):
+            parts = [f"The previous summary (update it; keep what still holds):\n\n{previous}\n\n" if previous else "",
+                     f"The conversation since {'then' if previous else 'the start'}:\n\n{transcript(older, budget)}\n\n",
+                     f"Focus on: {focus}\n\n" if focus else "",
+                     "Write the new summary now."]
+            request = [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": "".join(parts)}]
+            try:
+                return self.summarise(request, self.budget.summaryTokens)
+            except Exception as e:
+                if attempt or not getattr(e, "overflow", False):
+                    raise
+                budget //= 2  # the estimate was short of the endpoint's count
+        raise AssertionError("unreachable")
