@@ -199,7 +199,7 @@ async def importFloor() -> float:
 async def caseInitialize(b: Bench) -> list[Result]:
     """Fresh processes: spawn → initialize answered, then the process's first
     session/new and first turn (the engine's lazy imports land there)."""
-    floor, init, firstNew, firstTurn = [], [], [], []
+    floor, init, firstNew, firstTurn, firstAnswer = [], [], [], [], []
     for n in range(b.runs.spawns):
         floor.append(await importFloor())  # interleaved, so drift hits both alike
         agent = await b.spawn()
@@ -208,17 +208,60 @@ async def caseInitialize(b: Bench) -> list[Result]:
         init.append(answered - agent.spawnedAt)
         elapsed, sessionId = await agent.newSession(b.workspace)
         firstNew.append(elapsed)
-        elapsed, _ = await agent.prompt(sessionId, f"[notool] first turn {n}")
-        firstTurn.append(elapsed)
+        sent, future = agent.sendPrompt(sessionId, f"[notool] first turn {n}")
+        answered, _ = await agent.answer("session/prompt", future)
+        firstTurn.append(answered - sent)
+        firstAnswer.append(answered - agent.spawnedAt)
         await b.close(agent)
-    limit = statistics.median(floor) + 0.1
+    limit, startup = statistics.median(floor) + 0.1, statistics.median(init)
     return [
         Result("bare `python -c \"import twisted.internet.reactor\"`", floor, "s",
                note="the import floor: spawn until the reactor is imported (exit not timed)"),
-        Result("spawn → `initialize` answered", init, "s", limit, f"≤ floor + 0.1 s = {limit:.3f} s"),
+        Result("spawn → `initialize` answered", init, "s", limit, f"≤ floor + 0.1 s = {limit:.3f} s",
+               _ratio(init, floor, "floor")),
         Result("first `session/new` of a process", firstNew, "ms", note="opens state.db"),
         Result("first no-tool turn of a process", firstTurn, "ms",
-               note="builds the session's engine; waits for the `openai` import the first `session/new` started"),
+               note="builds the session's engine (imported in the background since the first `session/new`)"),
+        Result("spawn → first answer of a turn", firstAnswer, "s", startup + 0.1,
+               f"≤ startup + 0.1 s = {startup + 0.1:.3f} s", _ratio(firstAnswer, init, "startup") +
+               "; initialize, session/new and the prompt one after another, as an editor sends them"),
+    ]
+
+
+def _ratio(samples: list[float], floor: list[float], name: str) -> str:
+    return f"{statistics.median(samples) / statistics.median(floor):.2f} × the {name}"
+
+
+#: Two processes, each importing the reactor: the floor of a client that spawns an agent.
+FLOOR2 = ("import subprocess, sys, twisted.internet.reactor; "
+          "subprocess.run([sys.executable, '-c', 'import twisted.internet.reactor'], check=True)")
+
+
+async def timedExit(*argv: str, env: dict[str, str] | None = None) -> float:
+    """Seconds from spawning ``argv`` until it exits (successfully)."""
+    started = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL,
+                                                   stderr=asyncio.subprocess.DEVNULL, env=env, cwd=tempfile.gettempdir())
+    code = await asyncio.wait_for(process.wait(), 60)
+    if code != 0:
+        raise BenchError(f"{' '.join(argv[:4])} … exited with {code}")
+    return time.perf_counter() - started
+
+
+async def caseCold(b: Bench) -> list[Result]:
+    """``hermes-acp prompt "…"`` from nothing to its exit (it spawns the agent), against two
+    processes that only import the reactor, one spawning the other."""
+    floor, cold = [], []
+    for n in range(b.runs.spawns):
+        floor.append(await timedExit(sys.executable, "-c", FLOOR2))
+        env = agentEnv(b.server.url, b.home())
+        cold.append(await timedExit(sys.executable, "-m", "hermes_acp", "prompt", f"[notool] say hi {n}", env=env))
+    limit = statistics.median(floor) + 0.3
+    return [
+        Result("two processes importing the reactor", floor, "s",
+               note="the floor of a client spawning an agent: `python -c` spawning `python -c`, both to their exit"),
+        Result("cold `hermes-acp prompt \"say hi\"`", cold, "s", limit, f"≤ floor + 0.3 s = {limit:.3f} s",
+               _ratio(cold, floor, "floor") + "; a fresh HERMES_HOME each run, to its exit"),
     ]
 
 
@@ -330,8 +373,8 @@ async def caseStream(b: Bench) -> list[Result]:
             raise BenchError(f"the stream delivered {sum(map(len, texts))} characters, not {STREAM_CHARS}")
         chunks.append(len(texts))
     await b.close(agent)
-    return [Result(f"{STREAM_CHARS // 1000} KB answer in {STREAM_DELTAS:,} deltas", samples, "s", 1.0, "≤ 1.0 s",
-                   f"arrived as {min(chunks)}–{max(chunks)} `agent_message_chunk` updates")]
+    return [Result(f"{STREAM_CHARS // 1000} KB answer in {STREAM_DELTAS:,} deltas", samples, "s", 0.3, "≤ 0.3 s",
+                   f"arrived as {min(chunks)}–{max(chunks)} `agent_message_chunk` updates; warm session")]
 
 
 async def concurrentTurns(b: Bench, width: int, **extra: str) -> list[float]:
@@ -437,7 +480,7 @@ async def caseRSS(b: Bench) -> list[Result]:
         Result("RSS after `initialize`", idle, "MiB", note="VmRSS of the agent process"),
         Result(f"RSS with {RSS_SESSIONS} sessions before their first turn", sessions, "MiB",
                note=f"after {RSS_SESSIONS} × `session/new` (and any background preloading they start)"),
-        Result(f"RSS with {RSS_SESSIONS} sessions", loaded, "MiB", 70 * MiB, "≤ 70 MiB",
+        Result(f"RSS with {RSS_SESSIONS} sessions", loaded, "MiB", 49 * MiB, "≤ 49 MiB",
                f"{RSS_SESSIONS} × `session/new`, then one short turn in each; VmRSS"),
     ]
 
@@ -542,6 +585,7 @@ async def caseCompaction(b: Bench) -> list[Result]:
 #: Name (for --only) → case, in table order.
 CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "initialize": caseInitialize,
+    "cold": caseCold,
     "session": caseSessionNew,
     "turn": caseTurn,
     "tools": caseTools,

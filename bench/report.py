@@ -82,7 +82,7 @@ def machine() -> str:
     return (
         f"CPU {_cpuModel()}, {os.cpu_count()} cores ({usable} usable); "
         f"{platform.system()} {platform.release()}; "
-        f"Python {platform.python_version()}; Twisted {_package('twisted')}, openai {_package('openai')}; "
+        f"Python {platform.python_version()}; Twisted {_package('twisted')}; "
         f"hermes-acp {_package('hermes-acp-twisted')} ({_revision()})"
     )
 

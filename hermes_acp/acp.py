@@ -26,7 +26,7 @@ from .commands import Commands
 from .config import Endpoint, Settings, hermesHome, loadDotenv, resolveEndpoint
 from .engine_factory import EngineAgentFactory
 from .interfaces import IAgentFactory, ISessionStore
-from .jsonrpc import AuthRequired, InvalidParams, JSONRPCConnection
+from .jsonrpc import AuthRequired, InvalidParams, JSONRPCConnection, Reply
 from .lifecycle import Lifecycle
 from .mcp.registry import MCPServers
 from .mcp.specs import ConfiguredServers, configFile
@@ -98,8 +98,7 @@ class ACPServer:
             lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
             connection.callRemote, mcp,
         ))  # fmt: skip
-        lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated,
-                              self.warmUp, mcp)
+        lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)
@@ -117,17 +116,19 @@ class ACPServer:
 
     # -- initialize and auth ---------------------------------------------
 
-    def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+    def initialize(self, params: dict[str, Any]) -> Reply:
+        """The handshake; once it is answered, the engine is imported in the background
+        (the first prompt need not wait for it)."""
         requested = field(params, "protocolVersion", int)
         if requested != PROTOCOL_VERSION:
             log.info("client asked for protocol {v}; answering {ours}", v=requested, ours=PROTOCOL_VERSION)
         self.client.update(lenientObject(params, "clientCapabilities"), lenientObject(params, "clientInfo"))
-        return {
+        return Reply({
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": self.agentCapabilities(),
             "authMethods": self.authMethods(),
             "agentInfo": dict(AGENT_INFO),
-        }
+        }, self.warmUp)
 
     def agentCapabilities(self) -> dict[str, Any]:
         """Only what works end to end at this version."""
@@ -204,10 +205,11 @@ class ACPServer:
         return endpoint
 
     def warmUp(self) -> None:
-        """Import the engine and the model SDK on a worker while the user types."""
+        """Open state.db and import the engine in the background while the user types."""
         if not self._warm:
             self._warm = True
-            d = self.workers.run(_importEngine)
+            self.store.warm()
+            d = self.workers.run(_importEngine, self.endpointSource().baseURL or "")
             d.addErrback(lambda f: log.failure("preloading the engine failed", f))
 
     # -- shutdown ----------------------------------------------------------
@@ -238,7 +240,11 @@ def fetchModels(endpoint: Endpoint) -> list[tuple[str, int | None]]:
     return listModels(endpoint)
 
 
-def _importEngine() -> None:
-    import openai  # noqa: F401  (about 0.7 s; better now than in the first turn)
-
+def _importEngine(baseURL: str) -> None:
+    """What the first prompt would otherwise wait for: the engine's modules, and for an
+    HTTPS endpoint the certificate store (about 50 ms to load)."""
     from .engine import agent  # noqa: F401
+    from .engine.chat_http import tlsContext
+
+    if baseURL.startswith("https:"):
+        tlsContext()

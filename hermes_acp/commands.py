@@ -192,7 +192,8 @@ class Commands:
         key = "present" if endpoint.keyPresent else "not set"
         rows = [
             ("Version", f"hermes-acp {__version__} on Python {platform.python_version()} ({sys.platform})"),
-            ("Libraries", f"Twisted {_version('twisted')}, openai {_version('openai')}"),
+            ("Libraries", f"Twisted {_version('twisted')}, zope.interface {_version('zope.interface')}, "
+                          f"attrs {_version('attrs')}"),
             ("Endpoint", f"{endpoint.shownURL} (provider {endpoint.provider}, key {key})"),
             ("Model", f"`{state.model}`"),
             ("Problems", "; ".join(endpoint.problems()) or "none"),

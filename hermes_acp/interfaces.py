@@ -247,6 +247,9 @@ class ISessionStore(Interface):
     def replay(state: SessionState) -> Awaitable[Replay]:
         """The journal to replay."""
 
+    def warm() -> None:
+        """Open the store in the background, before the first session needs it."""
+
     def beginTurn(state: SessionState) -> Awaitable[None]:
         """Mark a prompt turn as running in this process."""
 

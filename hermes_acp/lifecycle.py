@@ -66,8 +66,6 @@ class Lifecycle:
     cancelTurns: Callable[[SessionState], Awaitable[None]]
     #: The endpoint for new sessions, or -32000 saying what to do.
     requireEndpoint: Callable[[], Endpoint]
-    #: Start importing the engine while the user types.
-    warmUp: Callable[[], None]
     #: The sessions' MCP servers.
     mcp: MCPServers
 
@@ -115,7 +113,6 @@ class Lifecycle:
         state = await self.store.create(cwd, extra, model=endpoint.model)
         log.debug("session {id} created in {cwd} (model {model})", id=state.sessionId, cwd=cwd, model=state.model)
         self.catalog.refresh()
-        self.warmUp()
         return self.setupResult(state, servers, sessionId=True)
 
     async def restored(self, params: dict[str, Any]) -> SessionState:

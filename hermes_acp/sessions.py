@@ -66,6 +66,11 @@ class SessionManager:
                 self._db = SessionDB(self.dbPath)
             return self._db
 
+    def warm(self) -> None:
+        """Open the database now, on its thread (the first session need not wait for it);
+        a failure is left for the first real call to report."""
+        self.dbThread.run(self._database).addErrback(lambda f: None)
+
     def call(self, method: str, *args: Any, **kwargs: Any) -> Deferred[Any]:
         """Run ``SessionDB.<method>`` on the database thread."""
 

@@ -15,7 +15,8 @@ a list of steps (JSON-friendly dicts):
   {"stall": true} / {"stall": 1.5}    stop sending, forever or for that many seconds
   {"barrier": 8}                      wait until this many chat requests have arrived in all
                                       (proves requests run at the same time, without a clock)
-  {"status": 500, "error": "boom"}    answer with an HTTP error instead (must come first)
+  {"status": 500, "error": "boom"}    answer with an HTTP error instead (must come first; "headers": {...}
+                                      adds headers, "body": "..." sends that text instead of a JSON error)
   {"raw": "data: {oops\\n\\n"}        bytes sent as they are (malformed SSE)
   {"close": true}                     drop the connection mid-stream
 
@@ -138,8 +139,14 @@ class _Playback:
         first = self.steps[0] if self.steps else {}
         if "status" in first:
             self.request.setResponseCode(first["status"])
-            self.request.setHeader("content-type", "application/json")
-            self.request.write(_errorBody(first.get("error", "scripted error"), first.get("code")))
+            for name, value in first.get("headers", {}).items():
+                self.request.setHeader(name, value)
+            if "body" in first:
+                self.request.setHeader("content-type", "text/html")
+                self.request.write(first["body"].encode())
+            else:
+                self.request.setHeader("content-type", "application/json")
+                self.request.write(_errorBody(first.get("error", "scripted error"), first.get("code")))
             self.request.finish()
             return
         if self.streaming:
@@ -283,6 +290,10 @@ class ScriptedModel(Resource):
         self.overflows = 0  # requests refused for being over the window
         self.summaries = Script(list(summaries or []), True) if summaries is not None else None
         self.summaryCount = 0
+        #: False: answer one JSON document even when the request asks for a stream.
+        self.streaming = True
+        #: The client ports requests came from (one per TCP connection).
+        self.peers: set[int] = set()
         self._waiting: list[tuple[Callable[[], bool], Deferred[None]]] = []
 
     @classmethod
@@ -342,6 +353,8 @@ class ScriptedModel(Resource):
     def _record(self, request: Request, body: Any) -> None:
         headers = {k.decode().lower(): v[-1].decode() for k, v in request.requestHeaders.getAllRawHeaders()}
         self.requests.append(Recorded(request.method.decode(), request.path.decode(), body, headers))
+        address = request.getClientAddress()
+        self.peers.add(getattr(address, "port", 0))
         self._wake()
 
     def _refuse(self, request: Request, status: int, message: str, code: str | None = None) -> bytes:
@@ -393,7 +406,7 @@ class ScriptedModel(Resource):
         if steps is None:
             message = f"script exhausted (latest user message: {text[:80]!r})"
             return self._refuse(request, http.INTERNAL_SERVER_ERROR, message)
-        _Playback(request, steps, model, bool(body.get("stream")), self.clock, self,
+        _Playback(request, steps, model, bool(body.get("stream")) and self.streaming, self.clock, self,
                   tokens if self.window is not None else None).start()
         return NOT_DONE_YET
 

@@ -1,10 +1,11 @@
-"""A turn's cancellation: a flag plus a wake-up for every thread waiting on a queue."""
+"""A turn's cancellation: a flag, a wake-up for every thread waiting on a queue, and calls
+that end what cannot wait on one (a model request's socket)."""
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,6 +20,7 @@ class Cancellation:
         self.event = threading.Event()
         self._lock = threading.Lock()
         self._queues: list[queue.Queue[Any]] = []
+        self._calls: list[Callable[[], None]] = []
 
     @property
     def cancelled(self) -> bool:
@@ -30,9 +32,11 @@ class Cancellation:
             if self.event.is_set():
                 return
             self.event.set()
-            waiting = list(self._queues)
+            waiting, calls = list(self._queues), list(self._calls)
         for q in waiting:
             q.put(CANCELLED)
+        for call in calls:
+            call()
 
     @contextmanager
     def watching(self, q: queue.Queue[Any]) -> Iterator[queue.Queue[Any]]:
@@ -46,6 +50,21 @@ class Cancellation:
         finally:
             with self._lock:
                 self._queues.remove(q)
+
+    @contextmanager
+    def calling(self, call: Callable[[], None]) -> Iterator[None]:
+        """While inside, cancelling calls ``call`` (in the cancelling thread; at once when
+        already cancelled)."""
+        with self._lock:
+            self._calls.append(call)
+            cancelled = self.event.is_set()
+        if cancelled:
+            call()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._calls.remove(call)
 
     def sleep(self, seconds: float) -> bool:
         """Wait up to ``seconds``; True when cancelled meanwhile."""

@@ -1,20 +1,17 @@
 """The model client: streaming Chat Completions from any OpenAI-compatible endpoint.
 
-The ``openai`` SDK is imported on first use only (its import takes most of a
-second). A request streams in a helper thread that hands chunks over a queue,
-so the agent thread can walk away the moment the turn is cancelled, even when
-the server has stalled mid-stream: closing an httpx response from another
-thread does not wake a blocked read, so the helper's socket is shut down too.
+The wire format is spoken directly (``engine.chat_http``: ``http.client``, no SDK). The run's
+thread reads the stream itself; a cancel shuts the socket from the cancelling thread, which
+wakes a read blocked on a stalled server at once. 429, 5xx and broken connections are retried
+with backoff (``Retry-After`` when the endpoint gives one), until something was delivered.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
-import queue
 import re
-import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -25,7 +22,8 @@ import attrs
 
 from hermes_acp import safejson
 from hermes_acp.config import Endpoint
-from hermes_acp.engine.cancel import CANCELLED, Cancellation
+from hermes_acp.engine import chat_http
+from hermes_acp.engine.cancel import Cancellation
 
 log = logging.getLogger(__name__)
 
@@ -89,44 +87,54 @@ class _Accumulator:
     reasoningField: str = "reasoning_content"
 
     def absorb(self, chunk: Any) -> None:
-        if getattr(chunk, "usage", None):
-            self.usage = chunk.usage.model_dump(exclude_none=True)
-        for choice in chunk.choices or ():
-            if choice.index not in (0, None):
+        """One event of the stream (or a whole answer, whose ``message`` stands for the delta)."""
+        if not isinstance(chunk, dict):
+            raise ValueError(f"an event that is not an object: {str(chunk)[:100]}")
+        if chunk.get("error"):
+            raise ModelError(f"The model endpoint reported an error mid-answer: {_detail(chunk, str(chunk['error']))}")
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = {k: v for k, v in chunk["usage"].items() if v is not None}
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index") not in (0, None):
                 continue
-            delta = choice.delta
-            if delta is not None:
-                extra = delta.model_extra or {}
-                field = "reasoning_content" if extra.get("reasoning_content") else "reasoning"
-                reasoning = extra.get(field)
+            delta = choice.get("delta") or choice.get("message")
+            if isinstance(delta, dict):
+                field = "reasoning_content" if delta.get("reasoning_content") else "reasoning"
+                reasoning = delta.get(field)
                 if isinstance(reasoning, str) and reasoning:
                     self.reasoningField = field
                     self._emit(self.reasoning, self.onReasoning, reasoning)
-                if delta.content:
-                    self._emit(self.text, self.onText, delta.content)
-                if delta.refusal:
-                    self._emit(self.refusal, self.onText, delta.refusal)
-                for call in delta.tool_calls or ():
-                    self._absorbCall(call)
-            if choice.finish_reason:
-                self.finish = choice.finish_reason
+                if isinstance(delta.get("content"), str) and delta["content"]:
+                    self._emit(self.text, self.onText, delta["content"])
+                if isinstance(delta.get("refusal"), str) and delta["refusal"]:
+                    self._emit(self.refusal, self.onText, delta["refusal"])
+                for call in delta.get("tool_calls") or ():
+                    if isinstance(call, dict):
+                        self._absorbCall(call)
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
 
     def _emit(self, parts: list[str], callback: Callable[[str], None], text: str) -> None:
         parts.append(text)
         self.delivered = True
         callback(text)
 
-    def _absorbCall(self, call: Any) -> None:
-        function = call.function
-        name = (function.name if function else None) or ""
-        arguments = (function.arguments if function else None) or ""
-        index = call.index if call.index is not None else len(self.calls) - (0 if call.id else 1)
+    def _absorbCall(self, call: dict[str, Any]) -> None:
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        name = function.get("name") or ""
+        arguments = function.get("arguments") or ""
+        if not isinstance(arguments, str):  # a whole answer may give them as an object
+            arguments = json.dumps(arguments)
+        callId = call.get("id") or ""
+        index = call.get("index")
+        if not isinstance(index, int):
+            index = len(self.calls) - (0 if callId else 1)
         slot = next((c for c in reversed(self.calls) if c["index"] == index), None)
         # Some servers send every complete call at index 0; a new id means a new call.
-        if slot is None or (call.id and slot["id"] and call.id != slot["id"]):
+        if slot is None or (callId and slot["id"] and callId != slot["id"]):
             slot = {"index": index, "id": "", "name": "", "arguments": ""}
             self.calls.append(slot)
-        slot["id"] = call.id or slot["id"]
+        slot["id"] = callId or slot["id"]
         slot["name"] += name
         slot["arguments"] += arguments
 
@@ -205,90 +213,47 @@ def _retryAfter(headers: Any) -> float | None:
 
 
 def classify(error: BaseException, endpoint: Endpoint, model: str) -> ModelError:
-    """Turn an SDK or transport exception into a ``ModelError`` a user can act on."""
+    """Turn a transport or protocol failure into a ``ModelError`` a user can act on."""
     if isinstance(error, ModelError):
         return error
-    import openai
-
-    if isinstance(error, openai.APIStatusError):
-        result = _statusMessage(error.status_code, _detail(error.body, error.message), endpoint, model)
-        result.retryAfter = _retryAfter(error.response.headers)
+    if isinstance(error, chat_http.HTTPStatus):
+        fallback = " ".join(str(error.body or "").split())[:300] or f"HTTP {error.status}"  # an HTML page, say
+        result = _statusMessage(error.status, _detail(error.body, fallback), endpoint, model)
+        result.retryAfter = _retryAfter(error.headers)
         return result
-    if isinstance(error, openai.APITimeoutError):
-        return ModelError(f"The model endpoint {endpoint.shownURL} timed out.", retryable=True)
-    if isinstance(error, openai.APIConnectionError):
-        cause = error.__cause__ or error.__context__
-        reason = f": {cause}" if cause else ""
-        return ModelError(f"Cannot reach the model endpoint {endpoint.shownURL}{reason}", retryable=True)
-    if isinstance(error, openai.APIError):
-        return ModelError(f"The model endpoint {endpoint.shownURL} reported an error: {error.message}")
+    if isinstance(error, chat_http.Unreachable):
+        if error.timedOut:
+            return ModelError(f"The model endpoint {endpoint.shownURL} timed out.", retryable=True)
+        return ModelError(f"Cannot reach the model endpoint {endpoint.shownURL}: {error}", retryable=True)
+    if isinstance(error, (OSError, http.client.HTTPException)):  # the connection broke mid-answer
+        return ModelError(f"The connection to the model endpoint {endpoint.shownURL} broke: "
+                          f"{error or type(error).__name__}", retryable=True)
     if isinstance(error, (ValueError, KeyError, TypeError, AttributeError)):
         return ModelError(f"The model endpoint {endpoint.shownURL} sent a malformed response: {error}")
-    if isinstance(error, openai.OpenAIError):
-        return ModelError(f"The model client failed: {error}")
     return ModelError(f"Model request failed: {type(error).__name__}: {error}")
-
-
-@attrs.define
-class _Pump:
-    """The helper thread's request, and how to abandon it."""
-
-    stream: Any = None
-    abandoned: bool = False
-
-    def abandon(self) -> None:
-        """Stop caring, and shut the socket so a blocked read wakes up now."""
-        self.abandoned = True
-        stream = self.stream
-        try:
-            network = stream.response.extensions["network_stream"]
-            network.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
-        except Exception:  # not connected yet, already closed, or another transport
-            pass
-
-
-_clients: dict[tuple[str, str, float, float], Any] = {}
-_clientsLock = threading.Lock()
-
-
-def sharedClient(baseURL: str, apiKey: str, readTimeout: float, connectTimeout: float) -> Any:
-    """One SDK client (one connection pool, one TLS context) per endpoint and key.
-
-    Sessions share it: building a client loads the CA bundle (about 50 ms and
-    1 MiB each), and the client holds no conversation state, only connections.
-    """
-    key = (baseURL, apiKey, readTimeout, connectTimeout)
-    with _clientsLock:
-        client = _clients.get(key)
-        if client is None:
-            import openai
-
-            client = _clients[key] = openai.OpenAI(
-                api_key=apiKey, base_url=baseURL, max_retries=0,
-                timeout=openai.Timeout(readTimeout, connect=connectTimeout),
-            )
-        return client
 
 
 @attrs.define(eq=False)
 class ModelClient:
-    """Streams chat completions from one endpoint (used from one thread at a time)."""
+    """Streams chat completions from one endpoint (used from one thread at a time;
+    kept-alive connections are shared by all, ``chat_http.POOL``)."""
 
     endpoint: Endpoint
     connectTimeout: float = 15.0
     readTimeout: float = 600.0
     maxRetries: int = 4
     backoff: float = 0.5
-    _client: Any = attrs.field(default=None, init=False, repr=False)
+    _target: chat_http.Target | None = attrs.field(default=None, init=False, repr=False)
 
-    def _openai(self) -> Any:
-        if self._client is None:
+    def target(self) -> chat_http.Target:
+        if self._target is None:
             if not self.endpoint.baseURL:
                 raise ModelError("; ".join(self.endpoint.problems()))
-            self._client = sharedClient(self.endpoint.baseURL, self.endpoint.apiKey or _NO_KEY,
-                                        self.readTimeout, self.connectTimeout)
-        return self._client
-
+            try:
+                self._target = chat_http.Target.of(self.endpoint.baseURL)
+            except ValueError as e:
+                raise ModelError(f"The model endpoint URL cannot be used: {e}") from None
+        return self._target
 
     def complete(
         self,
@@ -337,48 +302,26 @@ class ModelClient:
                 return accumulator.reply(CANCELLED_FINISH)
 
     def _stream(self, request: dict[str, Any], accumulator: _Accumulator, cancellation: Cancellation) -> ModelReply:
-        client = self._openai()
-        pump = _Pump()
-        with cancellation.watching(queue.Queue()) as inbox:
-            thread = threading.Thread(target=_run, args=(client, request, pump, inbox),
-                                      name="hermes-model-stream", daemon=True)
-            thread.start()
-            while True:
-                item = inbox.get()
-                if item is CANCELLED:
-                    pump.abandon()
-                    return accumulator.reply(CANCELLED_FINISH)
-                kind, value = item
-                if kind == "error":
-                    raise value
-                if kind == "done":
-                    return accumulator.reply()
+        exchange = chat_http.Exchange(self.target())
+        headers = {"Authorization": f"Bearer {self.endpoint.apiKey or _NO_KEY}"}
+        try:
+            with cancellation.calling(exchange.abort):
                 try:
-                    accumulator.absorb(value)
+                    exchange.post("/chat/completions", request, headers, self.connectTimeout, self.readTimeout)
+                    for event in exchange.events():
+                        accumulator.absorb(event)
                 except Exception:
-                    pump.abandon()
+                    if cancellation.cancelled:
+                        return accumulator.reply(CANCELLED_FINISH)
                     raise
-
-
-def _run(client: Any, request: dict[str, Any], pump: _Pump, inbox: queue.Queue[Any]) -> None:
-    """The helper thread: make the request and pass every chunk on."""
-    try:
-        pump.stream = client.chat.completions.create(**request)
-        if pump.abandoned:
-            pump.abandon()
-        for chunk in pump.stream:
-            if pump.abandoned:
-                break
-            inbox.put(("chunk", chunk))
-        inbox.put(("done", None))
-    except Exception as e:
-        inbox.put(("error", e))
-    finally:
-        if pump.stream is not None:
-            try:
-                pump.stream.close()
-            except Exception:
-                pass
+            if cancellation.cancelled and accumulator.finish is None:
+                return accumulator.reply(CANCELLED_FINISH)
+            if not exchange.completed and accumulator.finish is None:
+                raise ModelError(f"The connection to the model endpoint {self.endpoint.shownURL} broke before "
+                                 "the answer ended", retryable=True)
+            return accumulator.reply()
+        finally:
+            exchange.close()
 
 
 def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[tuple[str, int | None]]:

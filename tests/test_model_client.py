@@ -1,0 +1,243 @@
+"""The model client's wire (``engine.chat_http`` under ``engine.model``): proxies from the
+environment (plain and CONNECT, with credentials, ``no_proxy``), kept-alive connections,
+``Retry-After``, and the quirks of the providers in docs/getting-started.md, each against the
+scripted server on loopback."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import protocol, reactor, ssl
+from twisted.internet.threads import deferToThread
+from twisted.web import http, proxy
+from twisted.web.server import Site
+
+from hermes_acp.config import Endpoint
+from hermes_acp.engine import chat_http
+from hermes_acp.engine.cancel import Cancellation
+from hermes_acp.engine.model import ModelClient, ModelError
+
+from .scripted_model import ScriptedModel
+from .test_e2e_tls import selfSigned
+
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
+@pytest.fixture
+def noProxies(monkeypatch):
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    return monkeypatch
+
+
+def complete(url: str, texts: list[str] | None = None) -> Any:
+    """One request of a fresh client, in a thread (the client blocks)."""
+    client = ModelClient(Endpoint("custom", url, "test-key", "scripted-model"), backoff=0.01)
+    seen = texts if texts is not None else []
+    return deferToThread(client.complete, "scripted-model", [{"role": "user", "content": "hi"}], [], Cancellation(),
+                         seen.append, lambda text: None)
+
+
+async def failure(d: Any) -> ModelError:
+    try:
+        await d
+    except ModelError as e:
+        return e
+    raise AssertionError("no ModelError")
+
+
+class _Tunnel(protocol.Protocol):
+    """One connection to the CONNECT proxy: the request head, then bytes both ways."""
+
+    def __init__(self, seen: list[tuple[str, list[str]]]) -> None:
+        self.seen, self.buffer, self.peer = seen, b"", None
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.peer is not None:
+            self.peer.transport.write(data)
+            return
+        self.buffer += data
+        if b"\r\n\r\n" not in self.buffer:
+            return
+        head, rest = self.buffer.split(b"\r\n\r\n", 1)
+        lines = head.decode().split("\r\n")
+        self.seen.append((lines[0], lines[1:]))
+        host, port = lines[0].split(" ")[1].rsplit(":", 1)
+        self.transport.pauseProducing()
+        creator = protocol.ClientCreator(reactor, _Pipe, self)
+        creator.connectTCP(host, int(port)).addCallback(self._connected, rest)
+
+    def _connected(self, pipe: _Pipe, rest: bytes) -> None:
+        self.peer = pipe
+        self.transport.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        self.transport.resumeProducing()
+        if rest:
+            pipe.transport.write(rest)
+
+    def connectionLost(self, reason: Any) -> None:
+        if self.peer is not None:
+            self.peer.transport.loseConnection()
+
+
+class _Pipe(protocol.Protocol):
+    def __init__(self, client: _Tunnel) -> None:
+        self.client = client
+
+    def dataReceived(self, data: bytes) -> None:
+        self.client.transport.write(data)
+
+    def connectionLost(self, reason: Any) -> None:
+        self.client.transport.loseConnection()
+
+
+class _Recorded(proxy.ProxyRequest):
+    def process(self) -> None:
+        self.channel.factory.seen.append((self.uri.decode(), self.getHeader("proxy-authorization")))
+        super().process()
+
+
+class _Forwarding(proxy.Proxy):
+    requestFactory = _Recorded
+
+
+def listening(factory: protocol.Factory) -> tuple[Any, int]:
+    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+    return port, port.getHost().port
+
+
+def test_targetsFollowTheEnvironment() -> None:
+    direct = chat_http.Target.of("https://api.example.com/v1", {})
+    assert (direct.https, direct.host, direct.port, direct.path, direct.proxyHost) == (True, "api.example.com", 443, "/v1", None)
+    environ = {"HTTPS_PROXY": "http://bob:s%40cret@proxy.corp:3128", "no_proxy": "localhost,.internal,10.0.0.1:8000"}
+    tunnelled = chat_http.Target.of("https://api.example.com/v1/", environ)
+    assert (tunnelled.proxyHost, tunnelled.proxyPort, tunnelled.path) == ("proxy.corp", 3128, "/v1")
+    assert tunnelled.proxyAuth == "Basic Ym9iOnNAY3JldA=="  # bob:s@cret
+    for exempt in ("http://localhost:11434/v1", "https://llm.internal/v1", "https://a.b.internal/v1"):
+        assert chat_http.Target.of(exempt, {**environ, "http_proxy": "proxy.corp:3128"}).proxyHost is None, exempt
+    assert chat_http.Target.of("http://10.0.0.1:9000/v1", {"http_proxy": "p:1", "no_proxy": "10.0.0.1:8000"}).proxyHost == "p"
+    plain = chat_http.Target.of("http://10.1.1.1:8000/v1", {"ALL_PROXY": "http://p:8080"})
+    assert plain.requestPath("/chat/completions") == "http://10.1.1.1:8000/v1/chat/completions"
+    assert chat_http.Target.of("http://10.1.1.1:8000/v1", {"no_proxy": "*", "all_proxy": "p:1"}).proxyHost is None
+    with pytest.raises(ValueError):
+        chat_http.Target.of("ftp://example.com", {})
+
+
+@pytest_twisted.ensureDeferred
+async def test_plainProxyWithCredentials(scriptedServer, noProxies) -> None:
+    """``http_proxy`` with a user: the request goes to the proxy, whole URL and credentials."""
+    server, url = scriptedServer
+    server.default.responses.append([{"text": "via the proxy"}])
+    factory = http.HTTPFactory()
+    factory.protocol, factory.seen = _Forwarding, []
+    port, number = listening(factory)
+    noProxies.setenv("http_proxy", f"http://alice:pw@127.0.0.1:{number}")
+    try:
+        reply = await complete(url)
+    finally:
+        await port.stopListening()
+    assert reply.text == "via the proxy"
+    assert factory.seen == [(f"{url}/chat/completions", "Basic YWxpY2U6cHc=")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_httpsThroughAConnectProxy(tmp_path, noProxies) -> None:
+    """``https_proxy``: a CONNECT tunnel, TLS inside it verified against ``SSL_CERT_FILE``."""
+    caFile, pem = selfSigned(tmp_path)
+    model = ScriptedModel([[{"text": "tunnelled"}]])
+    tlsPort = reactor.listenSSL(0, Site(model), ssl.PrivateCertificate.loadPEM(pem).options(), interface="127.0.0.1")
+    seen: list[Any] = []
+    factory = protocol.Factory.forProtocol(lambda: _Tunnel(seen))
+    port, number = listening(factory)
+    noProxies.setenv("https_proxy", f"http://127.0.0.1:{number}")
+    noProxies.setenv("SSL_CERT_FILE", str(caFile))
+    target = tlsPort.getHost().port
+    try:
+        reply = await complete(f"https://127.0.0.1:{target}/v1")
+    finally:
+        await port.stopListening()
+        await tlsPort.stopListening()
+    assert reply.text == "tunnelled"
+    assert seen[0][0] == f"CONNECT 127.0.0.1:{target} HTTP/1.0"
+
+
+@pytest_twisted.ensureDeferred
+async def test_connectionsAreKeptAlive(scriptedServer, noProxies) -> None:
+    """Requests after the first reuse its connection (one TCP connection for three)."""
+    server, url = scriptedServer
+    server.default.responses += [[{"text": f"answer {n}"}] for n in range(3)]
+    client = ModelClient(Endpoint("custom", url, "test-key", "scripted-model"))
+    for n in range(3):
+        reply = await deferToThread(client.complete, "scripted-model", [{"role": "user", "content": "hi"}], [],
+                                    Cancellation(), lambda text: None, lambda text: None)
+        assert reply.text == f"answer {n}"
+    assert len(server.chatRequests) == 3 and len(server.peers) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_retryAfterIsHonoured(scriptedServer, noProxies) -> None:
+    server, url = scriptedServer
+    server.default.responses += [[{"status": 429, "error": "slow down", "headers": {"Retry-After": "0.4"}}],
+                                 [{"text": "later"}]]
+    began = time.monotonic()
+    reply = await complete(url)
+    assert reply.text == "later" and time.monotonic() - began >= 0.4
+
+
+@pytest.mark.parametrize("steps, check", [
+    # OpenRouter: keep-alive comments, reasoning under "reasoning", usage with a cost in the last chunk
+    ([{"raw": ": OPENROUTER PROCESSING\n\n"}, {"reasoning": "think", "field": "reasoning"}, {"text": "ok"},
+      {"usage": {"prompt_tokens": 3, "completion_tokens": 1, "cost": 0.0002}}],
+     lambda r: (r.text, r.reasoning, r.reasoningField, r.usage["cost"]) == ("ok", "think", "reasoning", 0.0002)),
+    # DeepSeek and vLLM: reasoning_content
+    ([{"reasoning": "hmm"}, {"text": "fine"}], lambda r: (r.reasoning, r.reasoningField) == ("hmm", "reasoning_content")),
+    # Ollama and llama.cpp without usage: none reported
+    ([{"text": "no usage"}], lambda r: r.usage is None and r.finishReason == "stop"),
+    # a tool call in pieces across chunks
+    ([{"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "a/b.txt"}}], "split": 7}],
+     lambda r: [(c.name, c.arguments) for c in r.toolCalls] == [("read_file", '{"path": "a/b.txt"}')]),
+    # "data:" without its space, and CRLF line ends
+    ([{"raw": 'data:{"choices":[{"index":0,"delta":{"content":"tight"}}]}\r\n\r\n'}], lambda r: r.text == "tight"),
+])
+@pytest_twisted.ensureDeferred
+async def test_providerQuirks(scriptedServer, noProxies, steps, check) -> None:
+    server, url = scriptedServer
+    server.default.responses.append(steps)
+    assert check(await complete(url))
+
+
+@pytest_twisted.ensureDeferred
+async def test_aWholeJSONAnswerInsteadOfAStream(scriptedServer, noProxies) -> None:
+    """A server that ignores ``stream`` and answers one JSON document is understood."""
+    server, url = scriptedServer
+    server.default.responses.append([{"text": "all at once"}])
+    server.streaming = False
+    texts: list[str] = []
+    reply = await complete(url, texts)
+    assert (reply.text, texts) == ("all at once", ["all at once"])
+
+
+@pytest.mark.parametrize("step, said", [
+    ({"status": 502, "body": "<html><body><h1>502 Bad Gateway</h1>\n<p>nginx</p></body></html>"},
+     "had a server error (HTTP 502): <html><body><h1>502 Bad Gateway</h1> <p>nginx</p>"),
+    ({"status": 400, "error": "Invalid 'messages': empty"}, "rejected the request (HTTP 400): Invalid 'messages': empty"),
+])
+@pytest_twisted.ensureDeferred
+async def test_errorBodies(scriptedServer, noProxies, step, said) -> None:
+    """The provider's own message, JSON or a proxy's HTML page (whitespace folded, cut)."""
+    server, url = scriptedServer
+    server.default.responses += [[step]] * 5
+    error = await failure(complete(url))
+    assert said in str(error)
+
+
+@pytest_twisted.ensureDeferred
+async def test_anErrorEventMidStream(scriptedServer, noProxies) -> None:
+    """OpenRouter reports an upstream failure as an event in the stream: it is said as such."""
+    server, url = scriptedServer
+    server.default.responses.append([{"text": "par"}, {"raw": 'data: {"error": {"message": "upstream timed out", "code": 502}}\n\n'}])
+    error = await failure(complete(url))
+    assert "upstream timed out" in str(error) and "mid-answer" in str(error)
