@@ -55,6 +55,8 @@ class SecretsTests(SynchronousTestCase):
         self.assertEqual(secretValues({"HERMES_BASE_URL": "http://127.0.0.1:1/v1", "OTHER_URL": URL}), [])
         token = "ghp_0123456789abcdefABCDEF"
         self.assertEqual(secretValues({"HERMES_BASE_URL": f"https://{token}@host/v1"}), [token])
+        self.assertEqual(secretValues({"HTTPS_PROXY": "http://bob:proxypass1@proxy:3128", "no_proxy": "x"}),
+                         ["proxypass1"])
 
     def test_redactURL(self) -> None:
         """The password, or a token-like user name without one, becomes [REDACTED];

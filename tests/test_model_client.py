@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet import protocol, reactor, ssl
+from twisted.internet import defer, protocol, reactor, ssl
+from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.web import http, proxy
 from twisted.web.server import Site
@@ -201,6 +202,8 @@ async def test_retryAfterIsHonoured(scriptedServer, noProxies) -> None:
      lambda r: [(c.name, c.arguments) for c in r.toolCalls] == [("read_file", '{"path": "a/b.txt"}')]),
     # "data:" without its space, and CRLF line ends
     ([{"raw": 'data:{"choices":[{"index":0,"delta":{"content":"tight"}}]}\r\n\r\n'}], lambda r: r.text == "tight"),
+    # lines ended by a bare CR
+    ([{"raw": 'data: {"choices":[{"index":0,"delta":{"content":"cr"}}]}\r\r'}], lambda r: r.text == "cr"),
 ])
 @pytest_twisted.ensureDeferred
 async def test_providerQuirks(scriptedServer, noProxies, steps, check) -> None:
@@ -241,3 +244,134 @@ async def test_anErrorEventMidStream(scriptedServer, noProxies) -> None:
     server.default.responses.append([{"text": "par"}, {"raw": 'data: {"error": {"message": "upstream timed out", "code": 502}}\n\n'}])
     error = await failure(complete(url))
     assert "upstream timed out" in str(error) and "mid-answer" in str(error)
+
+
+# -- what an independent review of the first version found --------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_connectionsTheServerClosedAreNotRetriedOneByOne(noProxies) -> None:
+    """Idle connections a server closed (uvicorn drops them after 5 s) cost nothing: the next
+    request goes out at once on a new one, without a retry's backoff."""
+    model = ScriptedModel([[{"stall": 0.2}, {"text": f"answer {n}"}] for n in range(3)] + [[{"text": "fresh"}]])
+    site = Site(model, timeout=0.3)
+    port, number = listening(site)
+    url = f"http://127.0.0.1:{number}/v1"
+    try:
+        await defer.gatherResults([complete(url) for _ in range(3)])  # three connections, then idle
+        await deferLater(reactor, 0.8, lambda: None)  # the server times them out
+        began = time.monotonic()
+        reply = await complete(url)
+    finally:
+        await port.stopListening()
+    assert reply.text == "fresh" and time.monotonic() - began < 0.3
+    assert len(model.chatRequests) == 4
+
+
+@pytest_twisted.ensureDeferred
+async def test_aStreamCutInsideAnEventIsRetried(scriptedServer, noProxies) -> None:
+    """Half an event and then the end of the body is a broken connection, not a malformed
+    answer: nothing was shown yet, so it is retried."""
+    server, url = scriptedServer
+    server.default.responses += [[{"raw": 'data: {"choices":[{"index":0,"delta":{"content":"par'}, {"close": True}],
+                                 [{"text": "whole"}]]
+    assert (await complete(url)).text == "whole"
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelWhileConnectingReturnsAtOnce(tmp_path, noProxies) -> None:
+    """A server that accepts the connection and never shakes hands: a cancel during the TLS
+    handshake returns at once."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    client = ModelClient(Endpoint("custom", f"https://127.0.0.1:{silent.getsockname()[1]}/v1", "k", "m"))
+    cancellation = Cancellation()
+    d = deferToThread(client.complete, "m", [{"role": "user", "content": "hi"}], [], cancellation,
+                      lambda text: None, lambda text: None)
+    await deferLater(reactor, 0.3, cancellation.cancel)
+    began = time.monotonic()
+    reply = await d
+    silent.close()
+    assert reply.finishReason == "cancelled" and time.monotonic() - began < 0.5
+
+
+@pytest_twisted.ensureDeferred
+async def test_credentialsInTheBaseURL(scriptedServer, noProxies) -> None:
+    """``http://user:password@host/v1`` is Basic authentication, as the SDK made it."""
+    server, url = scriptedServer
+    server.default.responses.append([{"text": "basic"}])
+    assert (await complete(url.replace("http://", "http://ann:s3cret@"))).text == "basic"
+    assert server.requests[-1].headers["authorization"] == "Basic YW5uOnMzY3JldA=="
+
+
+@pytest_twisted.ensureDeferred
+async def test_aLateAbortLeavesAPooledConnectionAlone(scriptedServer, noProxies) -> None:
+    """A cancel that lands after a stream ended, once its connection is back in the pool,
+    does not break the next request on that connection."""
+    server, url = scriptedServer
+    server.default.responses += [[{"text": "one"}], [{"text": "two"}]]
+    target = chat_http.Target.of(url, {})
+
+    def twice() -> list[str]:
+        texts = []
+        for _ in range(2):
+            exchange = chat_http.Exchange(target)
+            exchange.post("/chat/completions", {"model": "m", "messages": [], "stream": True}, {}, 5, 5)
+            texts += [e["choices"][0]["delta"].get("content", "") for e in exchange.events() if e.get("choices")]
+            exchange.abort()  # too late: its connection is another request's now
+            exchange.close()
+        return texts
+
+    assert "".join(await deferToThread(twice)) == "onetwo"
+    assert len(server.peers) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_redirectsAndAnswersThatAreNotStreams(scriptedServer, noProxies) -> None:
+    server, url = scriptedServer
+    moved = url.replace("/v1", "/v2") + "/chat/completions"
+    server.default.responses += [[{"status": 308, "error": "moved", "headers": {"Location": moved}}],
+                                 [{"text": "found it"}],
+                                 [{"status": 200, "body": "<html><body>Welcome to nginx</body></html>"}]]
+    assert (await complete(url)).text == "found it"
+    assert [r.path for r in server.requests] == ["/v1/chat/completions", "/v2/chat/completions"]
+    error = await failure(complete(url))
+    assert "something other than a stream" in str(error) and "Welcome to nginx" in str(error)
+    assert not error.retryable and len(server.chatRequests) == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_anOverflowEventMidStream(scriptedServer, noProxies) -> None:
+    server, url = scriptedServer
+    server.default.responses.append([{"raw": 'data: {"error": {"message": "request exceeds the available context size (8192)", '
+                                             '"code": "exceed_context_size_error"}}\n\n'}])
+    error = await failure(complete(url))
+    assert error.overflow and error.window == 8192
+
+
+def test_retryAfterForms() -> None:
+    import email.utils
+
+    from hermes_acp.engine.model import _retryAfter
+
+    soon = email.utils.formatdate(time.time() + 5, usegmt=True)
+    assert _retryAfter({"retry-after": "2"}) == 2.0
+    assert _retryAfter({"retry-after-ms": "250"}) == 0.25
+    assert 3.0 < _retryAfter({"retry-after": soon}) <= 5.0
+    assert _retryAfter({"retry-after": "-1"}) is None and _retryAfter({"retry-after": "soon"}) is None
+    assert _retryAfter({"retry-after": "9999"}) == 30.0
+
+
+def test_proxyForms() -> None:
+    with pytest.raises(ValueError, match="only http:// proxies"):
+        chat_http.Target.of("https://api.example.com/v1", {"ALL_PROXY": "socks5h://user:pw@127.0.0.1:1080"})
+    assert chat_http.Target.of("http://10.0.0.2/v1", {"http_proxy": "http://p"}).proxyPort == 80
+    for noProxy in ("[::1]", "http://[::1]", "::1"):
+        assert chat_http.Target.of("http://[::1]:8000/v1", {"http_proxy": "p:1", "no_proxy": noProxy}).proxyHost is None
+    assert "ann:" not in repr(chat_http.Target.of("http://ann:secret@h/v1", {"http_proxy": "http://bob:pw@p:3"}))
+    with pytest.raises(ValueError) as raised:
+        chat_http.Target.of("htps://bob:hunter22@example.com/v1", {})
+    assert "hunter22" not in str(raised.value)

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from zope.interface import implementer
@@ -26,7 +26,6 @@ from hermes_acp.engine.cancel import Cancellation
 from hermes_acp.engine.compaction import (
     CHARS_PER_TOKEN, SYNTHETIC_KEY, Budget, Cancelled, Compactor, Estimator, Outcome, charCount, isSummary,
 )
-from hermes_acp.engine.guard import CommandApprovals
 from hermes_acp.engine.instructions import projectInstructions
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ToolCallRequest
 from hermes_acp.engine.processes import Limits
@@ -38,6 +37,9 @@ from hermes_acp.engine.tools.registry import (
 )
 from hermes_acp.engine.workspace import LocalWorkspace, Workspace
 from hermes_acp.interfaces import IEngineAgent, ITurnObserver
+
+if TYPE_CHECKING:
+    from hermes_acp.engine.guard import CommandApprovals
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +215,8 @@ class AIAgent:
     compactionFailures: int = 0
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
-    commandApprovals: CommandApprovals = attrs.field(factory=CommandApprovals)
+    _commandApprovals: CommandApprovals | None = attrs.field(default=None, init=False)
+    _approvalsLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     pathApprovals: PathApprovals = attrs.field(init=False)
     _locks: PathLocks = attrs.field(factory=PathLocks, init=False)
     _runLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
@@ -223,6 +226,17 @@ class AIAgent:
         self.pathApprovals = PathApprovals.forWorkspace(self.cwd, self.additionalDirectories)
         if self.model is None:
             self.model = self.endpoint.model
+
+    @property
+    def commandApprovals(self) -> CommandApprovals:
+        """The command guard and what the user allowed, made when a command first needs them
+        (the guard's import is a fifth of the engine's, and a turn without commands needs none)."""
+        with self._approvalsLock:
+            if self._commandApprovals is None:
+                from hermes_acp.engine.guard import CommandApprovals
+
+                self._commandApprovals = CommandApprovals()
+            return self._commandApprovals
 
     @property
     def editMode(self) -> str:

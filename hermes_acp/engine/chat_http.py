@@ -13,9 +13,11 @@ import base64
 import http.client
 import json
 import os
+import select
 import socket
 import ssl
 import threading
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -24,11 +26,12 @@ from typing import Any
 import attrs
 
 from hermes_acp import __version__
+from hermes_acp.engine.secrets import redactURL
 
 USER_AGENT = f"hermes-acp/{__version__}"
-#: Idle connections kept per endpoint, and how long draining the end of a stream may take
-#: before its connection is dropped instead of kept.
-IDLE_CONNECTIONS, DRAIN_SECONDS = 8, 0.5
+#: Idle connections kept per endpoint, how long one may idle before it is dropped rather than
+#: reused, and how long draining the end of a stream may take before its connection is dropped.
+IDLE_CONNECTIONS, IDLE_SECONDS, DRAIN_SECONDS = 8, 30.0, 0.5
 _NOT_SENT = (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected, http.client.BadStatusLine)
 
 
@@ -41,17 +44,23 @@ class HTTPStatus(Exception):
 
 
 class Unreachable(Exception):
-    """The request did not get an answer: refused, reset, timed out (``timedOut``), bad TLS."""
+    """The request did not get an answer: refused, reset, timed out (``timedOut``), bad TLS
+    (``permanent``: retrying will not help)."""
 
-    def __init__(self, reason: str, timedOut: bool = False) -> None:
+    def __init__(self, reason: str, timedOut: bool = False, permanent: bool = False) -> None:
         super().__init__(reason)
-        self.timedOut = timedOut
+        self.timedOut, self.permanent = timedOut, permanent
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 @attrs.frozen
 class Target:
-    """Where requests to one base URL go: the origin, the path prefix, and the proxy
-    (``proxyHost``, ``proxyPort``, ``proxyAuth``: a Basic credential) if any."""
+    """Where requests to one base URL go: the origin, the path prefix, the credential in
+    the URL itself (``originAuth``, Basic), and the proxy (``proxyHost``, ``proxyPort``,
+    ``proxyAuth``: a Basic credential) if any. Credentials stay out of ``repr``."""
 
     https: bool
     host: str
@@ -59,7 +68,8 @@ class Target:
     path: str
     proxyHost: str | None = None
     proxyPort: int = 0
-    proxyAuth: str | None = None
+    proxyAuth: str | None = attrs.field(default=None, repr=False)
+    originAuth: str | None = attrs.field(default=None, repr=False)
 
     @classmethod
     def of(cls, baseURL: str, environ: Mapping[str, str] | None = None) -> Target:
@@ -67,25 +77,28 @@ class Target:
         (``https_proxy``, ``http_proxy``, ``all_proxy``; ``no_proxy`` exempts hosts)."""
         url = urllib.parse.urlsplit(baseURL)
         if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValueError(f"not an http(s) URL: {baseURL}")
+            raise ValueError(f"not an http(s) URL: {redactURL(baseURL)}")
         https = url.scheme == "https"
         port = url.port or (443 if https else 80)
+        origin = _basic(url)
         proxies = urllib.request.getproxies_environment() if environ is None else {
             k[:-6].lower(): v for k, v in environ.items() if k.lower().endswith("_proxy") and v}
         proxy = proxies.get(url.scheme) or proxies.get("all")
-        bypass = proxies.get("no", "")
-        if not proxy or _bypassed(url.hostname, port, bypass):
-            return cls(https, url.hostname, port, url.path.rstrip("/"))
+        if not proxy or _bypassed(url.hostname, port, proxies.get("no", "")):
+            return cls(https, url.hostname, port, url.path.rstrip("/"), originAuth=origin)
         parsed = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-        auth = None
-        if parsed.username is not None:
-            pair = f"{urllib.parse.unquote(parsed.username)}:{urllib.parse.unquote(parsed.password or '')}"
-            auth = "Basic " + base64.b64encode(pair.encode()).decode()
-        return cls(https, url.hostname, port, url.path.rstrip("/"), parsed.hostname, parsed.port or 8080, auth)
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise ValueError(f"the proxy {redactURL(proxy)} cannot be used: only http:// proxies are "
+                             "supported (for HTTPS too, through CONNECT)")
+        return cls(https, url.hostname, port, url.path.rstrip("/"), parsed.hostname, parsed.port or 80,
+                   _basic(parsed), origin)
 
     @property
     def key(self) -> tuple[Any, ...]:
         return attrs.astuple(self)
+
+    def url(self, path: str) -> str:
+        return f"{'https' if self.https else 'http'}://{_host(self.host)}:{self.port}{self.path}{path}"
 
     def connect(self, timeout: float) -> http.client.HTTPConnection:
         """A new connection (not yet open): direct, tunnelled through the proxy (HTTPS),
@@ -104,24 +117,37 @@ class Target:
 
     def requestPath(self, path: str) -> str:
         """What goes on the request line: a path, or the whole URL when talking to a plain proxy."""
-        full = self.path + path
-        if self.proxyHost and not self.https:
-            return f"http://{self.host}:{self.port}{full}"
-        return full
+        return self.url(path) if self.proxyHost and not self.https else self.path + path
 
     def headers(self) -> dict[str, str]:
         return {"Proxy-Authorization": self.proxyAuth} if self.proxyAuth and not self.https else {}
 
 
+def _basic(url: urllib.parse.SplitResult) -> str | None:
+    """The Basic credential of the user information in ``url``, if it has some."""
+    if url.username is None:
+        return None
+    pair = f"{urllib.parse.unquote(url.username)}:{urllib.parse.unquote(url.password or '')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
 def _bypassed(host: str, port: int, noProxy: str) -> bool:
-    """Whether ``no_proxy`` (comma-separated names, ``.suffix`` or ``*``) exempts ``host``."""
-    host = host.lower()
+    """Whether ``no_proxy`` (comma-separated names, ``.suffix``, ``host:port``, ``[v6]``,
+    ``scheme://host`` or ``*``) exempts ``host``."""
+    host = host.lower().strip("[]")
     for entry in (e.strip().lower() for e in noProxy.split(",")):
+        entry = entry.split("://", 1)[-1].rstrip("/")
         if not entry:
             continue
         if entry == "*":
             return True
-        name, _, onlyPort = entry.partition(":") if entry.count(":") == 1 else (entry, "", "")
+        if entry.startswith("["):
+            name, _, rest = entry[1:].partition("]")
+            onlyPort = rest.lstrip(":")
+        elif entry.count(":") == 1:
+            name, _, onlyPort = entry.partition(":")
+        else:
+            name, onlyPort = entry, ""
         if onlyPort and onlyPort != str(port):
             continue
         name = name.lstrip(".")
@@ -136,33 +162,63 @@ _tlsLock = threading.Lock()
 
 def tlsContext() -> ssl.SSLContext:
     """The verifying TLS context: the system's certificates, or those of ``SSL_CERT_FILE``
-    / ``SSL_CERT_DIR`` (OpenSSL reads them). Built once per value of those (it loads the store)."""
+    / ``SSL_CERT_DIR`` (OpenSSL reads them); where the system has none (a python.org build on
+    macOS before "Install Certificates"), certifi's, if it is installed. Built once per value
+    of those variables (loading the store takes tens of milliseconds)."""
     where = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
     with _tlsLock:
         if where not in _tls:
-            _tls[where] = ssl.create_default_context()
+            context = ssl.create_default_context()
+            if where == (None, None) and not context.cert_store_stats().get("x509_ca"):
+                try:
+                    import certifi
+                except ImportError:
+                    pass
+                else:
+                    context.load_verify_locations(certifi.where())
+            _tls[where] = context
         return _tls[where]
 
 
 class Pool:
-    """Idle kept-alive connections, by target; any thread."""
+    """Idle kept-alive connections, by target; any thread. A connection the server has
+    closed meanwhile (it reads as ready) or that idled too long is never handed out."""
 
     def __init__(self) -> None:
-        self._idle: dict[tuple[Any, ...], list[http.client.HTTPConnection]] = {}
+        self._idle: dict[tuple[Any, ...], list[tuple[http.client.HTTPConnection, float]]] = {}
         self._lock = threading.Lock()
 
     def take(self, target: Target) -> http.client.HTTPConnection | None:
-        with self._lock:
-            idle = self._idle.get(target.key)
-            return idle.pop() if idle else None
+        while True:
+            with self._lock:
+                idle = self._idle.get(target.key)
+                if not idle:
+                    return None
+                connection, since = idle.pop()
+            sock = connection.sock
+            try:
+                alive = (sock is not None and time.monotonic() - since < IDLE_SECONDS
+                         and not select.select([sock], [], [], 0)[0])
+            except (OSError, ValueError):
+                alive = False
+            if alive:
+                return connection
+            connection.close()
 
     def give(self, target: Target, connection: http.client.HTTPConnection) -> None:
         with self._lock:
             idle = self._idle.setdefault(target.key, [])
             if len(idle) < IDLE_CONNECTIONS:
-                idle.append(connection)
+                idle.append((connection, time.monotonic()))
                 return
         connection.close()
+
+    def drop(self, target: Target) -> None:
+        """Close the target's idle connections (one turned out dead: the others may be too)."""
+        with self._lock:
+            idle = self._idle.pop(target.key, [])
+        for connection, _ in idle:
+            connection.close()
 
 
 POOL = Pool()
@@ -172,10 +228,16 @@ class Aborted(Exception):
     """``Exchange.abort`` was called."""
 
 
+class NotAStream(Exception):
+    """A 2xx answer that is neither an event stream nor a JSON document."""
+
+
 class Exchange:
     """One request and its streamed response. ``abort``, from any thread, ends it at once:
-    it shuts the socket, which wakes a read (or a wait for the answer) that is blocked on a
-    stalled server."""
+    it stops waiting for a connection being made (DNS and connect go on in a helper thread,
+    which closes what it made) and shuts the socket, which wakes a read, or a wait for the
+    answer, blocked on a stalled server. Once the connection is back in the pool, an abort
+    does nothing (another request may be using it)."""
 
     def __init__(self, target: Target) -> None:
         self.target = target
@@ -184,35 +246,69 @@ class Exchange:
         self.aborted = False
         #: The stream said ``[DONE]`` (or was one JSON answer): it ended, rather than broke off.
         self.completed = False
-        self._done = False
+        self._released = False
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
 
     def abort(self) -> None:
-        self.aborted = True
-        sock = self.connection.sock if self.connection is not None else None
+        with self._lock:
+            if self._released:
+                return
+            self.aborted = True
+            self._wake.set()
+            sock = self.connection.sock if self.connection is not None else None
         try:
             if sock is not None:
                 sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
 
+    def _open(self, connection: http.client.HTTPConnection) -> None:
+        """Connect (DNS, TCP, a proxy's CONNECT, TLS) in a helper thread; give up at an abort."""
+        failure: list[BaseException] = []
+        done = threading.Event()
+
+        def connect() -> None:
+            try:
+                connection.connect()
+            except BaseException as e:  # handed to the waiting thread
+                failure.append(e)
+            finally:
+                done.set()
+                self._wake.set()
+                if self.aborted:
+                    connection.close()
+
+        threading.Thread(target=connect, name="hermes-model-connect", daemon=True).start()
+        self._wake.wait()
+        if not done.is_set() or self.aborted:
+            raise Aborted()
+        self._wake.clear()
+        if failure:
+            raise failure[0]
+
     def post(self, path: str, body: dict[str, Any], headers: Mapping[str, str], connectTimeout: float,
              readTimeout: float) -> None:
         """Send ``body`` as JSON and wait for a 2xx answer, or raise ``HTTPStatus`` (its error
-        body read), ``Unreachable`` or ``Aborted``. A kept-alive connection the server had
-        closed meanwhile is replaced once, at no cost to the caller's retries."""
+        body read), ``Unreachable`` or ``Aborted``. A kept-alive connection the server closed
+        meanwhile is replaced by a new one at no cost to the caller's retries; a 307 or 308
+        is followed (five at most; the credentials only to the same host)."""
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         sent = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json",
-                "User-Agent": USER_AGENT, **self.target.headers(), **headers}
-        for attempt in (0, 1):
-            reused = POOL.take(self.target)
-            connection = self.connection = reused or self.target.connect(connectTimeout)
+                "User-Agent": USER_AGENT, **headers}
+        target, redirects, fresh = self.target, 0, False
+        while True:
+            if self.aborted:
+                raise Aborted()
+            reused = None if fresh else POOL.take(target)
+            connection = reused or target.connect(connectTimeout)
+            with self._lock:
+                self.connection = connection
             try:
                 if connection.sock is None:
-                    connection.connect()
-                if self.aborted:
-                    raise Aborted()
+                    self._open(connection)
                 connection.sock.settimeout(readTimeout)
-                connection.request("POST", self.target.requestPath(path), payload, sent)
+                connection.request("POST", target.requestPath(path), payload, {**target.headers(), **sent})
                 response = connection.getresponse()
             except Aborted:
                 connection.close()
@@ -221,8 +317,10 @@ class Exchange:
                 connection.close()
                 if self.aborted:
                     raise Aborted() from e
-                if reused is not None and attempt == 0:
-                    continue  # the server closed it while it was idle
+                if reused is not None:
+                    POOL.drop(target)  # the server closed it while it was idle: the others too, likely
+                    fresh = True
+                    continue
                 raise Unreachable(str(e) or type(e).__name__) from e
             except (socket.timeout, TimeoutError) as e:
                 connection.close()
@@ -231,48 +329,67 @@ class Exchange:
                 connection.close()
                 if self.aborted:
                     raise Aborted() from e
-                raise Unreachable(_reason(e)) from e
+                raise Unreachable(_reason(e), permanent=isinstance(e, ssl.SSLCertVerificationError)) from e
+            fresh = False
+            location = response.getheader("location")
+            if response.status in (307, 308) and location and redirects < 5:
+                response.read()
+                connection.close()
+                moved = Target.of(urllib.parse.urljoin(target.url(path), location))
+                if (moved.host, moved.port) != (target.host, target.port):
+                    sent = {k: v for k, v in sent.items() if k.lower() != "authorization"}
+                target, path, redirects = moved, "", redirects + 1  # the new URL's path is all of it
+                continue
             if response.status >= 300:
                 raw = _readError(response)
                 connection.close()
-                raise HTTPStatus(response.status, raw, {k.lower(): v for k, v in response.getheaders()})
-            self.response = response
+                headers = {k.lower(): v for k, v in response.getheaders()}
+                raise HTTPStatus(response.status, raw, headers)
+            self.target, self.response = target, response
             return
 
     def events(self) -> Iterator[Any]:
         """The JSON of each ``data:`` event, until ``[DONE]`` or the end of the body; a
-        whole JSON answer (a server that does not stream) is one event."""
+        whole JSON answer (a server that does not stream) is one event. An event the end
+        of the body cut in half is not one: the stream broke (``completed`` stays false)."""
         response = self.response
         assert response is not None
-        if "json" in (response.getheader("content-type") or ""):
+        kind = (response.getheader("content-type") or "").lower()
+        if response.getheader("content-encoding", "identity").lower() not in ("identity", ""):
+            raise NotAStream(f"a {response.getheader('content-encoding')}-encoded body (none was asked for)")
+        start = response.peek(64)[:64].lstrip(b"\xef\xbb\xbf \r\n")
+        if "json" in kind and not start.startswith((b"data:", b":", b"event:")):
             yield json.loads(response.read())
             self.completed = True
             self._finished()
             return
+        if "event-stream" not in kind and not start.startswith((b"data:", b":", b"event:")):
+            snippet = " ".join(response.read(300).decode("utf-8", "replace").split())[:200]
+            raise NotAStream(f"content type {kind or 'unknown'!r}: {snippet}")
         data: list[str] = []
+        first = True
         for raw in response:
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if line.startswith("data:"):
-                data.append(line[6:] if line[5:6] == " " else line[5:])
-                continue
-            if line or not data:
-                continue  # comments (": keep-alive"), event names, ids
-            payload, data = "\n".join(data), []
-            if payload.strip() == "[DONE]":
-                self.completed = True
-                self._finished()
-                return
-            yield json.loads(payload)
-        if data:
-            if data[0].strip() == "[DONE]":
-                self.completed = True
-            else:
-                yield json.loads("\n".join(data))
+            text = raw.decode("utf-8", "replace")
+            if first:
+                text, first = text.lstrip("\ufeff"), False
+            for line in text.rstrip("\r\n").split("\r"):  # a bare CR ends a line too
+                if line.startswith("data:"):
+                    data.append(line[6:] if line[5:6] == " " else line[5:])
+                    continue
+                if line or not data:
+                    continue  # comments (": keep-alive"), event names, ids
+                payload, data = "\n".join(data), []
+                if payload.strip() == "[DONE]":
+                    self.completed = True
+                    self._finished()
+                    return
+                yield json.loads(payload)
+        if data and "\n".join(data).strip() == "[DONE]":
+            self.completed = True
         self._finished()
 
     def _finished(self) -> None:
         """Read what is left of the body, briefly; keep the connection if that worked."""
-        self._done = True
         connection, response = self.connection, self.response
         assert connection is not None and response is not None
         try:
@@ -280,7 +397,10 @@ class Exchange:
                 if connection.sock is not None:
                     connection.sock.settimeout(DRAIN_SECONDS)
                 response.read()
-            if not response.will_close and not self.aborted:
+            with self._lock:
+                keep = not response.will_close and not self.aborted
+                self._released = keep
+            if keep:
                 POOL.give(self.target, connection)
                 return
         except (OSError, http.client.HTTPException, ValueError):
@@ -289,7 +409,9 @@ class Exchange:
 
     def close(self) -> None:
         """Done with it: a connection whose answer was not read to its end is closed."""
-        if not self._done and self.connection is not None:
+        with self._lock:
+            released = self._released
+        if not released and self.connection is not None:
             self.abort()
             self.connection.close()
 

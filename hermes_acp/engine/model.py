@@ -8,6 +8,8 @@ with backoff (``Retry-After`` when the endpoint gives one), until something was 
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import http.client
 import json
 import logging
@@ -91,7 +93,13 @@ class _Accumulator:
         if not isinstance(chunk, dict):
             raise ValueError(f"an event that is not an object: {str(chunk)[:100]}")
         if chunk.get("error"):
-            raise ModelError(f"The model endpoint reported an error mid-answer: {_detail(chunk, str(chunk['error']))}")
+            detail = _detail(chunk, str(chunk["error"]))
+            code = chunk["error"].get("code") if isinstance(chunk["error"], dict) else None
+            if _OVERFLOW.search(f"{detail} {code or ''}"):
+                window = _WINDOW.search(detail)
+                raise ModelError(f"The conversation no longer fits the model's context window: {detail}", overflow=True,
+                                 window=int(window.group(1).replace(",", "")) if window else None)
+            raise ModelError(f"The model endpoint reported an error mid-answer: {detail}")
         if isinstance(chunk.get("usage"), dict):
             self.usage = {k: v for k, v in chunk["usage"].items() if v is not None}
         for choice in chunk.get("choices") or ():
@@ -152,9 +160,9 @@ class _Accumulator:
 
 #: How providers say a request is over the context window (OpenAI's ``context_length_exceeded``
 #: message, Anthropic-style, vLLM, llama.cpp, Ollama), and where they say how big it is.
-_OVERFLOW = re.compile(r"context[_ ]length|context window|maximum context|too many tokens|prompt is too long|"
+_OVERFLOW = re.compile(r"context[_ ]length|context window|maximum context|too many tokens|prompt is too long|exceed_context|"
                        r"exceeds? the (?:available )?context|input is too long|n_ctx", re.IGNORECASE)
-_WINDOW = re.compile(r"(?:maximum context length|context (?:window|length)|n_ctx)[^0-9]{0,20}(\d[\d,]{2,})",
+_WINDOW = re.compile(r"(?:maximum context length|context (?:window|length|size)|n_ctx)[^0-9]{0,20}(\d[\d,]{2,})",
                      re.IGNORECASE)
 #: The fields of a ``/models`` entry that give the context window, by provider.
 _WINDOW_FIELDS = ("context_length", "context_window", "max_context_length", "max_model_len")
@@ -206,10 +214,20 @@ def _detail(body: Any, fallback: str) -> str:
 
 
 def _retryAfter(headers: Any) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` (OpenAI), ``retry-after`` in seconds or as an
+    HTTP date; at most 30; None when absent or unusable."""
     try:
-        return min(30.0, float(headers.get("retry-after")))
-    except (TypeError, ValueError):
+        if headers.get("retry-after-ms") is not None:
+            seconds = float(headers["retry-after-ms"]) / 1000
+        else:
+            value = str(headers.get("retry-after") or "").strip()
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = (email.utils.parsedate_to_datetime(value) - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    except (TypeError, ValueError, OverflowError):
         return None
+    return min(30.0, seconds) if seconds >= 0 else None
 
 
 def classify(error: BaseException, endpoint: Endpoint, model: str) -> ModelError:
@@ -224,7 +242,10 @@ def classify(error: BaseException, endpoint: Endpoint, model: str) -> ModelError
     if isinstance(error, chat_http.Unreachable):
         if error.timedOut:
             return ModelError(f"The model endpoint {endpoint.shownURL} timed out.", retryable=True)
-        return ModelError(f"Cannot reach the model endpoint {endpoint.shownURL}: {error}", retryable=True)
+        return ModelError(f"Cannot reach the model endpoint {endpoint.shownURL}: {error}", retryable=not error.permanent)
+    if isinstance(error, chat_http.NotAStream):
+        return ModelError(f"The model endpoint {endpoint.shownURL} answered with something other than a "
+                          f"stream: {error}. Is the base URL right (it usually ends in /v1)?")
     if isinstance(error, (OSError, http.client.HTTPException)):  # the connection broke mid-answer
         return ModelError(f"The connection to the model endpoint {endpoint.shownURL} broke: "
                           f"{error or type(error).__name__}", retryable=True)
@@ -303,7 +324,8 @@ class ModelClient:
 
     def _stream(self, request: dict[str, Any], accumulator: _Accumulator, cancellation: Cancellation) -> ModelReply:
         exchange = chat_http.Exchange(self.target())
-        headers = {"Authorization": f"Bearer {self.endpoint.apiKey or _NO_KEY}"}
+        target = exchange.target
+        headers = {"Authorization": target.originAuth or f"Bearer {self.endpoint.apiKey or _NO_KEY}"}
         try:
             with cancellation.calling(exchange.abort):
                 try:

@@ -83,12 +83,15 @@ def urlSecrets(url: str) -> set[str]:
 
 def secretValues(env: Mapping[str, str] | None = None) -> list[str]:
     """The known secret values, longest first: those of credential-named
-    variables and the credentials in the endpoint URLs (at least
+    variables and the credentials in the endpoint and proxy URLs (at least
     ``MIN_SECRET_LENGTH`` characters each)."""
     env = os.environ if env is None else env
     found = {v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LENGTH}
     for name in ENDPOINT_URLS:
         found |= urlSecrets(env.get(name, ""))
+    for name, value in env.items():  # https_proxy=http://user:password@proxy:3128
+        if name.lower().endswith("_proxy"):
+            found |= urlSecrets(value)
     return sorted(found, key=len, reverse=True)
 
 
