@@ -106,3 +106,28 @@ async def test_untrustedCertificateIsSaidPlainly(tlsServers, tmp_path) -> None:
     assert error is not None and "TLS certificate not trusted" in str(error) and "SSL_CERT_FILE" in str(error)
     assert "MCP server web is not available" in agentText(found)
     assert model.chatRequests == []
+
+
+def test_theReactorIsImportedWithoutOpenSSLAndHTTPSStillWorks() -> None:
+    """``cli.importReactor`` (every entry point of the agent): no pyOpenSSL at start; the web
+    client's HTTPS loads it when first needed; only the reactor's own TLS (connectSSL, startTLS,
+    which the agent does not use) is gone, and says so."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from hermes_acp.cli import importReactor\n"
+        "importReactor()\n"
+        "from twisted.internet import reactor\n"
+        "print('OpenSSL' in sys.modules)\n"
+        "from twisted.web.client import BrowserLikePolicyForHTTPS\n"
+        "print(type(BrowserLikePolicyForHTTPS().creatorForNetloc(b'example.com', 443)).__name__)\n"
+        "print('OpenSSL' in sys.modules)\n"
+        "try:\n"
+        "    reactor.connectSSL('127.0.0.1', 9, None, None)\n"
+        "except AssertionError as e:\n"
+        "    print(e)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd="/")
+    assert run.stdout.splitlines() == ["False", "ClientTLSOptions", "True", "SSL support is not present"], run.stderr
