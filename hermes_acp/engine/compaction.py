@@ -312,8 +312,9 @@ class Compactor:
             squeezed = self._squeezed(flatten(pinned), pinned + newest, fixed)
             after = fixed + self.size(squeezed)
             if after > (before - fixed) * PROGRESS + fixed:
-                return Outcome("failed", error="nothing old enough to compact: the newest messages alone are "
-                               f"{before:,} tokens", before=before, after=before)
+                return Outcome("failed", error=f"nothing old enough to compact: all {before - fixed:,} tokens of the "
+                               "conversation are its latest exchange (the system prompt and tools are "
+                               f"{fixed:,} more)", before=before, after=before)
             return Outcome("completed", squeezed, "shortened", "Cut the newest tool results to fit "
                            f"(about {before:,} → {after:,} tokens).", before=before, after=after)
         previous = next((contentText(m.get("content")).removeprefix(FRAME) for m in flatten(older) if isSummary(m)), "")
