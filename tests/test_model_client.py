@@ -19,7 +19,7 @@ from twisted.web.server import Site
 from hermes_acp.config import Endpoint
 from hermes_acp.engine import chat_http
 from hermes_acp.engine.cancel import Cancellation
-from hermes_acp.engine.model import ModelClient, ModelError
+from hermes_acp.engine.model import ModelClient, ModelError, listModels
 
 from .scripted_model import ScriptedModel
 from .test_e2e_tls import selfSigned
@@ -304,6 +304,10 @@ async def test_credentialsInTheBaseURL(scriptedServer, noProxies) -> None:
     server, url = scriptedServer
     server.default.responses.append([{"text": "basic"}])
     assert (await complete(url.replace("http://", "http://ann:s3cret@"))).text == "basic"
+    assert server.requests[-1].headers["authorization"] == "Basic YW5uOnMzY3JldA=="
+    endpoint = Endpoint("custom", url.replace("http://", "http://ann:s3cret@"), "test-key", "scripted-model")
+    assert await deferToThread(listModels, endpoint, 5) == [("scripted-model", None)]  # /models: the same way
+    assert server.requests[-1].path.endswith("/models")
     assert server.requests[-1].headers["authorization"] == "Basic YW5uOnMzY3JldA=="
 
 

@@ -289,13 +289,27 @@ class Exchange:
 
     def post(self, path: str, body: dict[str, Any], headers: Mapping[str, str], connectTimeout: float,
              readTimeout: float) -> None:
-        """Send ``body`` as JSON and wait for a 2xx answer, or raise ``HTTPStatus`` (its error
+        """Send ``body`` as JSON and wait for a 2xx answer (see ``send``)."""
+        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        self.send("POST", path, payload, {"Content-Type": "application/json",
+                                          "Accept": "text/event-stream, application/json", **headers},
+                  connectTimeout, readTimeout)
+
+    def json(self, path: str, headers: Mapping[str, str], timeout: float) -> Any:
+        """GET ``path`` and return its JSON (``/models``); the errors of ``send``, or ValueError."""
+        self.send("GET", path, None, {"Accept": "application/json", **headers}, timeout, timeout)
+        assert self.response is not None
+        value = json.loads(self.response.read())
+        self._finished()
+        return value
+
+    def send(self, method: str, path: str, payload: bytes | None, headers: Mapping[str, str],
+             connectTimeout: float, readTimeout: float) -> None:
+        """Send the request and wait for a 2xx answer, or raise ``HTTPStatus`` (its error
         body read), ``Unreachable`` or ``Aborted``. A kept-alive connection the server closed
         meanwhile is replaced by a new one at no cost to the caller's retries; a 307 or 308
         is followed (five at most; the credentials only to the same host)."""
-        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        sent = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json",
-                "User-Agent": USER_AGENT, **headers}
+        sent = {"User-Agent": USER_AGENT, **headers}
         target, redirects, fresh = self.target, 0, False
         while True:
             if self.aborted:
@@ -308,7 +322,7 @@ class Exchange:
                 if connection.sock is None:
                     self._open(connection)
                 connection.sock.settimeout(readTimeout)
-                connection.request("POST", target.requestPath(path), payload, {**target.headers(), **sent})
+                connection.request(method, target.requestPath(path), payload, {**target.headers(), **sent})
                 response = connection.getresponse()
             except Aborted:
                 connection.close()

@@ -15,8 +15,6 @@ import json
 import logging
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -268,12 +266,7 @@ class ModelClient:
 
     def target(self) -> chat_http.Target:
         if self._target is None:
-            if not self.endpoint.baseURL:
-                raise ModelError("; ".join(self.endpoint.problems()))
-            try:
-                self._target = chat_http.Target.of(self.endpoint.baseURL)
-            except ValueError as e:
-                raise ModelError(f"The model endpoint URL cannot be used: {e}") from None
+            self._target = _target(self.endpoint)
         return self._target
 
     def complete(
@@ -324,8 +317,7 @@ class ModelClient:
 
     def _stream(self, request: dict[str, Any], accumulator: _Accumulator, cancellation: Cancellation) -> ModelReply:
         exchange = chat_http.Exchange(self.target())
-        target = exchange.target
-        headers = {"Authorization": target.originAuth or f"Bearer {self.endpoint.apiKey or _NO_KEY}"}
+        headers = _authorization(self.endpoint, exchange.target)
         try:
             with cancellation.calling(exchange.abort):
                 try:
@@ -346,6 +338,21 @@ class ModelClient:
             exchange.close()
 
 
+def _target(endpoint: Endpoint) -> chat_http.Target:
+    """Where the endpoint's requests go (ModelError when its URL or proxy cannot be used)."""
+    if not endpoint.baseURL:
+        raise ModelError("; ".join(endpoint.problems()))
+    try:
+        return chat_http.Target.of(endpoint.baseURL)
+    except ValueError as e:
+        raise ModelError(f"The model endpoint URL cannot be used: {e}") from None
+
+
+def _authorization(endpoint: Endpoint, target: chat_http.Target) -> dict[str, str]:
+    """The credential: the base URL's own (Basic), else the key (Bearer; a dummy for keyless servers)."""
+    return {"Authorization": target.originAuth or f"Bearer {endpoint.apiKey or _NO_KEY}"}
+
+
 def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[tuple[str, int | None]]:
     """The models to offer, each with its context window where the endpoint says:
     ``HERMES_MODELS`` if set (no windows), else the endpoint's ``/models``.
@@ -354,26 +361,15 @@ def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[tuple[str, int
     """
     if endpoint.models:
         return [(model, None) for model in endpoint.models]
-    if not endpoint.baseURL:
-        raise ModelError("; ".join(endpoint.problems()))
-    url = endpoint.baseURL.rstrip("/") + "/models"
-    request = urllib.request.Request(url, headers={
-        "Authorization": f"Bearer {endpoint.apiKey or _NO_KEY}", "Accept": "application/json",
-    })
+    exchange = chat_http.Exchange(_target(endpoint))
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = json.load(response)
-    except urllib.error.HTTPError as e:
-        try:
-            detail = _detail(json.load(e), e.reason)
-        except ValueError:
-            detail = str(e.reason)
-        raise _statusMessage(e.code, detail, endpoint, endpoint.model or "") from e
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise ModelError(f"Cannot reach the model endpoint {endpoint.shownURL}: {reason}", retryable=True) from e
+        body = exchange.json("/models", _authorization(endpoint, exchange.target), timeout)
     except ValueError as e:
         raise ModelError(f"The model endpoint {endpoint.shownURL} sent a malformed model list: {e}") from e
+    except Exception as e:
+        raise classify(e, endpoint, endpoint.model or "") from e
+    finally:
+        exchange.close()
     data = body.get("data") if isinstance(body, dict) else body
     if not isinstance(data, list):
         raise ModelError(f"The model endpoint {endpoint.shownURL} sent a malformed model list")
