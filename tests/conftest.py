@@ -25,6 +25,26 @@ def scriptedServer() -> Iterator[tuple[Any, str]]:
     pytest_twisted.blockon(port.stopListening())
 
 
+@pytest.fixture
+def httpMCP() -> Iterator[Any]:
+    """``httpMCP(script)``: a scripted streamable-HTTP MCP server on loopback, and its URL;
+    each is disconnected and stopped when the test ends."""
+    from .mcp_http import ScriptedHTTPMCP, listen
+
+    started: list[tuple[Any, Any]] = []
+
+    def start(script: dict[str, Any]) -> tuple[Any, str]:
+        web = ScriptedHTTPMCP(script)
+        port, url = listen(web)
+        started.append((web, port))
+        return web, url
+
+    yield start
+    for web, port in started:
+        web.disconnectAll()
+        pytest_twisted.blockon(port.stopListening())
+
+
 class ToolBench:
     """An agent on a temp workspace whose tools can be called directly; its
     ``observer`` answers their approval questions (and records them)."""

@@ -19,30 +19,11 @@ from . import mcp_scripted
 from .agentproc import processGone
 from .e2e import agentText, modelEnv, text, updates
 from .mcp_e2e import FASTMCP, call, fastmcp, http, log, scripted, toolMessages, withEnv
-from .mcp_http import ScriptedHTTPMCP, listen
 from .sdkclient import RecordingClient, connect, initialized, onLoop, raw, until
 
 
 def allowAll(request):
     return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id="allow_once"))
-
-
-@pytest.fixture
-def httpMCP():
-    """``httpMCP(script)``: a scripted streamable-HTTP MCP server on loopback, and its URL;
-    each is disconnected and stopped when the test ends."""
-    started = []
-
-    def start(script):
-        web = ScriptedHTTPMCP(script)
-        port, url = listen(web)
-        started.append((web, port))
-        return web, url
-
-    yield start
-    for web, port in started:
-        web.disconnectAll()
-        pytest_twisted.blockon(port.stopListening())
 
 
 async def startedPid(path) -> int:

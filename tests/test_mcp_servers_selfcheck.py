@@ -30,7 +30,6 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
-from .mcp_http import ScriptedHTTPMCP, listen
 from .mcp_scripted import (
     CLIENT_CAPABILITIES_META,
     EVERY_CONTENT_TYPE,
@@ -322,25 +321,9 @@ def rpc(ident: Any, method: str, params: dict[str, Any] | None = None) -> dict[s
     return body
 
 
-@pytest.fixture
-def httpServer() -> Iterator[Any]:
-    started: list[tuple[Any, ScriptedHTTPMCP]] = []
-
-    def start(script: dict[str, Any]) -> tuple[ScriptedHTTPMCP, str]:
-        server = ScriptedHTTPMCP(script)
-        port, url = listen(server)
-        started.append((port, server))
-        return server, url
-
-    yield start
-    for port, server in started:
-        server.disconnectAll()
-        pytest_twisted.blockon(port.stopListening())
-
-
 @pytest_twisted.ensureDeferred
-async def test_httpLegacySessions(httpServer: Any) -> None:
-    server, url = httpServer({"requireHeaders": {"Authorization": "Bearer t0ken"}})
+async def test_httpLegacySessions(httpMCP: Any) -> None:
+    server, url = httpMCP({"requireHeaders": {"Authorization": "Bearer t0ken"}})
     auth = {"Authorization": "Bearer t0ken"}
     status, headers, _ = await post(url, rpc(1, "initialize", INITIALIZE))
     assert status == 401 and "www-authenticate" in headers
@@ -375,8 +358,8 @@ async def test_httpLegacySessions(httpServer: Any) -> None:
 
 
 @pytest_twisted.ensureDeferred
-async def test_httpSessionLost400(httpServer: Any) -> None:
-    server, url = httpServer({"sessionLostStatus": 400})
+async def test_httpSessionLost400(httpMCP: Any) -> None:
+    server, url = httpMCP({"sessionLostStatus": 400})
     _, headers, _ = await post(url, rpc(1, "initialize", INITIALIZE))
     server.expireSessions()
     lost = {"Mcp-Session-Id": headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
@@ -396,9 +379,9 @@ def sseEvents(raw: bytes) -> list[dict[str, str]]:
 
 
 @pytest_twisted.ensureDeferred
-async def test_httpSSEPrimingProgressAndCancel(httpServer: Any, tmp_path: Path) -> None:
+async def test_httpSSEPrimingProgressAndCancel(httpMCP: Any, tmp_path: Path) -> None:
     log = tmp_path / "http.jsonl"
-    server, url = httpServer({"responseMode": "sse", "log": str(log), "tools": [
+    server, url = httpMCP({"responseMode": "sse", "log": str(log), "tools": [
         tool("progress", {"progress": {"steps": 2, "delay": 0.01}}), tool("slow", {"slow": {"seconds": 30}})]})
     status, headers, _ = await post(url, rpc(1, "initialize", INITIALIZE))
     assert status == 200 and headers["content-type"] == "text/event-stream"
@@ -419,8 +402,8 @@ async def test_httpSSEPrimingProgressAndCancel(httpServer: Any, tmp_path: Path) 
 
 
 @pytest_twisted.ensureDeferred
-async def test_httpCancelCrashHugeLine(httpServer: Any) -> None:
-    server, url = httpServer({"responseMode": "sse", "listChangedAfterInitialized": {"addTools": [tool("late")]},
+async def test_httpCancelCrashHugeLine(httpMCP: Any) -> None:
+    server, url = httpMCP({"responseMode": "sse", "listChangedAfterInitialized": {"addTools": [tool("late")]},
                               "tools": [tool("forever", "sleepForever"), tool("crash", "crash"),
                                         tool("huge", {"hugeLine": {"bytes": 100_000}})]})
     _, headers, _ = await post(url, rpc(1, "initialize", INITIALIZE))
@@ -448,8 +431,8 @@ async def test_httpCancelCrashHugeLine(httpServer: Any) -> None:
 
 
 @pytest_twisted.ensureDeferred
-async def test_httpModernEra(httpServer: Any) -> None:
-    server, url = httpServer({"era": "modern"})
+async def test_httpModernEra(httpMCP: Any) -> None:
+    server, url = httpMCP({"era": "modern"})
     status, headers, body = await post(url, rpc(1, "initialize", INITIALIZE))
     assert status == 400 and "mcp-session-id" not in headers
     assert json.loads(body)["error"]["code"] == -32022
@@ -503,14 +486,14 @@ class EventReader:
 
 
 @pytest_twisted.ensureDeferred
-async def test_httpGetStream(httpServer: Any) -> None:
-    plain, plainUrl = httpServer({})
+async def test_httpGetStream(httpMCP: Any) -> None:
+    plain, plainUrl = httpMCP({})
     _, headers, _ = await post(plainUrl, rpc(1, "initialize", INITIALIZE))
     status, headers, _ = await post(plainUrl, None, {"Mcp-Session-Id": headers["mcp-session-id"],
                                                      "MCP-Protocol-Version": "2025-11-25"}, method="GET")
     assert status == 405 and headers["allow"] == "POST, DELETE"  # no "getStream": no GET stream
 
-    server, url = httpServer({"getStream": True})
+    server, url = httpMCP({"getStream": True})
     _, headers, _ = await post(url, rpc(1, "initialize", INITIALIZE))
     inSession = {"Mcp-Session-Id": headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
     await post(url, rpc(None, "notifications/initialized"), inSession)
@@ -541,8 +524,8 @@ async def test_httpGetStream(httpServer: Any) -> None:
 
 
 @pytest_twisted.ensureDeferred
-async def test_httpGetStreamClientCloseAndDisconnect(httpServer: Any) -> None:
-    server, url = httpServer({"getStream": True, "responseMode": "sse"})
+async def test_httpGetStreamClientCloseAndDisconnect(httpMCP: Any) -> None:
+    server, url = httpMCP({"getStream": True, "responseMode": "sse"})
     _, headers, _ = await post(url, rpc(1, "initialize", INITIALIZE))
     inSession = {"Mcp-Session-Id": headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
     status, headers, raw = await post(url, None, {**inSession, "Accept": "text/event-stream"}, method="GET",
