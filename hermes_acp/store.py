@@ -426,24 +426,28 @@ class SessionDB:
 
     @staticmethod
     def _insertMessages(
-        cursor: sqlite3.Cursor, sessionId: str, first: int, messages: list[dict[str, Any]]
+        cursor: sqlite3.Cursor, sessionId: str, first: int, messages: list[dict[str, Any]],
+        indexed: bool = True, archived: bool = False,
     ) -> int:
-        """Insert messages numbered from ``first``; return the session's new message count."""
+        """Insert messages numbered from ``first`` (in the full-text index unless not
+        ``indexed``); return the session's new message count. Archived rows (``_compact``)
+        leave the count alone."""
         rows = []
         for seq, message in enumerate(messages, first):
             payload, _ = _encode(message)
             rows.append((sessionId, seq, str(message.get("role", "")), payload,
-                         searchableText(message)))  # fmt: skip
+                         searchableText(message) if indexed else None, int(archived)))  # fmt: skip
         cursor.executemany(
-            "INSERT INTO acp_messages (session_id, seq, role, message, text) "
-            "VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO acp_messages (session_id, seq, role, message, text, archived) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             rows,
         )
         count = first + len(rows)
-        cursor.execute(
-            "UPDATE acp_sessions SET message_count = ?, updated_at = ? WHERE session_id = ?",
-            (count, timestamp(), sessionId),
-        )
+        if not archived:
+            cursor.execute(
+                "UPDATE acp_sessions SET message_count = ?, updated_at = ? WHERE session_id = ?",
+                (count, timestamp(), sessionId),
+            )
         return count
 
     @classmethod
@@ -464,21 +468,8 @@ class SessionDB:
             "UPDATE acp_messages SET seq = seq + ?, archived = 1 WHERE session_id = ? AND archived = 0",
             (base, sessionId),
         )
-        cursor.executemany(
-            "INSERT INTO acp_messages (session_id, seq, role, message, text, archived) VALUES (?, ?, ?, ?, ?, 1)",
-            [(sessionId, seq, str(m.get("role", "")), _encode(m)[0], searchableText(m))
-             for seq, m in enumerate(messages, base - len(messages))],
-        )
-        cursor.executemany(
-            "INSERT INTO acp_messages (session_id, seq, role, message, text) VALUES (?, ?, ?, ?, ?)",
-            [(sessionId, seq, str(m.get("role", "")), _encode(m)[0], searchableText(m) if indexed else None)
-             for seq, m in enumerate(history)],
-        )
-        cursor.execute(
-            "UPDATE acp_sessions SET message_count = ?, updated_at = ? WHERE session_id = ?",
-            (len(history), timestamp(), sessionId),
-        )
-        return len(history)
+        cls._insertMessages(cursor, sessionId, base - len(messages), messages, archived=True)
+        return cls._insertMessages(cursor, sessionId, 0, history, indexed=indexed)
 
     @staticmethod
     def _insertUpdates(
