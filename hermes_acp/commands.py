@@ -63,7 +63,8 @@ def slashCommand(text: str, blocks: list[dict[str, Any]]) -> tuple[str, str] | N
     if not text.startswith("/") or any(b.get("type") != "text" for b in blocks):
         return None
     name, _, argument = text[1:].partition(" ")
-    name = ALIASES.get(name.strip().lower(), name.strip().lower())
+    name = name.strip().lower()
+    name = ALIASES.get(name, name)
     return (name, argument.strip()) if name in COMMANDS else None
 
 

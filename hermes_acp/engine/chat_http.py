@@ -372,12 +372,13 @@ class Exchange:
         if response.getheader("content-encoding", "identity").lower() not in ("identity", ""):
             raise NotAStream(f"a {response.getheader('content-encoding')}-encoded body (none was asked for)")
         start = response.peek(64)[:64].lstrip(b"\xef\xbb\xbf \r\n")
-        if "json" in kind and not start.startswith((b"data:", b":", b"event:")):
+        looksLikeEvents = start.startswith((b"data:", b":", b"event:"))  # whatever its content type says
+        if "json" in kind and not looksLikeEvents:
             yield json.loads(response.read())
             self.completed = True
             self._finished()
             return
-        if "event-stream" not in kind and not start.startswith((b"data:", b":", b"event:")):
+        if "event-stream" not in kind and not looksLikeEvents:
             snippet = " ".join(response.read(300).decode("utf-8", "replace").split())[:200]
             raise NotAStream(f"content type {kind or 'unknown'!r}: {snippet}")
         data: list[str] = []
