@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -118,3 +119,33 @@ def test_processLimitStopsAForkBomb(tmp_path: Path) -> None:
         processes.end(process, mark)
         processes.release(process)
     assert b"fork" in err.lower() or b"resource" in err.lower()
+
+
+_AFTER_THE_END = """
+import os, subprocess, sys
+from hermes_acp.engine import processes
+
+def startedAfterTheList():
+    # endAll runs between the refusal check and the fork: it lists no children
+    processes.endAll()
+    return subprocess.Popen(["sleep", "30"], stdout=subprocess.DEVNULL).pid
+
+pid = processes.started(startedAfterTheList)
+print(pid, flush=True)
+try:
+    processes.spawn(["sleep", "30"], None, dict(os.environ))
+except processes.Ending as e:
+    print("refused:", e, flush=True)
+"""
+
+
+def test_nothingOutlivesTheEnd(tmp_path: Path) -> None:
+    """Once ``endAll`` has run (the agent is exiting) nothing starts, and a process
+    forked while it ran is killed all the same (a cancelled turn's command used to
+    start just after the end and outlive the agent)."""
+    run = subprocess.run([sys.executable, "-c", _AFTER_THE_END], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    lines = run.stdout.splitlines()
+    assert run.returncode == 0, run.stderr
+    assert lines[1] == "refused: the agent is shutting down; nothing new starts"
+    assert waitFor(lambda: not alive(int(lines[0])))

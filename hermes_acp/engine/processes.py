@@ -42,6 +42,14 @@ CREDENTIAL_VARIABLES = frozenset(AGENT_CREDENTIALS + ENDPOINT_URLS)
 _lock = threading.Lock()
 _registered: set[int] = set()
 _subreaper: bool | None = None
+_ended = False  # endAll has run: the agent is exiting and starts nothing more
+
+
+class Ending(OSError):
+    """The agent is exiting: no process starts any more."""
+
+    def __init__(self) -> None:
+        super().__init__("the agent is shutting down; nothing new starts")
 
 
 @attrs.frozen
@@ -122,8 +130,10 @@ def spawn(
         argv, cwd=cwd, env=environment, start_new_session=True,
         preexec_fn=None if limits.empty else limits.apply, **popen)
     with _lock:  # no reaping between the fork and the registration
+        _refuseWhenEnding()
         process = start() if policy is None else sandbox.runConfined(policy, start)
         _registered.add(process.pid)
+        _killWhenEnding(process.pid)
     return process, mark
 
 
@@ -134,9 +144,24 @@ def started(start: Callable[[], int]) -> int:
     owner has collected its exit status."""
     becomeSubreaper()
     with _lock:
+        _refuseWhenEnding()
         pid = start()
         _registered.add(pid)
+        _killWhenEnding(pid)
     return pid
+
+
+def _refuseWhenEnding() -> None:
+    if _ended:
+        raise Ending()
+
+
+def _killWhenEnding(pid: int) -> None:
+    """Just after a fork: when ``endAll`` ran meanwhile it may have listed the
+    children before this one existed, so this one is killed here (``endAll``
+    marks the end before it lists them: one of the two always sees it)."""
+    if _ended:
+        _kill(descendants([pid]))
 
 
 def release(process: subprocess.Popen[bytes]) -> None:
@@ -210,7 +235,11 @@ def end(process: subprocess.Popen[bytes], mark: str) -> None:
 
 def endAll() -> None:
     """Kill every process the agent started, and all their descendants (at exit;
-    takes no lock, so a stuck thread cannot stop it)."""
+    takes no lock, so a stuck thread cannot stop it). Afterwards nothing starts:
+    a command a cancelled turn was about to run when the agent began exiting
+    would otherwise outlive it."""
+    global _ended
+    _ended = True
     _kill(descendants(_children(os.getpid()))[::-1])
 
 
