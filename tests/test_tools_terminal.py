@@ -91,6 +91,15 @@ def test_interruptKillsTheWholeGroup(bench, tmp_path: Path) -> None:
     assert gone(int((tmp_path / "bg.pid").read_text()))
 
 
+def test_aCancelledTurnRunsNoCommand(bench, tmp_path: Path) -> None:
+    """Cancelled before the command started (while it was approved, say): it never runs,
+    not even for the moment it would take to see the cancel."""
+    bench.cancelEvent.set()
+    outcome = bench.call("terminal", command="touch made")
+    assert outcome.failed and "not run: the user cancelled the turn" in outcome.text
+    assert not (tmp_path / "made").exists()
+
+
 def test_backgroundJobDoesNotHoldTheCall(bench) -> None:
     """A job left running with the output pipe open does not keep the call waiting."""
     started = time.monotonic()

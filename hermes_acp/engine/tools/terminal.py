@@ -44,6 +44,8 @@ def runTerminal(ctx: ToolContext, command: str, timeout: int, workdir: str | Non
                                  (justification or "no reason given").strip() if leaving else None, cwd)
     if not verdict.allowed:
         raise ToolError(verdict.message, {"command": command, "denied": True})
+    if ctx.cancelEvent.is_set():  # cancelled while it was being approved: it must not run at all
+        raise ToolError("the command was not run: the user cancelled the turn", {"command": command})
     timeout = min(timeout, MAX_TIMEOUT)
     try:
         result = ctx.workspace.runCommand(command, cwd, float(timeout), ctx.cancelEvent,
