@@ -6,6 +6,7 @@ all build the service here.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -162,10 +163,12 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
 
 def endCommands() -> None:
     """End every process the agent's commands left behind (none were started
-    when the engine never loaded its process module)."""
-    processes = sys.modules.get("hermes_acp.engine.processes")
-    if processes is not None:
-        processes.endAll()
+    when the engine never loaded its process module). A worker may be importing
+    it right now (the warm-up after ``initialize``): ``import_module`` waits for
+    that import to finish instead of finding the module half made."""
+    name = "hermes_acp.engine.processes"
+    if name in sys.modules:
+        importlib.import_module(name).endAll()
 
 
 def installSignalHandlers(reactor: Any) -> None:

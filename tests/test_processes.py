@@ -149,3 +149,37 @@ def test_nothingOutlivesTheEnd(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert lines[1] == "refused: the agent is shutting down; nothing new starts"
     assert waitFor(lambda: not alive(int(lines[0])))
+
+
+_HALF_IMPORTED = """
+import importlib, importlib.machinery, sys, threading, time
+from hermes_acp.tap import endCommands
+
+NAME = "hermes_acp.engine.processes"
+
+class Slow:
+    # the module's body runs half a second late, as under a loaded machine
+    def find_spec(self, name, path, target=None):
+        if name != NAME:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+        spec.loader.exec_module = lambda module: (time.sleep(0.5), run(module))
+        return spec
+
+sys.meta_path.insert(0, Slow())
+threading.Thread(target=importlib.import_module, args=(NAME,)).start()
+time.sleep(0.1)
+assert NAME in sys.modules and not hasattr(sys.modules[NAME], "endAll")
+endCommands()
+print("ended", sys.modules[NAME]._ended)
+"""
+
+
+def test_theExitSweepWaitsForAHalfImportedEngine() -> None:
+    """The agent exits while a worker is still importing the process module (the
+    warm-up after ``initialize``): the sweep waits for it, it does not fail on it."""
+    run = subprocess.run([sys.executable, "-c", _HALF_IMPORTED], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "ended True\n"
