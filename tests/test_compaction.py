@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -101,6 +101,15 @@ class CheapPassTests(SynchronousTestCase):
         arguments = json.loads(older[0][0]["tool_calls"][0]["function"]["arguments"])
         self.assertEqual(arguments["path"], "big.txt")
         self.assertEqual(arguments["content"], "[5,000 characters removed to save context]")
+
+    def test_nothing_grows(self) -> None:
+        """A result barely over the threshold stays (its one line, quoting its start, would be
+        longer), and so do arguments whose shortened JSON would be no shorter."""
+        messages = [{"role": "assistant", "content": None,
+                     "tool_calls": [call("s", "write_file", json.dumps({f"k{i}": i for i in range(200)}, separators=(",", ":")))]},
+                    {"role": "tool", "tool_call_id": "s", "name": "write_file", "content": "r" * 230}]
+        older, changed = shorten(units(messages), messages)
+        self.assertEqual((changed, older), (0, units(messages)))
 
 
 class CompactTests(SynchronousTestCase):
@@ -222,6 +231,7 @@ def histories(draw: Any) -> list[dict[str, Any]]:
 class PropertyTests(SynchronousTestCase):
     @settings(max_examples=150, deadline=None)
     @given(histories(), st.booleans(), st.sampled_from([4096, 8000, 32_000]))
+    @example([*batch("b0", ["r" * 230]), {"role": "user", "content": "u"}], False, 4096)  # a shortening that grew
     def test_compaction_never_orphans_a_tool_result(self, live: list[dict[str, Any]], force: bool, window: int) -> None:
         summariser = Summariser()
         compactor = Compactor(Budget.of(window), Estimator(), summariser)

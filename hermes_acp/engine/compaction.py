@@ -184,6 +184,8 @@ def _cut(text: str, limit: int) -> str:
 
 
 def _shortArguments(arguments: str) -> str:
+    """Valid JSON with the long strings cut, or ``arguments`` as they were when that is
+    no shorter (many small values)."""
     try:
         value = json.loads(arguments)
     except ValueError:
@@ -191,7 +193,8 @@ def _shortArguments(arguments: str) -> str:
     if isinstance(value, dict):
         value = {k: f"[{len(v):,} characters removed to save context]" if isinstance(v, str) and len(v) > LONG_STRING
                  else v for k, v in value.items()}
-    return json.dumps(value, ensure_ascii=False)
+    shortened = json.dumps(value, ensure_ascii=False)
+    return shortened if len(shortened) < len(arguments) else arguments
 
 
 def shorten(older: Sequence[Unit], everything: Sequence[Message]) -> tuple[list[Unit], int]:
@@ -216,14 +219,16 @@ def shorten(older: Sequence[Unit], everything: Sequence[Message]) -> tuple[list[
                     first = next((ln.strip() for ln in content.splitlines() if ln.strip()), "")[:120]
                     line = (f"[Earlier output of {name}: {len(content):,} characters, removed to save context. "
                             f"It began: {first!r}. Run the tool again if you need it.]")
-                message = {**message, "content": line}
-                changed += 1
+                if len(line) < len(content):  # a short result would grow (the line quotes its start)
+                    message = {**message, "content": line}
+                    changed += 1
             elif message.get("tool_calls") and any(len(c["function"]["arguments"]) > LONG_ARGUMENTS
                                                    for c in message["tool_calls"]):
                 calls = [{**c, "function": {**c["function"], "arguments": _shortArguments(c["function"]["arguments"])}}
                          if len(c["function"]["arguments"]) > LONG_ARGUMENTS else c for c in message["tool_calls"]]
-                message = {**message, "tool_calls": calls}
-                changed += 1
+                if calls != message["tool_calls"]:
+                    message = {**message, "tool_calls": calls}
+                    changed += 1
             kept.append(message)
         result.append(kept)
     return result, changed
@@ -300,7 +305,7 @@ class Compactor:
         cheap, changed = shorten(older, live)
         candidate = flatten(cheap + newest)  # in order: nothing moves in the cheap pass
         after = fixed + self.size(candidate)
-        if changed and after <= self.budget.target and not force:
+        if changed and after < before and after <= self.budget.target and not force:
             return Outcome("completed", candidate, "shortened", f"Shortened {changed} earlier tool results and "
                            f"arguments (about {before:,} → {after:,} tokens).", before=before, after=after)
         latest = next((i for i in range(len(older) - 1, -1, -1) if isRequest(older[i][0])), None)
