@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,16 @@ def toolCalls(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 call["statuses"].append(u["status"])
                 call["status"] = u["status"]
     return calls
+
+
+def uniqueSleep(seconds: int) -> str:
+    """A ``sleep`` command no other test run on this machine starts (CI jobs share hosts)."""
+    return f"sleep {seconds}.{os.getpid() % 10_000:04d}"
+
+
+def commandRunning(command: str) -> bool:
+    """Whether a process with ``command`` in its command line runs on this machine."""
+    return subprocess.run(["pgrep", "-f", command], capture_output=True).stdout != b""
 
 
 def text(value: str) -> Any:

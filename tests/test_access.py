@@ -4,6 +4,7 @@ judged by where a path leads, and asking in the modes the safety model says."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,18 @@ def test_secretsByPathLinkAndHardLink(home: Path, tmp_path: Path) -> None:
     assert secretKind(str(work / "main.py")) is None
     assert protectedKind("/etc/hosts") == "system configuration under /etc"
     assert str(home / ".hermes") in hiddenPaths()
+
+
+def test_pathsTooLongForTheKernelAreJudgedByName(home: Path, tmp_path: Path) -> None:
+    """A path no system call takes (PATH_MAX and more, model-chosen text) is judged by its
+    name at once (``realpath`` would spend a system call per component), and a secret
+    still shows through ``.`` and ``..``."""
+    long = str(home / ".ssh") + "/." * 3000 + "/id_ed25519"
+    assert secretKind(long) == "SSH keys and configuration"
+    script = "s/x/y/;" * 30_000
+    started = time.thread_time()
+    assert secretKind(script) is None and protectedKind(script) is None
+    assert time.thread_time() - started < 1  # it took 6 s of CPU
 
 
 @pytest.mark.parametrize("mode", ["default", "accept_edits", "dont_ask"])

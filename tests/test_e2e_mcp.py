@@ -108,7 +108,7 @@ async def test_brokenServersAreToldAndTheOthersWork(scriptedServer, tmp_path) ->
     client = RecordingClient(permission=answers("allow_once"))
 
     async def scenario():
-        env = modelEnv(url, HERMES_ACP_MCP_STARTUP_TIMEOUT="2")
+        env = modelEnv(url, HERMES_ACP_MCP_STARTUP_TIMEOUT="5")
         async with connect(client, env=env) as (conn, _, wire, process):
             await initialized(conn)
             began = asyncio.get_running_loop().time()
@@ -121,7 +121,7 @@ async def test_brokenServersAreToldAndTheOthersWork(scriptedServer, tmp_path) ->
 
     created, found, problems = await onLoop(scenario())
     assert problems == []
-    assert created < 1.5  # nothing waited for the servers
+    assert created < 3  # nothing waited for the servers (the silent one takes 5 s)
     assert toolMessages(model.chatRequests[-1]) == ["still here"]
     shown = agentText(found)
     assert "MCP server dead is not available" in shown and "boom: missing API key" in shown

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import stat
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +16,7 @@ import acp
 import pytest
 import pytest_twisted
 
-from .e2e import agentText, journaled, modelEnv, text, toolCalls, updates
+from .e2e import agentText, journaled, modelEnv, text, toolCalls, uniqueSleep, updates
 from .sdkclient import connect, initialized, onLoop, raw
 
 JOURNALED_ONLY = {"user_message_chunk"}  # journaled, not sent live (the editor shows its own prompt)
@@ -230,8 +231,9 @@ async def test_killedMidTurnLoadsWithNothingSpinning(scriptedServer, tmp_path) -
     server, url = scriptedServer
     home = tempfile.mkdtemp()
     server.addRule("finished", [[{"text": "first turn done"}]])
+    command = uniqueSleep(30)  # still running when the kill lands, however slow the machine
     server.addRule("slow", [
-        [{"tool_calls": [{"id": "s", "name": "terminal", "arguments": {"command": "sleep 3"}}]}],
+        [{"tool_calls": [{"id": "s", "name": "terminal", "arguments": {"command": command}}]}],
         [{"text": "never"}],
     ])
 
@@ -245,6 +247,7 @@ async def test_killedMidTurnLoadsWithNothingSpinning(scriptedServer, tmp_path) -
             process.kill()
             await process.wait()
             running.cancel()
+            subprocess.run(["pkill", "-f", command])  # a killed agent cannot end its commands
             return sid
 
     async def reborn(sid):

@@ -181,7 +181,7 @@ class ShutdownTests(SynchronousTestCase):
             try:
                 agent.send(initialize(0))
                 self.assertEqual(agent.readFrame()["id"], 0)
-                code = agent.closeStdinAndWait(timeout=5)
+                code = agent.closeStdinAndWait(timeout=10)
             finally:
                 agent.kill()
             self.assertEqual(code, 0, name)
@@ -201,7 +201,7 @@ class ShutdownTests(SynchronousTestCase):
                 agent.send(frame("session/prompt", {"sessionId": sessionId, "prompt": prompt}, 2))
                 while agent.readFrame().get("id") != 2:
                     pass
-                code = agent.closeStdinAndWait(timeout=5)
+                code = agent.closeStdinAndWait(timeout=10)
             finally:
                 agent.kill()
             self.assertEqual(code, 0)
@@ -232,7 +232,7 @@ class ShutdownTests(SynchronousTestCase):
                 agent.send(initialize(0))
                 agent.readFrame()
                 agent.process.send_signal(sig)
-                code = agent.process.wait(5)
+                code = agent.process.wait(10)
             finally:
                 agent.kill()
             self.assertEqual(code, 0, sig)

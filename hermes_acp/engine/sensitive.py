@@ -119,10 +119,22 @@ def _linked(path: str, env: Mapping[str, str] | None, protected: bool = False) -
     return None
 
 
+#: The longest path the kernel takes, in bytes with the final NUL (Linux).
+_PATH_MAX = 4096
+
+
+def _leadsTo(path: str) -> str:
+    """Where ``path`` leads, its links resolved. A path longer than the kernel takes
+    (PATH_MAX) leads nowhere, since no system call accepts it: it is only made
+    absolute, instead of costing ``realpath`` a system call per component (model-chosen
+    text of 100 KB, a sed script read as a path, took seconds)."""
+    return os.path.abspath(path) if len(path) >= _PATH_MAX else os.path.realpath(path)
+
+
 def secretKind(path: str, env: Mapping[str, str] | None = None) -> str | None:
     """What secret ``path`` holds (in words for the user), judged by the path
     itself and by where it leads; None for an ordinary file."""
-    return (_secretByName(os.path.abspath(path), env) or _secretByName(os.path.realpath(path), env)
+    return (_secretByName(os.path.abspath(path), env) or _secretByName(_leadsTo(path), env)
             or _linked(path, env))
 
 
@@ -141,4 +153,4 @@ def protectedKind(path: str, env: Mapping[str, str] | None = None) -> str | None
     """Why writing ``path`` always needs the user: a secret, or a file whose
     change runs code later or changes the machine; None otherwise."""
     return (secretKind(path, env) or _protectedByName(os.path.abspath(path))
-            or _protectedByName(os.path.realpath(path)) or _linked(path, env, protected=True))
+            or _protectedByName(_leadsTo(path)) or _linked(path, env, protected=True))
