@@ -293,7 +293,7 @@ class Turn:
             services.reactor.callFromThread(self._workerStarted)
             try:
                 if compact is not None:
-                    return agent.compact(history, observer, compact, self.cancelEvent)
+                    return agent.compact(history, observer, compact, self.cancelEvent, tools)
                 content = toModelContent(self.blocks, self.cancelEvent)
                 return agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools)
             finally:

@@ -18,6 +18,7 @@ from hermes_acp.engine.agent import CONTINUE, AIAgent
 from hermes_acp.engine.result import TurnUsage
 from hermes_acp.engine.approval import REJECT_ONCE
 from hermes_acp.engine.model import ModelClient
+from hermes_acp.engine.tools.registry import Tool
 
 from .scripted_model import Script
 from .observers import RecordingObserver
@@ -429,3 +430,19 @@ async def test_toolResultsFitTheWindow(scriptedServer, workspace: Path) -> None:
     agent.contextWindow = None  # unknown: nothing is cut
     await run(agent, "read whole")
     assert "characters cut" not in toolResults(server.chatRequests[-1])["w"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_compactCountsTheToolsTheNextTurnSends(scriptedServer, workspace: Path) -> None:
+    """``/compact`` reckons with the session's MCP tools as a turn does: their schemas take
+    room beside the history (they were left out of its before and after)."""
+    server, url = scriptedServer
+    server.default.responses += [[{"text": "## Goal\nkeep going"}], [{"text": "## Goal\nkeep going"}]]
+    history = [m for n in range(6) for m in ({"role": "user", "content": f"ask {n} " + "q" * 800},
+                                            {"role": "assistant", "content": f"answer {n} " + "a" * 800})]
+    wide = Tool("mcp__docs__lookup", "d" * 8000, {"type": "object", "properties": {}}, lambda **_: None)
+    agent, seen = makeAgent(url, workspace)
+    await deferToThread(agent.compact, history, seen)
+    await deferToThread(agent.compact, history, seen, "", None, {wide.name: wide})
+    plain, withTools = [c[5:] for c in seen.compactions if c[0] == "ended"]
+    assert withTools[0] - plain[0] >= 2000 and withTools[1] - plain[1] >= 2000  # 8,000 characters ≈ 2,000 tokens

@@ -283,10 +283,12 @@ class AIAgent:
         observer: ITurnObserver,
         focus: str = "",
         cancelEvent: threading.Event | None = None,
+        extraTools: Mapping[str, Tool] | None = None,
     ) -> TurnResult:
-        """Compact the history now (``/compact``); the result's ``history`` is the new one."""
-        return self._start(lambda c: _Conversation(self, c, observer, LocalWorkspace(),
-                                                   list(conversation_history), None).compactNow(focus), cancelEvent)
+        """Compact the history now (``/compact``); the result's ``history`` is the new one.
+        ``extraTools``: those the next turn will send too (their schemas take room)."""
+        return self._start(lambda c: _Conversation(self, c, observer, LocalWorkspace(), list(conversation_history),
+                                                   None, dict(extraTools or {})).compactNow(focus), cancelEvent)
 
     def _start(self, run: Callable[[Cancellation], TurnResult], cancelEvent: threading.Event | None) -> TurnResult:
         with self._runLock:
@@ -408,13 +410,18 @@ class _Conversation:
         return {"role": "system", "content": agent.systemPrompt
                 or defaultSystemPrompt(agent.cwd, agent.additionalDirectories, projectInstructions(agent.cwd).text)}
 
+    def _tools(self) -> dict[str, Tool]:
+        """The agent's tools and the run's extra ones (an extra never shadows a built-in)."""
+        tools = self.agent.activeTools()
+        tools.update((name, tool) for name, tool in self.extraTools.items() if name not in tools)
+        return tools
+
     def run(self) -> TurnResult:
         agent, observer = self.agent, self.observer
         assert self.userMessage is not None
         self.remember({"role": "user", "content": self.userMessage})
         system = self._system()
-        tools = agent.activeTools()
-        tools.update((name, tool) for name, tool in self.extraTools.items() if name not in tools)
+        tools = self._tools()
         schemas = [tool.schema() for tool in tools.values()]
         fixed = charCount([system, schemas])
         options = {k: v for k, v in (("max_tokens", agent.maxTokens), ("reasoning_effort", agent.reasoningEffort)) if v}
@@ -479,7 +486,7 @@ class _Conversation:
 
     def compactNow(self, focus: str) -> TurnResult:
         """``/compact``: one compaction of the history as it is, whatever its size."""
-        schemas = [tool.schema() for tool in self.agent.activeTools().values()]
+        schemas = [tool.schema() for tool in self._tools().values()]
         outcome = self._compact("requested", charCount([self._system(), schemas]), force=True, focus=focus)
         return self.result(CANCELLED if outcome.status == "cancelled" else END_TURN)
 
