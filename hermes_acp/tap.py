@@ -161,14 +161,17 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     return top
 
 
-def endCommands() -> None:
+def endCommands(wait: bool = True) -> None:
     """End every process the agent's commands left behind (none were started
     when the engine never loaded its process module). A worker may be importing
     it right now (the warm-up after ``initialize``): ``import_module`` waits for
-    that import to finish instead of finding the module half made."""
+    that import to finish instead of finding the module half made; the watchdog
+    never waits (``wait=False``: a half-made module has started nothing)."""
     name = "hermes_acp.engine.processes"
     if name in sys.modules:
-        importlib.import_module(name).endAll()
+        endAll = getattr(importlib.import_module(name) if wait else sys.modules[name], "endAll", None)
+        if endAll is not None:
+            endAll()
 
 
 def installSignalHandlers(reactor: Any) -> None:
@@ -186,7 +189,7 @@ def armWatchdog(seconds: float = SHUTDOWN_DEADLINE) -> None:
     def expired() -> None:
         os.write(2, f"hermes-acp: shutdown did not finish within {seconds:g} s; exiting now\n".encode())
         try:
-            endCommands()
+            endCommands(wait=False)
         finally:
             os._exit(EX_SOFTWARE)
 
