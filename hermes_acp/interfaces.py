@@ -95,9 +95,11 @@ class IEngineAgent(Interface):
         observer: ITurnObserver,
         focus: str = "",
         cancelEvent: threading.Event | None = None,
+        extraTools: Mapping[str, Tool] | None = None,
     ) -> TurnResult:
         """Compact the history now (``/compact``), whatever its size; ``focus`` says what
-        the summary should keep. The result's ``history`` is the new one (None: unchanged)."""
+        the summary should keep; ``extraTools`` are the session's MCP tools, whose schemas
+        the next turn sends too. The result's ``history`` is the new one (None: unchanged)."""
 
     def interrupt() -> None:
         """Cancel the run in progress, if any."""
