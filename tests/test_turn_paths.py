@@ -49,7 +49,8 @@ class ScriptedAgent:
                          cancelEvent: Any = None, extraTools: Any = None) -> TurnResult:
         return self.behaviour(self, user_message, observer)
 
-    def compact(self, conversation_history: Any, observer: Any, focus: str = "", cancelEvent: Any = None) -> TurnResult:
+    def compact(self, conversation_history: Any, observer: Any, focus: str = "", cancelEvent: Any = None,
+                extraTools: Any = None) -> TurnResult:
         return self.behaviour(self, None, observer)
 
     def activeTools(self) -> dict[str, Any]:
