@@ -160,7 +160,7 @@ class Commands:
     async def _reset(self, state: SessionState, argument: str) -> str:
         await self.store.replaceHistory(state, [])
         state.contextUsed = 0
-        self.updates.send(state, usageUpdate(state, self.catalog.window(state.model)))
+        self.updates.send(state, usageUpdate(state, self.catalog))
         return "Conversation history cleared. The model starts fresh; the transcript above stays for you."
 
     async def _title(self, state: SessionState, argument: str) -> str:

@@ -102,7 +102,7 @@ class Lifecycle:
         state.announced = True
         update = {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}
         self.updates.send(state, update, journal=False)
-        self.updates.send(state, usageUpdate(state, self.catalog.window(state.model)), journal=False)
+        self.updates.send(state, usageUpdate(state, self.catalog), journal=False)
         self.mcp.attach(state, servers)
 
     async def new(self, params: dict[str, Any]) -> Reply:

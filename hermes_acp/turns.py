@@ -253,7 +253,7 @@ class Turn:
         if command is None:
             if result is not None and result.window:
                 services.catalog.learnWindow(session.model, result.window)
-            services.updates.send(session, usageUpdate(session, services.catalog.window(session.model)))
+            services.updates.send(session, usageUpdate(session, services.catalog))
         if session.title is None and text and command is None and compact is None:
             session.title = _title(text)
             services.updates.send(session, {"sessionUpdate": "session_info_update", "title": session.title,
@@ -387,7 +387,7 @@ class Turn:
         updates.compaction(self.session, compactionId, status, text)
         if status == "completed":
             self.session.contextUsed = after
-            updates.send(self.session, usageUpdate(self.session, self.services.catalog.window(self.session.model)))
+            updates.send(self.session, usageUpdate(self.session, self.services.catalog))
 
     def terminalStarted(self, callId: str, terminalId: str) -> None:
         """The editor made a terminal for the call's command: show it in its card."""

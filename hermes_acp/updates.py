@@ -15,6 +15,7 @@ import attrs
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
+from .catalog import ModelCatalog
 from .client import ClientInfo
 from .render import textContent
 from .interfaces import ISessionStore, IUpdateChannel
@@ -70,9 +71,11 @@ class UpdateChannel:
 
 
 
-def usageUpdate(state: SessionState, size: int) -> dict[str, Any]:
-    """``usage_update``: the context used of ``size``, and the cost where the endpoint told it."""
-    update: dict[str, Any] = {"sessionUpdate": "usage_update", "used": state.contextUsed, "size": size}
+def usageUpdate(state: SessionState, catalog: ModelCatalog) -> dict[str, Any]:
+    """``usage_update``: the context used of the session's model's window, and the cost
+    where the endpoint told it."""
+    update: dict[str, Any] = {"sessionUpdate": "usage_update", "used": state.contextUsed,
+                              "size": catalog.window(state.model)}
     if state.cost is not None:
         update["cost"] = {"amount": round(state.cost, 6), "currency": "USD"}
     return update
