@@ -121,6 +121,11 @@ def test_processLimitStopsAForkBomb(tmp_path: Path) -> None:
     assert b"fork" in err.lower() or b"resource" in err.lower()
 
 
+def python(script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a fresh interpreter of this environment (module state of its own)."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+
+
 _AFTER_THE_END = """
 import os, subprocess, sys
 from hermes_acp.engine import processes
@@ -143,8 +148,7 @@ def test_nothingOutlivesTheEnd(tmp_path: Path) -> None:
     """Once ``endAll`` has run (the agent is exiting) nothing starts, and a process
     forked while it ran is killed all the same (a cancelled turn's command used to
     start just after the end and outlive the agent)."""
-    run = subprocess.run([sys.executable, "-c", _AFTER_THE_END], capture_output=True, text=True, timeout=30,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    run = python(_AFTER_THE_END)
     lines = run.stdout.splitlines()
     assert run.returncode == 0, run.stderr
     assert lines[1] == "refused: the agent is shutting down; nothing new starts"
@@ -179,7 +183,6 @@ print("ended", sys.modules[NAME]._ended)
 def test_theExitSweepWaitsForAHalfImportedEngine() -> None:
     """The agent exits while a worker is still importing the process module (the
     warm-up after ``initialize``): the sweep waits for it, it does not fail on it."""
-    run = subprocess.run([sys.executable, "-c", _HALF_IMPORTED], capture_output=True, text=True, timeout=30,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    run = python(_HALF_IMPORTED)
     assert run.returncode == 0, run.stderr
     assert run.stdout == "ended True\n"
