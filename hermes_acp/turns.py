@@ -23,7 +23,6 @@ once everything else is done and saved.
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 from collections import deque
@@ -83,7 +82,11 @@ class ModelFailed(InternalError):
 
 
 def estimateTokens(messages: list[dict[str, Any]]) -> int:
-    return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) // 4
+    """The context a history takes when the endpoint reported none (the engine's measure;
+    imported here, after a turn, to keep it off the start-up path)."""
+    from .engine.compaction import CHARS_PER_TOKEN, charCount
+
+    return sum(charCount(m) for m in messages) // CHARS_PER_TOKEN
 
 
 def modelFailure(error: ModelError) -> JSONRPCError:
