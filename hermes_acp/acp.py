@@ -121,7 +121,7 @@ class ACPServer:
         (the first prompt need not wait for it)."""
         requested = field(params, "protocolVersion", int)
         if requested != PROTOCOL_VERSION:
-            log.info("client asked for protocol {v}; answering {ours}", v=requested, ours=PROTOCOL_VERSION)
+            log.debug("client asked for protocol {v}; answering {ours}", v=requested, ours=PROTOCOL_VERSION)
         self.client.update(lenientObject(params, "clientCapabilities"), lenientObject(params, "clientInfo"))
         return Reply({
             "protocolVersion": PROTOCOL_VERSION,

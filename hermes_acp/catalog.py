@@ -45,7 +45,7 @@ class ModelCatalog:
     def learnWindow(self, model: str | None, window: int) -> None:
         """An error said how big ``model``'s window is: believe it from now on."""
         if model and window >= 1024 and self.windows.get(model) != window:
-            log.info("model {model} has a context window of {n} tokens (learned from the endpoint)", model=model, n=window)
+            log.debug("model {model} has a context window of {n} tokens (learned from the endpoint)", model=model, n=window)
             self.windows[model] = window
 
     def _known(self, endpoint: Endpoint) -> tuple[str, ...]:

@@ -39,27 +39,43 @@ class RedactingTextObserver:
             pass  # a closed stderr must never take the agent down
 
 
+#: Lines Twisted itself writes at ``info`` on every run. Routine, so ``debug`` here: some
+#: editors (acp.el) show every stderr line as an error, so the default level keeps quiet.
+ROUTINE = frozenset({
+    ("twisted.internet.base", "Main loop terminated."),
+    ("twisted.application.runner._runner.Runner", "Starting reactor..."),
+})
+
+
+def demoteRoutine(event: dict) -> None:
+    """Lower Twisted's routine ``info`` lines (``ROUTINE``) to ``debug``, in place."""
+    if event.get("log_level") == LogLevel.info and (event.get("log_namespace"), event.get("log_format")) in ROUTINE:
+        event["log_level"] = LogLevel.debug
+
+
 @implementer(ILogObserver)
-class EventScrubber:
-    """Added to the global log publisher before any other observer: replaces known
-    secrets inside each event's text fields, so observers we did not install
-    (``twist``'s own log file) never see them either."""
+class EventPreparer:
+    """Added to the global log publisher before any other observer (``twist`` begins
+    its logging after it built our service): lowers routine events (``demoteRoutine``)
+    and replaces known secrets inside each event's text fields, so observers we did
+    not install (``twist``'s own log file) never see them either."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         self.secrets = list(secrets)
 
     def __call__(self, event: dict) -> None:
+        demoteRoutine(event)
+        if not self.secrets:
+            return
         for key, value in event.items():
             if isinstance(value, str) and any(secret in value for secret in self.secrets):
                 event[key] = redact(value, self.secrets)
 
 
-def installScrubber() -> None:
+def prepareEvents() -> None:
     from twisted.logger import globalLogPublisher
 
-    secrets = secretValues()
-    if secrets:
-        globalLogPublisher.addObserver(EventScrubber(secrets))
+    globalLogPublisher.addObserver(EventPreparer(secretValues()))
 
 
 def parseLevel(name: str) -> LogLevel:
@@ -72,10 +88,13 @@ def parseLevel(name: str) -> LogLevel:
 def startLogging(level: LogLevel, stream: IO[str] | None = None) -> None:
     """Send ``twisted.logger`` and stdlib ``logging`` to stderr."""
     observer = RedactingTextObserver(stream or sys.stderr, secretValues())
-    globalLogBeginner.beginLoggingTo(
-        [FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=level)])],
-        redirectStandardIO=False,
-    )
+    filtered = FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=level)])
+
+    def observe(event: dict) -> None:
+        demoteRoutine(event)  # this observer comes first: the preparer is added later
+        filtered(event)
+
+    globalLogBeginner.beginLoggingTo([observe], redirectStandardIO=False)
 
 
 class _ToTwisted(logging.Handler):

@@ -121,5 +121,5 @@ class PermissionBroker:
         return FAILED
 
     def _logged(self, outcome: str, sessionId: str, callId: Any) -> str:
-        log.info("permission for {callId} in {sessionId}: {outcome}", callId=callId, sessionId=sessionId, outcome=outcome)
+        log.debug("permission for {callId} in {sessionId}: {outcome}", callId=callId, sessionId=sessionId, outcome=outcome)
         return outcome

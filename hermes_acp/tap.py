@@ -102,7 +102,7 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
 
     from .acp import ACPServer
     from .config import ConfigError, Settings, loadDotenv, stateDatabase
-    from .logs import bridgeStdlibLogging, installScrubber
+    from .logs import bridgeStdlibLogging, prepareEvents
     from .sessions import SessionManager
     from .stdio import StdioService, claimStdio
     from .threads import WorkerPool
@@ -115,7 +115,7 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     if code is not None:
         sys.exit(code)
     loadDotenv()
-    installScrubber()
+    prepareEvents()
     bridgeStdlibLogging()
     try:
         settings = Settings.fromEnv()

@@ -585,7 +585,7 @@ class Prompts:
         sessionId = params.get("sessionId")
         queue = self.queues.get(sessionId) if isinstance(sessionId, str) else None
         if queue is None:
-            log.info("session/cancel for unknown or idle session {id!r}", id=sessionId)
+            log.debug("session/cancel for unknown or idle session {id!r}", id=sessionId)
             return
         queue.cancel()
 

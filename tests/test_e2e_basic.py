@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 import pytest_twisted
 
-from .e2e import agentText, modelEnv, text, toolCalls, updates
-from .sdkclient import connect, initialized, onLoop
+from .agentproc import ENTRY_POINTS
+from .e2e import agentText, answers, modelEnv, text, toolCalls, updates
+from .sdkclient import RecordingClient, connect, initialized, onLoop
 
 
 @pytest_twisted.ensureDeferred
@@ -67,3 +71,34 @@ async def test_toolTurnWritesAndReads(scriptedServer, tmp_path) -> None:
     assert read["locations"][0]["path"] == str(tmp_path / "notes" / "a.txt")
     toolResults = [m for m in server.chatRequests[-1]["messages"] if m["role"] == "tool"]
     assert len(toolResults) == 2 and "alpha" in toolResults[1]["content"]
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest_twisted.ensureDeferred
+async def test_routineWorkIsQuietOnStderr(scriptedServer, tmp_path, entry) -> None:
+    """At the default log level a routine session writes nothing to stderr: a turn
+    with an edit allowed and one denied, a cancel of an idle session and the exit.
+    Some editors (acp.el) show every stderr line as an error."""
+    server, url = scriptedServer
+    server.default.responses += [
+        [{"tool_calls": [{"id": "a", "name": "write_file", "arguments": {"path": "a.txt", "content": "a\n"}}]}],
+        [{"tool_calls": [{"id": "b", "name": "write_file", "arguments": {"path": "b.txt", "content": "b\n"}}]}],
+        [{"text": "Done."}],
+    ]
+    client = RecordingClient(permission=answers("allow_once", "reject_once"))
+    stderr = tmp_path / "stderr"
+
+    async def scenario():
+        with open(stderr, "wb") as sink:
+            async with connect(client, env=modelEnv(url), argv=ENTRY_POINTS[entry], stderr=sink) as (conn, _, wire, process):
+                await initialized(conn)
+                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+                response = await conn.prompt(session_id=sid, prompt=[text("write a and b")])
+                await conn.cancel(session_id=sid)
+            return response, await asyncio.wait_for(process.wait(), 15), wire.problems()
+
+    response, code, problems = await onLoop(scenario())
+    assert (response.stop_reason, code, problems) == ("end_turn", 0, [])
+    assert (tmp_path / "a.txt").exists() and not (tmp_path / "b.txt").exists()
+    assert len(client.permissionRequests) == 2
+    assert stderr.read_bytes() == b""
