@@ -63,12 +63,31 @@ class UpdateChannel:
             self.send(state, update, journal=False)
 
     def replay(self, state: SessionState, update: dict[str, Any]) -> None:
+        update = withoutEditorTerminals(update)
+        if update.keys() <= {"sessionUpdate", "toolCallId"}:
+            return  # it only showed a terminal
         self.send(state, compactionUpdate(update) if self.client.compaction and isCompactionCard(update) else update,
                   journal=False)
 
     def whenWritable(self) -> Deferred[None]:
         return self.connection.whenWritable()
 
+
+
+def withoutEditorTerminals(update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` without the editor terminals its content embeds. A terminal lives only as
+    long as the agent that created it: replayed after a restart its id names nothing, and
+    Zed drops a whole update that names an unknown terminal (zed#64538). What the terminal
+    showed is not lost: a command's final update carries its output as text beside it."""
+    content = update.get("content")
+    if not isinstance(content, list) or not any(_isTerminal(item) for item in content):
+        return update
+    kept = [item for item in content if not _isTerminal(item)]
+    return {**{k: v for k, v in update.items() if k != "content"}, **({"content": kept} if kept else {})}
+
+
+def _isTerminal(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "terminal"
 
 
 def usageUpdate(state: SessionState, catalog: ModelCatalog) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import pytest_twisted
 
 from .e2e import agentText, journaled, modelEnv, text, toolCalls, uniqueSleep, updates
 from .sdkclient import connect, initialized, onLoop, raw
+from .test_e2e_turns import EditorClient
 
 JOURNALED_ONLY = {"user_message_chunk"}  # journaled, not sent live (the editor shows its own prompt)
 # Sent live, not journaled: commands after each new/load; mode and options (a load answers with them).
@@ -348,3 +349,41 @@ async def test_sessionSearchStaysInTheProject(scriptedServer, tmp_path) -> None:
         'Search past sessions: "aardvark"', 'Search past sessions in all projects: "aardvark"',
     ]
     assert all(card["status"] == "completed" for card in cards.values())
+
+
+@pytest_twisted.ensureDeferred
+async def test_replayedEditorTerminalIsText(scriptedServer, tmp_path) -> None:
+    """A command that ran in the editor's terminal is replayed after a restart without
+    the terminal (its id names nothing any more, and Zed drops a whole update naming an
+    unknown terminal): the card keeps the output it showed, as text."""
+    server, url = scriptedServer
+    home = tempfile.mkdtemp()
+    server.default.responses += [
+        [{"tool_calls": [{"id": "t", "name": "terminal", "arguments": {"command": "echo hi"}}]}],
+        [{"text": "done"}],
+    ]
+    env = modelEnv(url, home, HERMES_ACP_SANDBOX="off")
+
+    async def firstLife():
+        async with connect(EditorClient(), env=env) as (conn, client, wire, process):
+            await initialized(conn, terminal=True)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text("run it")])
+            return sid, updates(wire, sid), wire.problems()
+
+    async def secondLife(sessionId):
+        async with connect(EditorClient(), env=env) as (conn, client, wire, process):
+            await initialized(conn, terminal=True)
+            await conn.load_session(cwd=str(tmp_path), session_id=sessionId, mcp_servers=[])
+            return updates(wire, sessionId), wire.problems()
+
+    sessionId, live, problems = await onLoop(firstLife())
+    assert problems == []
+    assert any(c.get("type") == "terminal" for u in live for c in u.get("content") or [] if isinstance(c, dict))
+    replayed, problems = await onLoop(secondLife(sessionId))
+    assert problems == []
+    shown = [c for u in replayed if u["sessionUpdate"].startswith("tool_call") for c in u.get("content") or []]
+    assert shown and not any(c.get("type") == "terminal" for c in shown)
+    [card] = [c for c in toolCalls(replayed).values() if c["kind"] == "execute"]
+    assert card["status"] == "completed"
+    assert "from the editor terminal" in json.dumps(card["content"])
