@@ -62,10 +62,8 @@ def counted(workspace: Path) -> list[int]:
 def test_slotsAreGrantedInTheOrderAsked() -> None:
     slots = ToolSlots(2)
     first, second, third = queue.Queue(), queue.Queue(), queue.Queue()
-    slots.ask(first)
-    slots.ask(first)
-    slots.ask(second)
-    slots.ask(third)
+    for inbox in (first, first, second, third):
+        slots.ask(inbox)
     assert (first.qsize(), second.qsize(), third.qsize(), slots.free) == (2, 0, 0, 0)
     slots.release()
     assert (second.get_nowait(), third.qsize()) == (GRANTED, 0)
@@ -81,10 +79,8 @@ def test_slotsAreGrantedInTheOrderAsked() -> None:
 def test_withdrawnAsksAreNeverGranted() -> None:
     slots = ToolSlots(1)
     holder, gone, later = queue.Queue(), queue.Queue(), queue.Queue()
-    slots.ask(holder)
-    slots.ask(gone)
-    slots.ask(gone)
-    slots.ask(later)
+    for inbox in (holder, gone, gone, later):
+        slots.ask(inbox)
     assert slots.withdraw(gone) == 2
     slots.release()
     assert (gone.qsize(), later.get_nowait()) == (0, GRANTED)

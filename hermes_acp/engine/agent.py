@@ -617,9 +617,9 @@ class _Conversation:
                     raise ToolError(f"unknown tool {call.name!r}; available: {', '.join(tools)}")
                 checked = checkArguments(tool, arguments)
                 if index >= cap:
-                    raise ToolError(f"not run: this reply asked for {len(calls)} tool calls, and the agent runs at "
-                                    f"most {cap} of one reply (the first {cap} ran). Ask for this one again in a "
-                                    "later reply, if it is still needed")
+                    raise ToolError(f"not run: this reply asked for {len(calls)} tool calls, and the agent runs "
+                                    f"at most {cap} of one reply (the first {cap}). Ask for this one again in a "
+                                    "later reply if it is still needed")
             except ToolError as e:
                 self._started(callId, call, arguments, tools.get(call.name), context)
                 outcomes[index] = ToolOutcome(f"Error: {e}", failed=True)
