@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 import pytest_twisted
 
-from .e2e import answers, modelEnv, text, toolCalls, updates
-from .sdkclient import RecordingClient, connect, initialized, onLoop
+from acp.schema import AllowedOutcome, RequestPermissionResponse
+
+from .e2e import answers, commandRunning, modelEnv, text, toolCalls, uniqueSleep, updates
+from .sdkclient import RecordingClient, connect, initialized, onLoop, until
 
 CALLS = 400
 SLEEP = "sleep 0.5"
@@ -150,3 +153,76 @@ async def test_sessionsTogetherShareTheProcessSlots(scriptedServer, tmp_path) ->
     for session in found:
         statuses = [c["status"] for c in toolCalls(session).values()]
         assert statuses == ["completed"] * 12 + ["failed"] * (CALLS - 12)
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelWithCallsRunningAndWaiting(scriptedServer, tmp_path) -> None:
+    """Twelve long commands, four running and eight waiting: a cancel answers at once, every
+    card ends failed, the waiting ones never started (pending, then failed), and no command
+    is left running."""
+    server, url = scriptedServer
+    command = uniqueSleep(53)
+    server.default.responses += [
+        [{"tool_calls": [{"id": f"s{i}", "name": "terminal", "arguments": {"command": command}} for i in range(12)]}],
+        [{"text": "never reached"}],
+    ]
+    client = RecordingClient(permission=answers(*["allow_once"] * 12))
+
+    async def scenario():
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("run them")]))
+            await until(lambda: sum(u.get("status") == "in_progress" for _, u in
+                                    ((s, u.model_dump(by_alias=True, exclude_none=True)) for s, u in client.updates)) == 4,
+                        60, "four running calls")
+            await until(lambda: commandRunning(command), 30, "the commands to start")
+            began = time.monotonic()
+            await conn.cancel(session_id=sid)
+            response = await asyncio.wait_for(running, 30)
+            return response, time.monotonic() - began, updates(wire, sid), wire.problems()
+
+    response, elapsed, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert response.stop_reason == "cancelled"
+    print(f"cancel answered in {elapsed:.3f} s")
+    assert elapsed < 5
+    calls = list(toolCalls(found).values())
+    assert [c["statuses"] for c in calls] == [["pending", "in_progress", "failed"]] * 4 + [["pending", "failed"]] * 8
+    await onLoop(until(lambda: not commandRunning(command), 10, "the commands to be killed"))
+
+
+@pytest_twisted.ensureDeferred
+async def test_aWaitingCallAsksOnlyWhenItStarts(scriptedServer, tmp_path) -> None:
+    """One call at a time and no sandbox (each command asks): the editor is asked about the
+    second command only after the first one's card completed."""
+    server, url = scriptedServer
+    server.default.responses += [
+        [{"tool_calls": [{"id": "a", "name": "terminal", "arguments": {"command": "touch a"}},
+                         {"id": "b", "name": "terminal", "arguments": {"command": "touch b"}}]}],
+        [{"text": "touched"}],
+    ]
+    seen: list[tuple[str, list[str]]] = []
+    client: RecordingClient
+
+    def answer(request: dict[str, Any]) -> RequestPermissionResponse:
+        shown = [u.model_dump(by_alias=True, exclude_none=True) for _, u in client.updates]
+        seen.append((request["toolCall"].tool_call_id, [u["toolCallId"] for u in shown if u.get("status") == "completed"]))
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id="allow_once"))
+
+    client = RecordingClient(permission=answer)
+    env = modelEnv(url, HERMES_ACP_SANDBOX="off", HERMES_ACP_TOOL_PARALLEL="1")
+
+    async def scenario():
+        async with connect(client, env=env) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            response = await conn.prompt(session_id=sid, prompt=[text("touch both")])
+            return response, updates(wire, sid), wire.problems()
+
+    response, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert response.stop_reason == "end_turn"
+    first, second = toolCalls(found)
+    assert seen == [(first, []), (second, [first])]
+    assert (tmp_path / "a").exists() and (tmp_path / "b").exists()
