@@ -606,6 +606,9 @@ class _Conversation:
         outcomes: dict[int, ToolOutcome] = {}
         ready: list[_Call] = []
         cap = self.agent.maxToolCalls
+        if len(calls) > cap:
+            log.info("a reply asked for %d tool calls: the %d past the first %d are refused (HERMES_ACP_MAX_TOOL_CALLS)",
+                     len(calls), len(calls) - cap, cap)
         for index, call in enumerate(calls):
             callId = f"{step}.{index}"
             context = self.agent.toolContext(self.cancellation.event, self.observer, self.workspace, callId)
