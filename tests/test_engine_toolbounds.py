@@ -211,17 +211,19 @@ async def test_aQueuedCallAsksOnlyWhenItStarts(scriptedServer, workspace: Path) 
 
 @pytest_twisted.ensureDeferred
 async def test_delegatedCallsAreBoundedToo(scriptedServer, workspace: Path) -> None:
-    """An MCP tool's calls (delegated to the turn) wait their turn like the built-in ones."""
+    """An MCP tool's calls (delegated to the turn) wait their turn like the built-in ones: six
+    calls, three at a time, meet in threes and never more."""
     server, url = scriptedServer
     server.default.responses += [tools(*(call(f"m{i}", "mcp_echo", word=str(i)) for i in range(6))),
                                  [{"text": "echoed"}]]
     lock, now, most = threading.Lock(), [0], [0]
+    together = threading.Barrier(3, timeout=20)  # three at a time must meet, or the answers fail
 
     def answer(name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
         with lock:
             now[0] += 1
             most[0] = max(most[0], now[0])
-        time.sleep(0.1)
+        together.wait()
         with lock:
             now[0] -= 1
         return f"echo {arguments['word']}", False, {}
