@@ -138,6 +138,8 @@ class TurnEvents(Protocol):
 
     def toolStarted(self, callId: str, name: str, arguments: dict[str, Any], extras: dict[str, Any]) -> None: ...
 
+    def toolRunning(self, callId: str) -> None: ...
+
     def toolEnded(self, callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None: ...
 
     def terminalStarted(self, callId: str, terminalId: str) -> None: ...
@@ -172,6 +174,9 @@ class BridgedObserver:
 
     def toolStarted(self, callId: str, name: str, arguments: dict[str, Any], extras: dict[str, Any]) -> None:
         self.bridge.event(self.turn.toolStarted, callId, name, arguments, extras)
+
+    def toolRunning(self, callId: str) -> None:
+        self.bridge.event(self.turn.toolRunning, callId)
 
     def toolEnded(self, callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None:
         self.bridge.event(self.turn.toolEnded, callId, name, result, failed, extras)

@@ -27,6 +27,11 @@ DEFAULT_CONTEXT_WINDOW = 128_000
 DEFAULT_MCP_STARTUP_TIMEOUT = 30.0
 DEFAULT_MCP_CALL_TIMEOUT = 300.0
 DEFAULT_COMPACT_AT = 0.9
+#: The tool calls of one model reply: how many run at all (the rest are refused) and how many
+#: at once; and how many run at once in the whole process, every session together.
+DEFAULT_MAX_TOOL_CALLS = 32
+DEFAULT_TOOL_PARALLEL = 4
+DEFAULT_TOOL_THREADS = 16
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -260,6 +265,10 @@ class Settings:
     #: Compact the conversation when a request would pass this share of the context window
     #: (less the room of the reply).
     compactAt: float = DEFAULT_COMPACT_AT
+    #: Tool calls: run per reply (the rest refused), at once per reply, at once in the process.
+    maxToolCalls: int = DEFAULT_MAX_TOOL_CALLS
+    toolParallel: int = DEFAULT_TOOL_PARALLEL
+    toolThreads: int = DEFAULT_TOOL_THREADS
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -280,4 +289,7 @@ class Settings:
             mcpCallTimeout=envSeconds(env, "HERMES_ACP_MCP_CALL_TIMEOUT", DEFAULT_MCP_CALL_TIMEOUT),
             mcpTrusted=frozenset(_split(env.get("HERMES_ACP_MCP_TRUSTED", ""))),
             compactAt=envShare(env, "HERMES_ACP_COMPACT_AT", DEFAULT_COMPACT_AT, 0.3, 0.98),
+            maxToolCalls=envInt(env, "HERMES_ACP_MAX_TOOL_CALLS", DEFAULT_MAX_TOOL_CALLS),
+            toolParallel=envInt(env, "HERMES_ACP_TOOL_PARALLEL", DEFAULT_TOOL_PARALLEL),
+            toolThreads=envInt(env, "HERMES_ACP_TOOL_THREADS", DEFAULT_TOOL_THREADS),
         )

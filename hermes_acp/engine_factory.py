@@ -10,6 +10,7 @@ import attrs
 from zope.interface import implementer
 
 from .config import Endpoint, Settings
+from .engine.toolslots import ToolSlots
 from .interfaces import IAgentFactory
 from .options import reasoningEffort
 from .session_state import SessionState
@@ -32,6 +33,9 @@ class EngineAgentFactory:
     endpointSource: Callable[[], Endpoint]
     sessionSearch: Callable[[str, int, str | None], list[dict[str, Any]]] | None = None
     settings: Settings = Settings()
+    #: The process's tool slots: every session's agent shares them (``HERMES_ACP_TOOL_THREADS``).
+    toolSlots: ToolSlots = attrs.field(
+        default=attrs.Factory(lambda self: ToolSlots(self.settings.toolThreads), takes_self=True))
 
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
@@ -52,6 +56,9 @@ class EngineAgentFactory:
                 folders, settings.sandboxNetwork, settings.sandboxWritable),
             limits=Limits(settings.commandProcesses, settings.commandCpuSeconds),
             compactAt=settings.compactAt,
+            maxToolCalls=settings.maxToolCalls,
+            toolParallel=settings.toolParallel,
+            toolSlots=self.toolSlots,
         )
         agent.setEditMode(session.mode)
         return agent

@@ -39,7 +39,11 @@ class ITurnObserver(Interface):
         """A piece of the model's reasoning."""
 
     def toolStarted(callId: str, name: str, arguments: dict[str, Any], extras: dict[str, Any]) -> None:
-        """A tool call is about to run; ``extras`` hold what the engine resolved (its ``path``)."""
+        """The model asked for a tool call: its card, pending until ``toolRunning`` (or its end,
+        for a call that never runs); ``extras`` hold what the engine resolved (its ``path``)."""
+
+    def toolRunning(callId: str) -> None:
+        """The call starts running now (a reply's calls wait their turn to run)."""
 
     def toolEnded(callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None:
         """The call is over: ``result`` is what the model reads; every started call ends once."""

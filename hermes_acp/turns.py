@@ -359,7 +359,13 @@ class Turn:
         self.cards[callId] = (toolCallId, name, arguments)
         send = self.services.updates.send
         send(self.session, self.renderer.toolStarted(toolCallId, name, arguments, extras))
-        send(self.session, {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "in_progress"})
+
+    def toolRunning(self, callId: str) -> None:
+        """The call left the reply's queue: its card goes from pending to in progress."""
+        card = self.cards.get(callId)
+        if card is not None:
+            self.services.updates.send(self.session, {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
+                                                      "status": "in_progress"})
 
     def toolEnded(self, callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None:
         self.messageSeq += 1

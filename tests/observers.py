@@ -28,6 +28,8 @@ class RecordingObserver:
         self.edits: list[tuple[str, Any]] = []
         self.reads: list[tuple[str, str, str]] = []
         self.terminals: list[tuple[str, str]] = []
+        #: (call id, how many events came before it started running)
+        self.running: list[tuple[str, int]] = []
         self.delegated: list[tuple[str, str, dict[str, Any]]] = []
         #: ("started", id, reason), ("text", id, delta), ("ended", id, status, summary, error, before, after)
         self.compactions: list[tuple[Any, ...]] = []
@@ -50,6 +52,10 @@ class RecordingObserver:
         with self.lock:
             self.events.append(("started", name, callId, arguments, extras))
         self.startedTool.set()
+
+    def toolRunning(self, callId: str) -> None:
+        with self.lock:
+            self.running.append((callId, len(self.events)))
 
     def toolEnded(self, callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None:
         with self.lock:

@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ import attrs
 from zope.interface import implementer
 
 from hermes_acp import safejson
-from hermes_acp.config import Endpoint
+from hermes_acp.config import DEFAULT_MAX_TOOL_CALLS, DEFAULT_TOOL_PARALLEL, DEFAULT_TOOL_THREADS, Endpoint
 from hermes_acp.engine.access import PathApprovals
 from hermes_acp.engine.cancel import CANCELLED as _WOKEN
 from hermes_acp.engine.cancel import Cancellation
@@ -35,6 +36,7 @@ from hermes_acp.engine.tools.builtin import selectTools
 from hermes_acp.engine.tools.registry import (
     PathLocks, SessionSearch, Tool, ToolContext, ToolError, ToolOutcome, checkArguments, parseArguments, runTool,
 )
+from hermes_acp.engine.toolslots import GRANTED, ToolSlots
 from hermes_acp.engine.workspace import LocalWorkspace, Workspace
 from hermes_acp.interfaces import IEngineAgent, ITurnObserver
 
@@ -213,6 +215,12 @@ class AIAgent:
     #: Tokens per character as the endpoint counts them, and compactions that failed in a row.
     estimator: Estimator = attrs.field(factory=Estimator)
     compactionFailures: int = 0
+    #: The tool calls of one reply: at most ``maxToolCalls`` run (the rest are refused, with a
+    #: message to the model), ``toolParallel`` of them at once, each holding one of
+    #: ``toolSlots`` while it runs (the factory gives every agent of the process the same ones).
+    maxToolCalls: int = DEFAULT_MAX_TOOL_CALLS
+    toolParallel: int = DEFAULT_TOOL_PARALLEL
+    toolSlots: ToolSlots = attrs.field(factory=lambda: ToolSlots(DEFAULT_TOOL_THREADS))
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
     _commandApprovals: CommandApprovals | None = attrs.field(default=None, init=False)
@@ -339,23 +347,50 @@ def _delegated(answer: tuple[str, bool, dict[str, Any]]) -> ToolOutcome:
     return ToolOutcome(text, extras, failed)
 
 
-def _runCall(inbox: queue.Queue[Any], index: int, tool: Tool, context: ToolContext, arguments: dict[str, Any]) -> None:
+@attrs.frozen
+class _Call:
+    """A call of a reply that passed its checks, waiting for its turn to run."""
+
+    index: int
+    callId: str
+    call: ToolCallRequest
+    tool: Tool
+    context: ToolContext
+    arguments: dict[str, Any]
+
+
+def _runCall(inbox: queue.Queue[Any], slots: ToolSlots, job: _Call) -> None:
     """A tool thread: run the call unless the turn was cancelled first; whatever
-    happens, an outcome goes to the inbox (the turn waits for one per call)."""
+    happens, its slot is given back and an outcome goes to the inbox (the turn waits
+    for one per running call)."""
+    tool, context = job.tool, job.context
     outcome = ToolOutcome(f"Error: {tool.name} failed unexpectedly", failed=True)
     try:
         if context.cancelEvent.is_set():
             outcome = ToolOutcome("Error: interrupted by the user before it ran.", failed=True)
         else:
             began = time.monotonic()
-            outcome = runTool(tool, context, arguments)
+            outcome = runTool(tool, context, job.arguments)
             code = outcome.extras.get("exitCode")
             log.debug("tool %s %s in %.2f s%s", tool.name, "failed" if outcome.failed else "finished",
                       time.monotonic() - began, "" if code is None else f", exit code {code}")
     except Exception:
         log.exception("tool thread of %s failed", tool.name)
     finally:
-        inbox.put((index, outcome))
+        slots.release()
+        inbox.put((job.index, outcome))
+
+
+def _releaseGrants(inbox: queue.Queue[Any], slots: ToolSlots) -> None:
+    """Give back the slots granted to a dispatch that no longer needs them (its asks were
+    withdrawn, so no more come); outcomes of abandoned calls are dropped with the queue."""
+    while True:
+        try:
+            item = inbox.get_nowait()
+        except queue.Empty:
+            return
+        if item is GRANTED:
+            slots.release()
 
 
 @attrs.define
@@ -562,13 +597,18 @@ class _Conversation:
         return None if reply.toolCalls else END_TURN
 
     def _runTools(self, step: int, calls: Sequence[ToolCallRequest], tools: dict[str, Tool]) -> list[dict[str, Any]]:
-        """Run a batch of tool calls in parallel; one tool message per call, in order.
+        """Run a reply's tool calls, a few at a time (``_dispatch``); one tool message per call,
+        in order. Every call's card shows at once, pending; a call past ``maxToolCalls`` is
+        refused, so every call id still gets its result and the history stays valid.
 
         Each call gets an id of its own for the observer, ``STEP.INDEX``: the model's
         ids may repeat between steps, and are not ours to rely on."""
         outcomes: dict[int, ToolOutcome] = {}
-        started: dict[int, tuple[str, ToolCallRequest]] = {}
-        inbox: queue.Queue[Any] = queue.Queue()
+        ready: list[_Call] = []
+        cap = self.agent.maxToolCalls
+        if len(calls) > cap:
+            log.info("a reply asked for %d tool calls: the %d past the first %d are refused (HERMES_ACP_MAX_TOOL_CALLS)",
+                     len(calls), len(calls) - cap, cap)
         for index, call in enumerate(calls):
             callId = f"{step}.{index}"
             context = self.agent.toolContext(self.cancellation.event, self.observer, self.workspace, callId)
@@ -579,18 +619,19 @@ class _Conversation:
                 if tool is None:
                     raise ToolError(f"unknown tool {call.name!r}; available: {', '.join(tools)}")
                 checked = checkArguments(tool, arguments)
+                if index >= cap:
+                    raise ToolError(f"not run: this reply asked for {len(calls)} tool calls, and the agent runs "
+                                    f"at most {cap} of one reply (the first {cap}). Ask for this one again in a "
+                                    "later reply if it is still needed")
             except ToolError as e:
                 self._started(callId, call, arguments, tools.get(call.name), context)
                 outcomes[index] = ToolOutcome(f"Error: {e}", failed=True)
                 self._ended(callId, call, outcomes[index])
                 continue
             self._started(callId, call, checked, tool, context)
-            started[index] = (callId, call)
-            threading.Thread(
-                target=_runCall, args=(inbox, index, tool, context, checked),
-                name=f"hermes-tool-{call.name}", daemon=True,
-            ).start()
-        self._collect(inbox, started, outcomes)
+            ready.append(_Call(index, callId, call, tool, context, checked))
+        if ready:
+            self._dispatch(ready, outcomes)
         return [
             {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": self._budgeted(outcomes[index].text)}
             for index, call in enumerate(calls)
@@ -612,28 +653,66 @@ class _Conversation:
         self.resultChars += len(text)
         return text
 
-    def _collect(
-        self, inbox: queue.Queue[Any], started: dict[int, tuple[str, ToolCallRequest]], outcomes: dict[int, ToolOutcome]
-    ) -> None:
-        """Report each running call as it ends; after a cancel, wait only a grace period."""
+    def _dispatch(self, ready: list[_Call], outcomes: dict[int, ToolOutcome]) -> None:
+        """Run ``ready`` in order, each in a thread of its own once it holds one of the process's
+        tool slots, at most ``toolParallel`` at once; report each as it starts and ends.
+
+        A cancel withdraws the asks for slots and ends the calls still waiting without starting
+        them; the running ones get a grace period, then end as interrupted (a late one's thread
+        still gives its slot back when it ends)."""
+        slots, width = self.agent.toolSlots, max(1, self.agent.toolParallel)
+        waiting, running = deque(ready), {}
+        inbox: queue.Queue[Any] = queue.Queue()
+        asked = 0  # asks for a slot not granted yet
         deadline: float | None = None
         with self.cancellation.watching(inbox):
-            while any(index not in outcomes for index in started):
-                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-                try:
-                    item = inbox.get(timeout=timeout)
-                except queue.Empty:
-                    break
-                if item is _WOKEN:
-                    deadline = deadline or time.monotonic() + TOOL_CANCEL_GRACE
-                    continue
-                index, outcome = item
-                outcomes[index] = outcome
-                self._ended(*started[index], outcome)
-        for index, (callId, call) in started.items():
-            if index not in outcomes:
-                outcomes[index] = ToolOutcome("Error: interrupted by the user before it finished.", failed=True)
-                self._ended(callId, call, outcomes[index])
+            try:
+                while running or (waiting and deadline is None):
+                    while deadline is None and asked < len(waiting) and asked + len(running) < width:
+                        slots.ask(inbox)
+                        asked += 1
+                    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    try:
+                        item = inbox.get(timeout=timeout)
+                    except queue.Empty:
+                        break
+                    if item is _WOKEN:
+                        if deadline is None:
+                            deadline = time.monotonic() + TOOL_CANCEL_GRACE
+                            asked -= slots.withdraw(inbox)
+                            while waiting:
+                                self._finish(waiting.popleft(), outcomes, "Error: interrupted by the user before it ran.")
+                    elif item is GRANTED:
+                        asked -= 1
+                        if deadline is not None:  # cancelled since it asked
+                            slots.release()
+                            continue
+                        job = waiting.popleft()
+                        _notify(self.observer.toolRunning, job.callId)
+                        try:
+                            threading.Thread(target=_runCall, args=(inbox, slots, job), daemon=True,
+                                             name=f"hermes-tool-{job.call.name}").start()
+                        except RuntimeError as e:  # no thread to be had (the process's limit)
+                            slots.release()
+                            self._finish(job, outcomes, f"Error: the agent could not start it: {e}")
+                        else:
+                            running[job.index] = job
+                    else:
+                        index, outcome = item
+                        job = running.pop(index)
+                        outcomes[index] = outcome
+                        self._ended(job.callId, job.call, outcome)
+            finally:
+                slots.withdraw(inbox)
+                _releaseGrants(inbox, slots)
+        for job in running.values():
+            self._finish(job, outcomes, "Error: interrupted by the user before it finished.")
+        for job in waiting:
+            self._finish(job, outcomes, "Error: interrupted by the user before it ran.")
+
+    def _finish(self, job: _Call, outcomes: dict[int, ToolOutcome], text: str) -> None:
+        outcomes[job.index] = ToolOutcome(text, failed=True)
+        self._ended(job.callId, job.call, outcomes[job.index])
 
     def _started(self, callId: str, call: ToolCallRequest, arguments: Any, tool: Tool | None, context: ToolContext) -> None:
         extras: dict[str, Any] = {}
