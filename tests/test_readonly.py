@@ -43,6 +43,7 @@ READ_ONLY = [
     "diff a b",
     "ps aux",
     "ps -ef",
+    "ps -o pid,user,command -C sleep",
     "grep --color=auto x f",
     "df -h",
     "du -sh .",

@@ -40,12 +40,12 @@ read-only. The command word must be a bare name on the list (no ``/``; a
   configuration says by the time it runs.
 
 An operand (or an option's ``=value``) that names a secret (``~/.ssh/id_rsa``,
-a ``.env`` file, ...) disqualifies too. A ``NAME=value`` prefix (``GIT_DIR=x git
-status``, ``LESSOPEN=... cat``, ``PAGER=...``) is not a command word on the list, so
-such a command is never read-only. Not on the list, each because it can run or write
-something: ``less more man`` (``LESSOPEN``, ``!cmd``, ``MANPAGER``, ``-P``), ``env
-xargs``, ``tee xxd tar sed awk``, ``git grep`` (``-O``). A long option counts by any abbreviation getopt would take (``--out`` is
-``--output``). ``env`` is left out on purpose: it runs its argument.
+a ``.env`` file, ...) disqualifies too. A long option counts by any abbreviation
+getopt would take (``--out`` is ``--output``). A ``NAME=value`` prefix (``GIT_DIR=x
+git status``, ``LESSOPEN=... cat``, ``PAGER=...``) is not a command word on the list,
+so such a command is never read-only. Left out on purpose, each because it can run
+or write something: ``less more man`` (``LESSOPEN``, ``!cmd``, ``MANPAGER``, ``-P``),
+``env xargs`` (they run their argument), ``tee xxd tar sed awk``, ``git grep`` (``-O``).
 """
 
 from __future__ import annotations
@@ -147,6 +147,14 @@ def _uniq(args: list[str]) -> bool:
     return len(operands) <= 1
 
 
+def _ps(args: list[str]) -> bool:
+    """No BSD-style word with ``e`` (a value of a dashed option such as ``-o user`` is not one)."""
+    valued = {"-o", "-O", "-p", "-q", "-u", "-U", "-g", "-G", "-t", "-C", "-s", "-k", "--format", "--sort",
+              "--pid", "--ppid", "--quick-pid", "--user", "--User", "--group", "--Group", "--tty", "--sid"}
+    return not any("e" in a and not a.startswith("-") and (i == 0 or args[i - 1] not in valued)
+                   for i, a in enumerate(args))
+
+
 def _printenv(args: list[str]) -> bool:
     return all(a in ("-0", "--null") or _VARIABLE_NAME.fullmatch(a) for a in args)
 
@@ -245,7 +253,7 @@ _PROGRAMS: dict[str, _Check] = {
         "ls", "cat", "head", "tail", "wc", "pwd", "echo", "printf", "true", "false", "grep", "egrep", "fgrep",
         "stat", "du", "df", "diff", "cmp", "basename", "dirname", "realpath", "readlink", "which", "whoami", "id",
         "uname", "nproc", "uptime", "cut", "tr", "seq")},
-    "ps": lambda args: not any("e" in a for a in args if not a.startswith("-")),
+    "ps": _ps,
     "rg": _Rules(letters="z", long=("--pre", "--pre-glob", "--search-zip", "--hostname-bin")).allows,
     "find": _Rules(words=frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0",
                                     "-fprintf", "-fls"})).allows,
