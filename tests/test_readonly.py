@@ -321,8 +321,9 @@ def test_anIncludedFileCountsAsTheRepositorysOwn(repository) -> None:
     assert not isReadOnly("git status", str(repository))
 
 
-@pytest.mark.parametrize("value", ["false", "0", ""])
-def test_fsmonitorTurnedOffIsReadOnly(repository, value: str) -> None:
+@pytest.mark.parametrize("value", ["false", "0", "", "true"])
+def test_fsmonitorAsABooleanIsReadOnly(repository, value: str) -> None:
+    """Off, or git's own daemon (``true``, as macOS users set it): no planted program."""
     _git(repository, "config", "core.fsmonitor", value)
     assert isReadOnly("git status", str(repository))
 

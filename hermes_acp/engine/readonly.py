@@ -205,7 +205,8 @@ GIT_SAFE_ENV: Mapping[str, str] = {
 }
 #: How long reading a repository's configuration may take before the command asks instead.
 _GIT_CONFIG_TIMEOUT = 5.0
-_FSMONITOR_OFF = {"", "false", "no", "off", "0"}
+#: ``core.fsmonitor`` as a boolean: off, or git's own daemon (a path or command is a program).
+_BOOLEANS = {"", "false", "no", "off", "0", "true", "yes", "on", "1"}
 
 
 def _git(args: list[str]) -> bool:
@@ -242,7 +243,7 @@ def gitRunsPrograms(cwd: str) -> str | None:
         key, _, value = entry.partition("\n")
         if scope in _USER_SCOPES or not GIT_COMMAND_KEYS.fullmatch(key.lower()):
             continue
-        if key.lower() == "core.fsmonitor" and value.strip().lower() in _FSMONITOR_OFF:
+        if key.lower() == "core.fsmonitor" and value.strip().lower() in _BOOLEANS:
             continue
         return key
     return None
