@@ -1,8 +1,11 @@
 """The tools' workspace through the editor, when it offers ``fs/*`` and ``terminal/*``.
 
 Reading through ``fs/read_text_file`` sees unsaved buffers; writing through
-``fs/write_text_file`` lets the editor track the edit; commands run in the
-editor's terminals. Whatever the editor does not offer runs locally.
+``fs/write_text_file`` lets the editor track the edit. A command the agent's
+sandbox confines runs here, in the sandbox (its output reaches the editor in the
+tool card): the editor's terminal would run it unconfined. One without a sandbox
+runs in the editor's terminal, judged by the guard as unconfined, as it would be
+here. Whatever the editor does not offer runs locally.
 Called in worker threads; every request crosses to the reactor and back.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -86,11 +89,6 @@ class ClientWorkspace:
         except FAILURES as e:
             raise WorkspaceError(f"{method} did not complete ({type(e).__name__})") from e
 
-    @property
-    def localCommands(self) -> bool:
-        """Commands run here when the editor has no terminals; else the editor confines them."""
-        return not self.terminals
-
     def readText(self, path: str) -> str:
         if not self.readFiles:
             return self.local.readText(path)
@@ -117,13 +115,14 @@ class ClientWorkspace:
     def runCommand(
         self, command: str, cwd: str, timeout: float, cancelEvent: threading.Event,
         outputLimit: int = DEFAULT_OUTPUT_LIMIT, onStarted: Callable[[str], object] | None = None,
-        policy: Policy | None = None, limits: Limits | None = None,
+        policy: Policy | None = None, limits: Limits | None = None, env: Mapping[str, str] | None = None,
     ) -> CommandResult:
-        if not self.terminals:
-            return self.local.runCommand(command, cwd, timeout, cancelEvent, outputLimit, None, policy, limits)
+        if not self.terminals or policy is not None:
+            return self.local.runCommand(command, cwd, timeout, cancelEvent, outputLimit, None, policy, limits, env)
         if cancelEvent.is_set():
             return CommandResult(output="", exitCode=None, cancelled=True)
-        terminalId = callInReactor(self.reactor, lambda: Deferred.fromCoroutine(self._create(command, cwd, outputLimit)))
+        terminalId = callInReactor(
+            self.reactor, lambda: Deferred.fromCoroutine(self._create(command, cwd, outputLimit, env)))
         if onStarted is not None:  # ACP wants the terminal shown before terminal/release
             try:
                 onStarted(terminalId)
@@ -133,11 +132,11 @@ class ClientWorkspace:
             self.reactor, lambda: Deferred.fromCoroutine(self._finish(terminalId, timeout, cancelEvent))
         )
 
-    async def _create(self, command: str, cwd: str, outputLimit: int) -> str:
+    async def _create(self, command: str, cwd: str, outputLimit: int, extra: Mapping[str, str] | None = None) -> str:
         """``terminal/create``; not cancelled with the turn: a terminal the editor made
         must be released, so the agent waits for its id (a cancel that came meanwhile
         is noticed right after)."""
-        env = [{"name": name, "value": value} for name, value in _CHILD_ENV.items()]
+        env = [{"name": name, "value": value} for name, value in {**_CHILD_ENV, **(extra or {})}.items()]
         try:
             created = await self.call(
                 "terminal/create",

@@ -180,13 +180,15 @@ class Commands:
         return "\n".join(lines + [f"| {k} | {v:,} |" for k, v in totals.items()]) + cost
 
     def _protection(self) -> str:
-        from .engine.sandbox import describe
+        from .engine.sandbox import describe, probe
 
-        local = describe(self.settings.sandbox != "off", self.settings.sandboxNetwork)
-        if self.client.terminal:
-            return ("run in the editor's terminals, which the editor confines (dangerous ones still ask); "
-                    f"searches: {local}")
-        return local
+        enabled = self.settings.sandbox != "off"
+        local = describe(enabled, self.settings.sandboxNetwork)
+        if not self.client.terminal:
+            return local
+        if enabled and probe().available:
+            return f"run here, in the sandbox, not in the editor's terminals (they would not confine them): {local}"
+        return f"run in the editor's terminals, judged as unconfined: {local}"
 
     async def _doctor(self, state: SessionState, argument: str) -> str:
         endpoint = self.endpointSource()

@@ -295,6 +295,26 @@ class WorkerSideTests(SynchronousTestCase):
         self.assertEqual(self.editor.last(CREATE).params["outputByteLimit"], 50_000)
         self.assertEqual(self.local.calls, [])
 
+    def test_sandboxedCommandsRunHereEvenWithTerminals(self) -> None:
+        """A command with a sandbox policy runs in the agent's sandbox: the editor's
+        terminal would not confine it (issue 22)."""
+        workspace = self.workspace({}, terminals=True)
+        event, policy = threading.Event(), object()
+        result = self.inWorker(workspace, "runCommand", "sh x.sh", "/w", 5.0, event, 99, None, policy, None, {"A": "1"})
+        self.assertEqual(result.output, "local")
+        self.assertEqual(self.local.calls, [("runCommand", "sh x.sh", "/w", 5.0, event, 99, None, policy, None, {"A": "1"})])
+        self.assertEqual(self.editor.requests, [])
+
+    def test_theCommandsEnvironmentReachesTheTerminal(self) -> None:
+        """What the tool adds to a command's environment (a read-only git's safe
+        settings) goes with terminal/create."""
+        script = {CREATE: {"terminalId": "t1"}, WAIT: {"exitCode": 0}, OUTPUT: {"output": ""}, RELEASE: {}}
+        workspace = self.workspace(script, terminals=True)
+        self.inWorker(workspace, "runCommand", "git status", "/w", 10.0, threading.Event(), 100, None, None, None,
+                      {"GIT_PAGER": "cat", "GIT_CONFIG_COUNT": "1"})
+        env = {e["name"]: e["value"] for e in self.editor.last(CREATE).params["env"]}
+        self.assertEqual((env["GIT_CONFIG_COUNT"], env["GIT_PAGER"], env["TERM"]), ("1", "cat", "dumb"))
+
     def test_alreadyCancelledCreatesNothing(self) -> None:
         """A command whose turn is already cancelled never reaches the editor."""
         workspace = self.workspace({}, terminals=True)
@@ -393,5 +413,5 @@ class WorkerSideTests(SynchronousTestCase):
 
         text, _, result = self.reactor.runInWorker(work)
         self.assertEqual((text, result.output), ("local text", "local"))
-        self.assertEqual(self.local.calls, [("readText", "/w/a"), ("writeText", "/w/b", "x"), ("runCommand", "ls", "/w", 5.0, event, 99, None, None, None)])
+        self.assertEqual(self.local.calls, [("readText", "/w/a"), ("writeText", "/w/b", "x"), ("runCommand", "ls", "/w", 5.0, event, 99, None, None, None, None)])
         self.assertEqual(self.editor.requests, [])

@@ -337,8 +337,8 @@ async def test_editorFilesAndTerminal(scriptedServer, tmp_path) -> None:
     client = EditorClient()
     client.buffers[path] = "x = 'unsaved'\n"
 
-    async def scenario():
-        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+    async def scenario():  # without a sandbox: a sandboxed command runs in the agent (test_e2e_unconfined)
+        async with connect(client, env=modelEnv(url, HERMES_ACP_SANDBOX="off")) as (conn, _, wire, process):
             await initialized(conn, fs={"readTextFile": True, "writeTextFile": True}, terminal=True)
             sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
             await conn.prompt(session_id=sid, prompt=[text("edit the buffer")])
@@ -591,8 +591,8 @@ async def test_cancelDoesNotWaitForAStuckEditor(scriptedServer, tmp_path) -> Non
     ]
     client = StuckTerminalEditor()
 
-    async def scenario():
-        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+    async def scenario():  # without a sandbox: a sandboxed command runs in the agent (test_e2e_unconfined)
+        async with connect(client, env=modelEnv(url, HERMES_ACP_SANDBOX="off")) as (conn, _, wire, process):
             await initialized(conn, terminal=True)
             sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
             running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("build")]))

@@ -542,3 +542,17 @@ def test_secretsAndServicesAsk(command: str, key: str) -> None:
     running service does for a command: both ask."""
     hard, findings = check(command)
     assert hard is None and key in {f.key for f in findings}, findings
+
+
+@pytest.mark.parametrize("command", [
+    "git --git-dir=evil --work-tree=. status", "git -C ../other log", "git --config-env=core.pager=X log",
+    "GIT_DIR=evil git status", "PAGER='touch x' git log", "LESSOPEN='|touch x %s' cat f", "ps eww",
+    "less f", "man ls", "find . -fprint out", "rg --pre ./x y", "sort -o out f",
+])
+def test_unconfinedAllowListEscapesAsk(command: str) -> None:
+    """Without a sandbox, a read-only program pointed elsewhere, given a variable that
+    runs something, or with an option that runs or writes something, asks (issue 22)."""
+    asker = Asker("reject_once")
+    assert not CommandApprovals().decide(command, asker, confined=False).allowed
+    [(asked, reason)] = asker.asked
+    assert asked == command and UNCONFINED in reason

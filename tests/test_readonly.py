@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -16,7 +17,6 @@ READ_ONLY = [
     "grep -r TODO src | head -20",
     "git status && git diff",
     "git log --oneline -5 || true",
-    "git -C sub log",
     "git --no-pager show HEAD",
     "git rev-parse HEAD",
     "git ls-files",
@@ -42,6 +42,9 @@ READ_ONLY = [
     "tail -n 5 log",
     "diff a b",
     "ps aux",
+    "ps -ef",
+    "ps -o pid,user,command -C sleep",
+    "grep --color=auto x f",
     "df -h",
     "du -sh .",
     "tree -L 2",
@@ -180,6 +183,41 @@ OPTIONS = [
     "file --compile",
     "printenv 'A B'",
     "printenv -x",
+    # git pointed at another repository, configuration or set of programs (issue 22).
+    "git -C sub log",
+    "git -C /tmp/evil status",
+    "git --git-dir=evil --work-tree=. status",
+    "git --git-dir evil status",
+    "git --work-tree=/ status",
+    "git --config-env=core.pager=X log",
+    "git --namespace=x log",
+    "git --exec-path status",
+    "git --super-prefix=x status",
+    "git --bare log",
+    "git grep -O x",
+    "git grep --open-files-in-pager x",
+    "git log --out=x",
+    "git show --ext-diff",
+    "git log -p --textconv",
+    # Variables that point a program elsewhere or make it run one.
+    "GIT_DIR=evil git status",
+    "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.pager GIT_CONFIG_VALUE_0=x git log",
+    "PAGER=x git log",
+    "GIT_EXTERNAL_DIFF=x git diff",
+    "LESSOPEN='|x %s' cat f",
+    # ps shows the environment of other processes with BSD-style e.
+    "ps eww",
+    "ps auxe",
+    "ps e -p 1",
+    # Off the list: they run or write something.
+    "less f",
+    "more f",
+    "man ls",
+    "xxd -r a b",
+    "tee f",
+    "tar xf a.tar",
+    "sed -n 1p f",
+    "awk 1 f",
 ]
 
 
@@ -203,7 +241,8 @@ def test_longCommandsAreFast() -> None:
 
 
 @pytest.mark.parametrize("command", ["cat /root/.ssh/id_rsa", "grep KEY .env", "head server.pem",
-                                     "ls /tmp && cat /home/u/.aws/credentials"])
+                                     "ls /tmp && cat /home/u/.aws/credentials",
+                                     "grep --file=/home/u/.ssh/id_rsa -r .", "diff --from-file=.env a"])
 def test_secretOperandsAreNotReadOnly(command: str) -> None:
     assert not isReadOnly(command)
 
@@ -218,3 +257,109 @@ def test_foldersThatHoldSecretsAreNotReadOnly(tmp_path, monkeypatch) -> None:
     assert not isReadOnly("grep -r token .config", cwd=str(home))
     assert not isReadOnly("cat .hermes/state.db", cwd=str(home))
     assert isReadOnly("grep -r token src", cwd=str(home))
+
+
+# A key the model may plant in the workspace's own .git/config (or a file it
+# includes), and the read-only git command that would run it.
+PLANTED = [
+    ("core.fsmonitor", "touch {mark}; false", "git status"),
+    ("core.pager", "touch {mark}; cat", "git log"),
+    ("pager.log", "touch {mark}; cat", "git log"),
+    ("diff.external", "touch {mark}; true", "git diff"),
+    ("diff.evil.textconv", "touch {mark}; cat", "git log -p"),
+    ("diff.evil.command", "touch {mark}; true", "git diff"),
+    ("filter.evil.clean", "touch {mark}; cat", "git status"),
+    ("filter.evil.process", "touch {mark}", "git diff"),
+    ("core.hooksPath", "{mark}", "git status"),
+    ("alias.st", "!touch {mark}", "git status"),
+    ("credential.helper", "!touch {mark}", "git remote -v"),
+    ("gpg.program", "touch {mark}", "git log --show-signature"),
+    ("core.sshCommand", "touch {mark}", "git status"),
+    ("core.worktree", "/", "git status"),
+]
+
+
+def _git(cwd, *args: str) -> None:
+    import subprocess
+
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1"})
+
+
+@pytest.fixture
+def repository(tmp_path, monkeypatch):
+    """A repository with a commit and a change, in a home of its own with no git configuration."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "f.txt").write_text("one\n")
+    (work / ".gitattributes").write_text("* diff=evil filter=evil\n")
+    _git(work, "init", "-q")
+    _git(work, "add", "-A")
+    _git(work, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "x")
+    (work / "f.txt").write_text("two\n")
+    return work
+
+
+def test_aCleanRepositoryIsReadOnly(repository) -> None:
+    assert isReadOnly("git status && git diff && git log -p", str(repository))
+
+
+@pytest.mark.parametrize(("key", "value", "command"), PLANTED)
+def test_aRepositoryWhoseConfigRunsProgramsIsNotReadOnly(repository, key: str, value: str, command: str) -> None:
+    """However a planted key would make git run a program, the command is not read-only (it asks)."""
+    assert isReadOnly(command, str(repository))
+    _git(repository, "config", key, value.format(mark=repository / "MARK"))
+    assert not isReadOnly(command, str(repository))
+    assert isReadOnly("ls", str(repository))  # only git is judged by the repository
+
+
+def test_anIncludedFileCountsAsTheRepositorysOwn(repository) -> None:
+    (repository / "inc").write_text("[core]\n\tfsmonitor = touch x\n")
+    _git(repository, "config", "include.path", str(repository / "inc"))
+    assert not isReadOnly("git status", str(repository))
+
+
+@pytest.mark.parametrize("value", ["false", "0", "", "true"])
+def test_fsmonitorAsABooleanIsReadOnly(repository, value: str) -> None:
+    """Off, or git's own daemon (``true``, as macOS users set it): no planted program."""
+    _git(repository, "config", "core.fsmonitor", value)
+    assert isReadOnly("git status", str(repository))
+
+
+def test_theUsersOwnConfigurationIsTrusted(repository) -> None:
+    """The user's global pager or diff tool is theirs to run (and the pager is turned off anyway)."""
+    (repository.parent / ".gitconfig").write_text("[core]\n\tpager = delta\n[diff]\n\texternal = difft\n")
+    assert isReadOnly("git log", str(repository))
+
+
+def test_anUnreadableConfigurationIsNotReadOnly(repository) -> None:
+    (repository / ".git" / "config").write_text("[core\n")
+    assert not isReadOnly("git status", str(repository))
+
+
+@pytest.mark.parametrize("key", ["core.fsmonitor", "core.hooksPath", "core.pager"])
+def test_theSafeEnvironmentTurnsProgramsOff(repository, key: str) -> None:
+    """Planted after the check (a parallel call), the fsmonitor, hooks and pager still do not run."""
+    import subprocess
+
+    from hermes_acp.engine.readonly import GIT_SAFE_ENV
+
+    mark = repository / "MARK"
+    hooks = repository / "hooks"
+    hooks.mkdir()
+    for hook in ("post-index-change", "reference-transaction"):
+        (hooks / hook).write_text(f"#!/bin/sh\ntouch {mark}\n")
+        (hooks / hook).chmod(0o755)
+    _git(repository, "config", key, str(hooks) if key == "core.hooksPath" else f"touch {mark}; false")
+    env = {"PATH": os.environ["PATH"], "HOME": str(repository.parent), "GIT_CONFIG_NOSYSTEM": "1", **GIT_SAFE_ENV}
+    primary, secondary = os.openpty()  # git starts a pager only on a terminal
+    try:
+        for command in (["git", "status"], ["git", "log"], ["git", "diff"], ["git", "add", "f.txt"]):
+            subprocess.run(command, cwd=repository, env=env, stdin=subprocess.DEVNULL, stdout=secondary,
+                           stderr=secondary, timeout=30, check=False)
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert not mark.exists()

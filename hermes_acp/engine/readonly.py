@@ -22,24 +22,38 @@ read-only. The command word must be a bare name on the list (no ``/``; a
 - ``date``: not ``-s``/``--set``, and no operand but a ``+FORMAT``;
 - ``uniq``: at most one file operand (a second one is written);
 - ``hostname``: no arguments; ``printenv``: variable names only;
-- ``git`` with no global option but ``-C DIR``, ``--git-dir=``, ``--work-tree=``,
-  ``--no-pager`` (so no ``-c``, ``--exec-path``, ``-p``), and one of ``status log
+- ``ps``: no BSD-style word with ``e`` (``ps eww`` prints other processes' environments);
+- ``git`` with no global option but ``--no-pager``, ``--no-optional-locks``,
+  ``--no-replace-objects``, ``--literal-pathspecs`` (so no ``-C``, ``--git-dir``,
+  ``--work-tree``, ``-c``, ``--config-env``, ``--exec-path``, ``--namespace``, ``-p``:
+  git is never pointed at another repository or configuration), and one of ``status log
   diff show blame rev-parse ls-files describe`` (not ``--output``, ``--ext-diff``,
   ``--textconv``), ``branch`` listing (``-a -r -v -vv --list --all --remotes
   --verbose --show-current``), ``remote`` or ``remote -v``, ``tag`` or ``tag
   -l PATTERN...``, ``config`` with ``--get``, ``--get-all``, ``--get-regexp``,
-  ``--list``/``-l``.
+  ``--list``/``-l``; and only where the repository's own configuration (``.git/config``,
+  ``config.worktree`` and what they include; the model can write them) sets no key
+  that makes git run a program or read elsewhere (:data:`GIT_COMMAND_KEYS`: fsmonitor,
+  pagers, external diffs, textconv, filters, hooks, aliases, credential helpers, ssh and
+  gpg programs, editors, ``core.worktree``). Such a command then runs with
+  :data:`GIT_SAFE_ENV`, which turns the fsmonitor, hooks and pagers off whatever the
+  configuration says by the time it runs.
 
-An operand that names a secret (``~/.ssh/id_rsa``, a ``.env`` file, ...)
-disqualifies too. A long option counts by any abbreviation getopt would take (``--out`` is
-``--output``). ``env`` is left out on purpose: it runs its argument.
+An operand (or an option's ``=value``) that names a secret (``~/.ssh/id_rsa``,
+a ``.env`` file, ...) disqualifies too. A long option counts by any abbreviation
+getopt would take (``--out`` is ``--output``). A ``NAME=value`` prefix (``GIT_DIR=x
+git status``, ``LESSOPEN=... cat``, ``PAGER=...``) is not a command word on the list,
+so such a command is never read-only. Left out on purpose, each because it can run
+or write something: ``less more man`` (``LESSOPEN``, ``!cmd``, ``MANPAGER``, ``-P``),
+``env xargs`` (they run their argument), ``tee xxd tar sed awk``, ``git grep`` (``-O``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -133,6 +147,14 @@ def _uniq(args: list[str]) -> bool:
     return len(operands) <= 1
 
 
+def _ps(args: list[str]) -> bool:
+    """No BSD-style word with ``e`` (a value of a dashed option such as ``-o user`` is not one)."""
+    valued = {"-o", "-O", "-p", "-q", "-u", "-U", "-g", "-G", "-t", "-C", "-s", "-k", "--format", "--sort",
+              "--pid", "--ppid", "--quick-pid", "--user", "--User", "--group", "--Group", "--tty", "--sid"}
+    return not any("e" in a and not a.startswith("-") and (i == 0 or args[i - 1] not in valued)
+                   for i, a in enumerate(args))
+
+
 def _printenv(args: list[str]) -> bool:
     return all(a in ("-0", "--null") or _VARIABLE_NAME.fullmatch(a) for a in args)
 
@@ -162,25 +184,77 @@ _GIT: dict[str, _Check] = {
     "remote": lambda args: args in ([], ["-v"], ["--verbose"]),
 }
 _GIT_GLOBALS = {"--no-pager", "--no-replace-objects", "--literal-pathspecs", "--no-optional-locks"}
+#: Keys (as ``git config --list`` names them: lower-case section and name) that make
+#: git run a program, or look at files elsewhere, when the repository's own
+#: configuration sets them.
+GIT_COMMAND_KEYS = re.compile(
+    r"core\.(fsmonitor|pager|hookspath|editor|askpass|sshcommand|gitproxy|worktree|alternaterefscommand)"
+    r"|pager\..+|alias\..+|diff\.external|diff\..+\.(command|textconv)|filter\..+\.(clean|smudge|process)"
+    r"|credential\..*helper|gpg\..*program|sequence\.editor")
+#: The configuration scopes git reports that the user, not the workspace, wrote.
+_USER_SCOPES = {"system", "global", "command"}
+_GIT_OVERRIDES = (("core.fsmonitor", ""), ("core.hooksPath", os.devnull), ("core.pager", "cat"),
+                  ("log.showSignature", "false"))
+#: The environment a read-only git runs with: no fsmonitor, no hooks, no pager, no
+#: index refresh written back, whatever the configuration says when it runs.
+GIT_SAFE_ENV: Mapping[str, str] = {
+    "GIT_CONFIG_COUNT": str(len(_GIT_OVERRIDES)),
+    **{f"GIT_CONFIG_KEY_{i}": key for i, (key, _) in enumerate(_GIT_OVERRIDES)},
+    **{f"GIT_CONFIG_VALUE_{i}": value for i, (_, value) in enumerate(_GIT_OVERRIDES)},
+    "GIT_PAGER": "cat", "PAGER": "cat", "GIT_OPTIONAL_LOCKS": "0",
+}
+#: How long reading a repository's configuration may take before the command asks instead.
+_GIT_CONFIG_TIMEOUT = 5.0
+#: ``core.fsmonitor`` as a boolean: off, or git's own daemon (a path or command is a program).
+_BOOLEANS = {"", "false", "no", "off", "0", "true", "yes", "on", "1"}
 
 
 def _git(args: list[str]) -> bool:
     i = 0
     while i < len(args) and args[i].startswith("-"):
-        if args[i] == "-C":
-            i += 1
-        elif args[i] not in _GIT_GLOBALS and not args[i].startswith(("--git-dir=", "--work-tree=")):
+        if args[i] not in _GIT_GLOBALS:
             return False
         i += 1
     check = _GIT.get(args[i]) if i < len(args) else None
     return check is not None and check(args[i + 1:])
 
 
+def gitRunsPrograms(cwd: str) -> str | None:
+    """The first key of the repository at ``cwd``'s own configuration that makes
+    git run a program or look elsewhere (``GIT_COMMAND_KEYS``), or why the
+    configuration could not be read; None when git would run nothing there.
+
+    git itself reads the configuration (``git config --list --show-scope``, which
+    runs no program), so includes, ``config.worktree`` and a ``.git`` file that
+    points elsewhere count exactly as git counts them."""
+    from hermes_acp.engine.secrets import childEnvironment
+
+    try:
+        listed = subprocess.run(
+            ["git", "--no-pager", "config", "--list", "--show-scope", "-z"], cwd=cwd,
+            env={**childEnvironment(), **GIT_SAFE_ENV}, stdin=subprocess.DEVNULL, capture_output=True,
+            timeout=_GIT_CONFIG_TIMEOUT, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"git's configuration could not be read ({type(e).__name__})"
+    if listed.returncode != 0:
+        return "git's configuration could not be read"
+    fields = listed.stdout.decode("utf-8", "replace").split("\0")
+    for scope, entry in zip(fields[0::2], fields[1::2]):
+        key, _, value = entry.partition("\n")
+        if scope in _USER_SCOPES or not GIT_COMMAND_KEYS.fullmatch(key.lower()):
+            continue
+        if key.lower() == "core.fsmonitor" and value.strip().lower() in _BOOLEANS:
+            continue
+        return key
+    return None
+
+
 _PROGRAMS: dict[str, _Check] = {
     **{name: _ANY.allows for name in (
         "ls", "cat", "head", "tail", "wc", "pwd", "echo", "printf", "true", "false", "grep", "egrep", "fgrep",
         "stat", "du", "df", "diff", "cmp", "basename", "dirname", "realpath", "readlink", "which", "whoami", "id",
-        "uname", "nproc", "uptime", "ps", "cut", "tr", "seq")},
+        "uname", "nproc", "uptime", "cut", "tr", "seq")},
+    "ps": _ps,
     "rg": _Rules(letters="z", long=("--pre", "--pre-glob", "--search-zip", "--hostname-bin")).allows,
     "find": _Rules(words=frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0",
                                     "-fprintf", "-fls"})).allows,
@@ -201,8 +275,17 @@ def isReadOnly(command: str, cwd: str | None = None) -> bool:
         return False
     if not all(words[0] in _PROGRAMS and _PROGRAMS[words[0]](words[1:]) for words in commands):
         return False
-    operands = {os.path.join(cwd or os.getcwd(), word) for words in commands for word in words[1:]
-                if not word.startswith("-")}
+    where = cwd or os.getcwd()
+    operands = {os.path.join(where, path) for words in commands for path in map(_named, words[1:]) if path}
     hidden = hiddenPaths()
-    return not any(secretKind(path) or any(inside(secret, os.path.realpath(path)) for secret in hidden)
-                   for path in operands)
+    if any(secretKind(path) or any(inside(secret, os.path.realpath(path)) for secret in hidden)
+           for path in operands):
+        return False
+    return not any(words[0] == "git" for words in commands) or gitRunsPrograms(where) is None
+
+
+def _named(word: str) -> str:
+    """The path a word may name: an operand, or the value of ``--option=value``."""
+    if not word.startswith("-"):
+        return word
+    return word.partition("=")[2] if word.startswith("--") else ""

@@ -13,7 +13,7 @@ import select
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import attrs
@@ -50,9 +50,9 @@ class CommandResult:
 class Workspace(Protocol):
     """File text and command execution for the tools (called in worker threads).
 
-    ``localCommands`` says whether ``runCommand`` runs on this machine, where
-    the agent confines it (``policy``: the sandbox, None for none; ``limits``),
-    or in the editor's terminal, which the editor confines.
+    ``runCommand`` runs a command with a sandbox ``policy`` on this machine, in
+    that sandbox (with ``limits``); one without may run in the editor's terminal.
+    Either way the guard judged it as confined exactly when ``policy`` is given.
 
     Paths are absolute. ``readText`` raises ``FileNotFoundError`` for a missing
     file and ``WorkspaceError`` (or another ``OSError``) for anything it cannot
@@ -62,11 +62,9 @@ class Workspace(Protocol):
     of output, from the start and the end; ``meta`` carries anything extra the
     editor should know (such as a client terminal id). When the command runs in
     one of the editor's terminals, ``onStarted(terminalId)`` is called (in the
-    caller's thread) as soon as the terminal exists.
+    caller's thread) as soon as the terminal exists. ``env`` adds to the
+    command's environment (a read-only git's safe settings).
     """
-
-    @property
-    def localCommands(self) -> bool: ...
 
     def readText(self, path: str) -> str: ...
 
@@ -82,6 +80,7 @@ class Workspace(Protocol):
         onStarted: Callable[[str], object] | None = None,
         policy: Policy | None = None,
         limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> CommandResult: ...
 
 
@@ -137,8 +136,6 @@ def _opened(path: str, flags: int) -> BinaryIO:
 class LocalWorkspace:
     """The local file system and a local ``/bin/sh``."""
 
-    localCommands = True
-
     def readText(self, path: str) -> str:
         with _opened(path, os.O_RDONLY) as f:
             data = f.read()
@@ -162,6 +159,7 @@ class LocalWorkspace:
         onStarted: Callable[[str], object] | None = None,
         policy: Policy | None = None,
         limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> CommandResult:
         """Run ``command`` in its own process group with stdin from /dev/null,
         sandboxed by ``policy`` when given, without the agent's credentials.
@@ -173,7 +171,7 @@ class LocalWorkspace:
 
         try:
             process, mark = processes.spawn(
-                ["/bin/sh", "-c", command], cwd, {**childEnvironment(), **_CHILD_ENV}, policy,
+                ["/bin/sh", "-c", command], cwd, {**childEnvironment(), **_CHILD_ENV, **(env or {})}, policy,
                 limits or processes.Limits(),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             )

@@ -1,8 +1,11 @@
 """``terminal``: run a shell command after the command guard lets it through.
 
-A local command runs in the session's sandbox when the machine has one; the
-model may ask to run one outside it (``outside_sandbox`` with a
-``justification``), which is always a question to the user.
+A command runs in the session's sandbox when the machine has one (here, even
+when the editor offers terminals: the editor's terminal would not confine it);
+the model may ask to run one outside it (``outside_sandbox`` with a
+``justification``), which is always a question to the user. A command without
+the sandbox, here or in the editor's terminal, asks unless it is known to only
+read, and such a git then runs with its configured programs turned off.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 
+from hermes_acp.engine import readonly
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
 from hermes_acp.engine.workspace import WorkspaceError
 
@@ -36,20 +40,20 @@ def runTerminal(ctx: ToolContext, command: str, timeout: int, workdir: str | Non
     cwd = ctx.resolve(workdir) if workdir else ctx.cwd
     if not os.path.isdir(cwd):
         raise ToolError(f"workdir {cwd} is not a directory")
-    local = ctx.workspace.localCommands
-    leaving = local and ctx.sandbox is not None and outside_sandbox
-    policy = ctx.sandbox if local and not leaving else None
-    # An editor's terminal is the editor's to confine; a local command without a sandbox is not.
-    verdict = ctx.approveCommand(command, not local or policy is not None,
+    leaving = ctx.sandbox is not None and outside_sandbox
+    policy = None if leaving else ctx.sandbox
+    # Wherever it runs (here or in the editor's terminal), only the sandbox confines a command.
+    verdict = ctx.approveCommand(command, policy is not None,
                                  (justification or "no reason given").strip() if leaving else None, cwd)
     if not verdict.allowed:
         raise ToolError(verdict.message, {"command": command, "denied": True})
     if ctx.cancelEvent.is_set():  # cancelled while it was being approved: it must not run at all
         raise ToolError("the command was not run: the user cancelled the turn", {"command": command})
     timeout = min(timeout, MAX_TIMEOUT)
+    env = readonly.GIT_SAFE_ENV if policy is None and readonly.isReadOnly(command, cwd) else None
     try:
         result = ctx.workspace.runCommand(command, cwd, float(timeout), ctx.cancelEvent,
-                                          onStarted=ctx.terminalStarted, policy=policy, limits=ctx.limits)
+                                          onStarted=ctx.terminalStarted, policy=policy, limits=ctx.limits, env=env)
     except (WorkspaceError, OSError) as e:
         raise ToolError(f"cannot run the command: {e}") from e
     extras = {"command": command, "cwd": cwd, "exitCode": result.exitCode,
