@@ -106,7 +106,12 @@ class ACPServer:
             prompts.forget(state)
             mcp.detach(state)
 
+        def storage(state: SessionState, severity: str, title: str, description: str) -> None:
+            if state.announced:  # the editor knows the session
+                updates.notice(state, severity, title, description, journal=False)
+
         store.onForget = forgotten
+        store.onStorage = storage
         requests.update(lifecycle.handlers())
         requests.update(prompts.handlers())
         notifications.update(prompts.notifications())

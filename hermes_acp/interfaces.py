@@ -220,6 +220,8 @@ class ISessionStore(Interface):
 
     sessions = Attribute("The live sessions: a dict of session id to state.")
     onForget = Attribute("Called with a session's state when it is dropped from memory (or None).")
+    onStorage = Attribute("Called with a session's state, a severity, a title and a description when its "
+                          "work could not be saved, and when it is (or None).")
 
     def create(cwd: str, additionalDirectories: list[str], **settings: Any) -> Awaitable[SessionState]:
         """A new session; ``settings`` are initial state fields (e.g. ``model``)."""
