@@ -320,7 +320,7 @@ class SessionManager:
 
     async def list(self, cwd: str | None, cursor: str | None) -> tuple[list[SessionRecord], str | None]:
         await self.flushAll()
-        return await self.call("listSessions", cwd, cursor)
+        return await self.call("listSessions", cwd, cursor, started=True)
 
     def forget(self, state: SessionState) -> Deferred[Any]:
         """Drop a session from memory; fires once its journal is written."""

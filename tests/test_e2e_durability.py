@@ -1,6 +1,7 @@
 """What the agent saves, end to end: a turn the store refuses (a full disk) is kept and
 saved later, and the user hears of it; stdin closing mid-turn shuts down without a
-traceback and with the turn saved."""
+traceback and with the turn saved; ``session/list`` offers only sessions with a
+conversation."""
 
 from __future__ import annotations
 
@@ -232,3 +233,36 @@ async def test_stdinClosedMidTurnShutsDownQuietly(scriptedServer, tmp_path) -> N
     assert problems == []
     assert [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"] == ["long job"]
     assert agentText(replayed) == "partial"  # no "interrupted" line: the turn ended in order
+
+
+@pytest_twisted.ensureDeferred
+async def test_listOffersOnlySessionsWithAConversation(scriptedServer, tmp_path) -> None:
+    """``session/list`` leaves out a session that never got a prompt and one that got only
+    slash commands; one with a prompt, or named with ``/title``, is listed. Every one of
+    them still loads by id."""
+    server, url = scriptedServer
+    server.default.repeat = True
+    server.default.responses.append([{"text": "ok"}])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            await initialized(conn)
+            new = lambda: conn.new_session(cwd=str(tmp_path), mcp_servers=[])  # noqa: E731
+            empty = (await new()).session_id
+            commanded = (await new()).session_id
+            await conn.prompt(session_id=commanded, prompt=[text("/help")])
+            named = (await new()).session_id
+            await conn.prompt(session_id=named, prompt=[text("/title Named chat")])
+            prompted = (await new()).session_id
+            await conn.prompt(session_id=prompted, prompt=[text("hello there")])
+            untouched = (await new()).session_id  # the newest: it used to come first, as a bare id
+            listed = [(s.session_id, s.title) for s in (await conn.list_sessions()).sessions]
+            filtered = [s.session_id for s in (await conn.list_sessions(cwd=str(tmp_path))).sessions]
+            for sid in (empty, commanded, untouched):
+                await conn.load_session(session_id=sid, cwd=str(tmp_path), mcp_servers=[])
+            return (empty, commanded, named, prompted, untouched), listed, filtered, wire.problems()
+
+    (empty, commanded, named, prompted, untouched), listed, filtered, problems = await onLoop(scenario())
+    assert problems == []
+    assert listed == [(prompted, "hello there"), (named, "Named chat")]
+    assert filtered == [prompted, named]
