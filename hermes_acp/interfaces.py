@@ -237,7 +237,8 @@ class ISessionStore(Interface):
         """A deep copy under a new id."""
 
     def list(cwd: str | None, cursor: str | None) -> Awaitable[tuple[list[SessionRecord], str | None]]:
-        """The records of one page, newest first, and the cursor of the next (or None)."""
+        """The records of one page, newest first, and the cursor of the next (or None);
+        only sessions with a conversation (a title or messages)."""
 
     def forget(state: SessionState) -> Deferred[Any]:
         """Drop one session from memory; fires once its journal is written."""
