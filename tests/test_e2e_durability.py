@@ -97,6 +97,14 @@ async def turnWhileTheDiskFills(server, url: str, conn, sid: str, disk: Path) ->
     return await asyncio.wait_for(second, 60), filler
 
 
+async def replayedByANewProcess(url: str, home: str, sid: str, cwd: Path) -> tuple[list[dict], list[str]]:
+    """A new agent process loads the session: what it replayed, and any problem on the wire."""
+    async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+        await initialized(conn)
+        await conn.load_session(session_id=sid, cwd=str(cwd), mcp_servers=[])
+        return updates(wire, sid), wire.problems()
+
+
 def said(server) -> list[str]:
     """What the conversation in the model's last request said."""
     return [m["content"] for m in server.chatRequests[-1]["messages"] if m["role"] in ("user", "assistant")]
@@ -178,18 +186,12 @@ async def test_keptTurnOfAClosedSessionIsSavedWhenItLoads(scriptedServer, smallD
             await conn.prompt(session_id=sid, prompt=[text("after")])
             return sid, answered, replayed, said(server), wire.problems()
 
-    async def secondLife(sid):
-        async with connect(env=modelEnv(url, str(home))) as (conn, client, wire, process):
-            await initialized(conn)
-            await conn.load_session(session_id=sid, cwd=str(tmp_path), mcp_servers=[])
-            return updates(wire, sid), wire.problems()
-
     sid, answered, replayed, seen, problems = await onLoop(firstLife())
     assert problems == []
     assert answered.stop_reason == "end_turn"
     assert agentText(replayed) == "two, done"
     assert seen == ["second", "two, done", "after"]
-    replayed, problems = await onLoop(secondLife(sid))
+    replayed, problems = await onLoop(replayedByANewProcess(url, str(home), sid, tmp_path))
     assert problems == []
     assert agentText(replayed) == "two, donelater"
 
@@ -225,12 +227,6 @@ async def test_stdinClosedMidTurnShutsDownQuietly(scriptedServer, tmp_path) -> N
                 prompt.cancel()
                 return sid, code
 
-    async def reload(sid):
-        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
-            await initialized(conn)
-            await conn.load_session(session_id=sid, cwd=str(tmp_path), mcp_servers=[])
-            return updates(wire, sid), wire.problems()
-
     sid, code = await onLoop(vanish())
     said = log.read_text()
     assert code == 0
@@ -239,7 +235,7 @@ async def test_stdinClosedMidTurnShutsDownQuietly(scriptedServer, tmp_path) -> N
         state, count = db.execute("SELECT turn_state, message_count FROM acp_sessions WHERE session_id = ?",
                                   (sid,)).fetchone()
     assert (state, count) == ("idle", 2)  # ended, with the user's words and the answer so far
-    replayed, problems = await onLoop(reload(sid))
+    replayed, problems = await onLoop(replayedByANewProcess(url, home, sid, tmp_path))
     assert problems == []
     assert [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"] == ["long job"]
     assert agentText(replayed) == "partial"  # no "interrupted" line: the turn ended in order
