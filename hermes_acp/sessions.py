@@ -177,7 +177,8 @@ class SessionManager:
             queue.clear()  # deleted (by another process): nothing left to save
             raise
         except Exception:
-            queue.pop(0)  # a write that can never succeed is not tried again
+            if queue:
+                queue.pop(0)  # a write that can never succeed is not tried again
             raise
         finally:
             if not queue:

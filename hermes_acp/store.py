@@ -589,11 +589,11 @@ class SessionDB:
 
         ``cwd`` keeps sessions whose working directory is the same folder (compared after
         ``os.path.realpath``). ``started`` keeps sessions with a conversation: a title (the
-        first prompt for the model gives one, as ``/title`` does) or messages in the
-        model's history; not those that never got a prompt, or only slash commands.
-        ``cursor`` is the ``nextCursor`` of the previous page; the
-        second element of the result is the next page's cursor, or None after the last page.
-        ValueError for a cursor this store did not make.
+        first prompt for the model gives one, as ``/title`` does) or messages in the model's
+        history; not those that never got a prompt, or got only slash commands. ``cursor``
+        is the ``nextCursor`` of the previous page; the second element of the result is the
+        next page's cursor, or None after the last page. ValueError for a cursor this store
+        did not make.
         """
         if limit < 1:
             raise ValueError(f"limit must be at least 1, not {limit}")
