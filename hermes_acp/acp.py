@@ -106,7 +106,15 @@ class ACPServer:
             prompts.forget(state)
             mcp.detach(state)
 
+        def storage(state: SessionState, severity: str, title: str, description: str) -> None:
+            """Whether the session's work is saved: a notice, for an editor that knows the
+            session; as text only in a turn (outside one, a prompt's answer tells it)."""
+            queue = prompts.queues.get(state.sessionId)
+            if (client.notices and state.announced) or (queue is not None and queue.running is not None):
+                updates.notice(state, severity, title, description, journal=False)
+
         store.onForget = forgotten
+        store.onStorage = storage
         requests.update(lifecycle.handlers())
         requests.update(prompts.handlers())
         notifications.update(prompts.notifications())

@@ -224,6 +224,8 @@ class ISessionStore(Interface):
 
     sessions = Attribute("The live sessions: a dict of session id to state.")
     onForget = Attribute("Called with a session's state when it is dropped from memory (or None).")
+    onStorage = Attribute("Called with a session's state, a severity, a title and a description when its "
+                          "work could not be saved, and when it is (or None).")
 
     def create(cwd: str, additionalDirectories: list[str], **settings: Any) -> Awaitable[SessionState]:
         """A new session; ``settings`` are initial state fields (e.g. ``model``)."""
@@ -239,7 +241,8 @@ class ISessionStore(Interface):
         """A deep copy under a new id."""
 
     def list(cwd: str | None, cursor: str | None) -> Awaitable[tuple[list[SessionRecord], str | None]]:
-        """The records of one page, newest first, and the cursor of the next (or None)."""
+        """The records of one page, newest first, and the cursor of the next (or None);
+        only sessions with a conversation (a title or messages)."""
 
     def forget(state: SessionState) -> Deferred[Any]:
         """Drop one session from memory; fires once its journal is written."""

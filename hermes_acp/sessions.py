@@ -5,17 +5,26 @@ dedicated database thread (so writes keep their order) and comes back as
 Deferreds. Updates sent to the editor are journaled in batches: buffered in
 memory and flushed within ``JOURNAL_FLUSH`` seconds, and always before a
 prompt's response, so a finished turn is durable when the editor hears of it.
+
+A write the store refuses (a full disk, a lock held too long) is not dropped:
+it is kept in memory with every later write of that session, in order, and
+each later write (the next flush or turn) tries them again, first. The user
+is told once when a session's work could not be saved, and again when it is.
+A session with writes kept takes no new turn (its prompts are answered with
+the store's error), which also bounds what is kept to about one turn.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from twisted.internet.defer import Deferred, gatherResults, succeed
+import attrs
+from twisted.internet.defer import Deferred, fail, gatherResults, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -24,7 +33,7 @@ from .jsonrpc import InternalError, ResourceNotFound
 from .lease import describeOwner, ownerAlive, ownerToken
 from .oneshot import OneShot
 from .session_state import SessionState
-from .store import Replay, SessionDB, SessionRecord, StoreError, timestamp
+from .store import Replay, SessionDB, SessionRecord, StoreError, UnknownSession, timestamp
 from .threads import WorkerPool
 
 log = Logger()
@@ -35,10 +44,25 @@ JOURNAL_FLUSH = 0.2
 #: Replay at most this much of a session's journal on session/load.
 REPLAY_MAX_UPDATES = 20_000
 REPLAY_MAX_BYTES = 32 * 1024 * 1024
+#: The titles of the notices about writes the store refused.
+NOT_SAVED, SAVED = "Not saved yet", "Saved"
 
 
-def storeFailure(error: StoreError) -> InternalError:
+def storeFailure(error: StoreError | str) -> InternalError:
     return InternalError(f"Internal error: session storage unavailable: {error}")
+
+
+@attrs.frozen
+class _Write:
+    """One write of a session's: ``SessionDB.<method>(sessionId, *args, **kwargs)``."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = attrs.field(factory=dict)
+
+
+class Unsaved(StoreError):
+    """The store refused a session's write; it and those after it are kept."""
 
 
 @implementer(ISessionStore)
@@ -57,6 +81,14 @@ class SessionManager:
         self._db: SessionDB | None = None
         self._dbLock = threading.Lock()
         self._loading: dict[str, OneShot[SessionState]] = {}
+        #: ``onStorage(state, severity, title, description)``: tells the user when a session's
+        #: work could not be saved, and when it is.
+        self.onStorage: Callable[[SessionState, str, str, str], None] | None = None
+        #: The writes the store refused, per session, in order (touched on the database thread only).
+        self._unsaved: dict[str, list[_Write]] = {}
+        #: The reactor's view of it: the sessions with writes kept.
+        self._refused: set[str] = set()
+        self._closed = False
 
     # -- the database thread ---------------------------------------------
 
@@ -73,28 +105,137 @@ class SessionManager:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Deferred[Any]:
         """Run ``SessionDB.<method>`` on the database thread."""
+        return self._run(lambda db: getattr(db, method)(*args, **kwargs))
 
-        def run() -> Any:
-            return getattr(self._database(), method)(*args, **kwargs)
+    def _run(self, f: Callable[[SessionDB], T]) -> Deferred[T]:
+        """Run ``f(db)`` on the database thread; refused (-32603) once the store is closed."""
+        if self._closed:
+            return fail(storeFailure(f"{self.dbPath} is closed: hermes-acp is stopping"))
 
         def translate(failure: Any) -> None:
             failure.trap(StoreError)
             raise storeFailure(failure.value)
 
-        return self.dbThread.run(run).addErrback(translate)
+        return self.dbThread.run(lambda: f(self._database())).addErrback(translate)
 
     def close(self) -> Deferred[None]:
-        """Flush every journal and close the database (on shutdown)."""
+        """On shutdown: flush every journal, try once more what the store refused (what
+        it still refuses is lost, and logged), and close the database. The database
+        thread takes work in order, so every write asked for before this is done before
+        it; one asked for after it (a turn that did not stop in time) is refused with a
+        line in the log."""
         d = self.flushAll()
+        self._closed = True
 
-        def closeDB(_: Any) -> Deferred[None] | None:
-            if self._db is None:
-                return None
-            return self.dbThread.run(self._db.close)
+        def lost(problems: dict[str, str]) -> None:
+            for sessionId, problem in problems.items():
+                log.error("session {id}: what could not be saved is lost: {problem}", id=sessionId, problem=problem)
 
-        d.addCallback(closeDB)
+        d.addCallback(lambda _: self.dbThread.run(self._closeNow)).addCallback(lost)
         d.addErrback(lambda f: log.failure("closing state.db", f))
         return d
+
+    def _closeNow(self) -> dict[str, str]:
+        """On the database thread: the last try of every session's kept writes, then close."""
+        problems = {}
+        for sessionId in list(self._unsaved):
+            try:
+                self._writeNow(sessionId, [])
+            except Unsaved as e:
+                problems[sessionId] = str(e)
+            except Exception as e:
+                problems[sessionId] = repr(e)
+        if self._db is not None:
+            self._db.close()
+        return problems
+
+    # -- writes, kept in order when the store refuses them ---------------
+
+    def _writeNow(self, sessionId: str, writes: list[_Write]) -> None:
+        """On the database thread: the session's writes the store refused before, then
+        ``writes``, in order, each in its own transaction. At the first the store
+        refuses, Unsaved: that one and the rest are kept for the next try (a journal
+        batch joins the kept one before it of the same turn; settings replace kept
+        settings just before them)."""
+        queue = self._unsaved.setdefault(sessionId, [])
+        for write in writes:
+            last = queue[-1] if queue else None
+            if last is not None and last.method == write.method == "updateSession":
+                queue[-1] = write
+            elif last is not None and last.method == write.method == "appendUpdates" and last.args[0] == write.args[0]:
+                queue[-1] = _Write("appendUpdates", (write.args[0], last.args[1] + write.args[1]))
+            else:
+                queue.append(write)
+        try:
+            db = self._database()
+            while queue:
+                self._apply(db, sessionId, queue[0])
+                queue.pop(0)
+        except StoreError as e:
+            raise Unsaved(str(e)) from e
+        except UnknownSession:
+            queue.clear()  # deleted (by another process): nothing left to save
+            raise
+        except Exception:
+            if queue:
+                queue.pop(0)  # a write that can never succeed is not tried again
+            raise
+        finally:
+            if not queue:
+                del self._unsaved[sessionId]
+
+    @staticmethod
+    def _apply(db: SessionDB, sessionId: str, write: _Write) -> None:
+        if write.method != "endTurn":
+            getattr(db, write.method)(sessionId, *write.args, **write.kwargs)
+            return
+        turn, messages, history = write.args
+        try:
+            db.endTurn(sessionId, turn, messages, history)
+        except ValueError as e:  # not running any more: another process closed it meanwhile
+            log.warn("ending turn {turn} of {id} failed ({error}); appending its messages",
+                     turn=turn, id=sessionId, error=e)
+            db.appendMessages(sessionId, messages)
+
+    async def _write(self, state: SessionState, *writes: _Write) -> str | None:
+        """``writes``, after the session's writes the store refused before. None once they
+        are all on disk; else why not: they stay in memory, in order, for the next try,
+        and the user is told (once, and again when they are saved)."""
+        sessionId = state.sessionId
+        if self._closed:
+            log.warn("session {id}: not saved, hermes-acp is stopping (a turn still running "
+                     "is closed as interrupted when the session is next loaded)", id=sessionId)
+            return "hermes-acp is stopping"
+        try:
+            await self.dbThread.run(self._writeNow, sessionId, list(writes))
+        except Unsaved as e:
+            problem = str(e)
+            if sessionId not in self._refused:
+                log.warn("session {id}: not saved yet, kept in memory: {problem}", id=sessionId, problem=problem)
+                self._tell(state, problem)
+            self._refused.add(sessionId)
+            return problem
+        except UnknownSession as e:
+            log.warn("session {id} was deleted; not saved", id=sessionId)
+            return str(e)
+        except Exception as e:
+            log.failure("saving session {id} failed", id=sessionId)
+            return str(e)
+        if sessionId in self._refused:
+            self._refused.discard(sessionId)
+            log.info("session {id}: saved what could not be saved before", id=sessionId)
+            self._tell(state, None)
+        return None
+
+    def _tell(self, state: SessionState, problem: str | None) -> None:
+        if self.onStorage is None:
+            return
+        if problem is None:
+            self.onStorage(state, "info", SAVED, "What this session could not save before is saved now.")
+        else:
+            self.onStorage(state, "warning", NOT_SAVED, f"{problem} This session's latest work is kept in memory, "
+                           "and your next prompt here saves it first (while the disk still refuses it, "
+                           "prompts here are refused too).")
 
     # -- ISessionStore -----------------------------------------------------
 
@@ -121,6 +262,9 @@ class SessionManager:
         return await loading.when()
 
     async def _restore(self, sessionId: str) -> SessionState:
+        # Writes kept from before it was closed go first: the turn they end is not "interrupted".
+        with contextlib.suppress(UnknownSession):
+            await self._run(lambda db: self._writeNow(sessionId, []))
         record = await self.call("getSession", sessionId)
         if record is None:
             raise ResourceNotFound(f"Resource not found: session {sessionId}", {"sessionId": sessionId})
@@ -140,18 +284,34 @@ class SessionManager:
         return state
 
     async def replay(self, state: SessionState) -> Replay:
+        """The journal on disk, and after it the updates still kept in memory."""
         await self.flush(state)
-        return await self.call("loadJournal", state.sessionId, REPLAY_MAX_UPDATES, REPLAY_MAX_BYTES)
+
+        def load(db: SessionDB) -> Replay:
+            replay = db.loadJournal(state.sessionId, REPLAY_MAX_UPDATES, REPLAY_MAX_BYTES)
+            kept = [update for write in self._unsaved.get(state.sessionId, ()) if write.method == "appendUpdates"
+                    for update in write.args[1]]
+            return attrs.evolve(replay, updates=replay.updates + kept) if kept else replay
+
+        return await self._run(load)
 
     async def remove(self, sessionId: str) -> None:
         state = self.sessions.get(sessionId)
         if state is not None:
             self.forget(state)
-        await self.call("deleteSession", sessionId)
+
+        def delete(db: SessionDB) -> None:
+            self._unsaved.pop(sessionId, None)
+            db.deleteSession(sessionId)
+
+        await self._run(delete)
+        self._refused.discard(sessionId)
 
     async def fork(self, sessionId: str, cwd: str, additionalDirectories: list[str]) -> SessionState:
         source = await self.get(sessionId)
-        await self.flush(source)
+        problem = await self.flush(source)
+        if problem is not None:  # the copy would lack what is kept in memory
+            raise storeFailure(problem)
         newId = str(uuid.uuid4())
         record = await self.call("forkSession", sessionId, newId, cwd, tuple(additionalDirectories))
         state = SessionState.fromRecord(record, [dict(m) for m in source.history])
@@ -161,7 +321,7 @@ class SessionManager:
 
     async def list(self, cwd: str | None, cursor: str | None) -> tuple[list[SessionRecord], str | None]:
         await self.flushAll()
-        return await self.call("listSessions", cwd, cursor)
+        return await self.call("listSessions", cwd, cursor, started=True)
 
     def forget(self, state: SessionState) -> Deferred[Any]:
         """Drop a session from memory; fires once its journal is written."""
@@ -180,13 +340,14 @@ class SessionManager:
         """
         if touch:
             state.updatedAt = timestamp()
-        d = self.call(
-            "updateSession", state.sessionId, title=state.title, model=state.model, mode=state.mode,
-            config=state.config, cwd=state.cwd, additionalDirectories=state.additionalDirectories,
-            updatedAt=state.updatedAt,
-        )
-        d.addErrback(lambda f: log.failure("saving session {id} failed", f, id=state.sessionId))
-        return d
+        return Deferred.fromCoroutine(self._write(state, self._settings(state)))
+
+    @staticmethod
+    def _settings(state: SessionState) -> _Write:
+        return _Write("updateSession", kwargs=dict(
+            title=state.title, model=state.model, mode=state.mode, config=state.config, cwd=state.cwd,
+            additionalDirectories=state.additionalDirectories, updatedAt=state.updatedAt,
+        ))
 
     def journalUpdate(self, state: SessionState, update: dict[str, Any]) -> None:
         """Remember an update for replay; written within JOURNAL_FLUSH seconds."""
@@ -194,17 +355,25 @@ class SessionManager:
         if state.flushCall is None:
             state.flushCall = self.reactor.callLater(JOURNAL_FLUSH, self.flush, state)
 
-    def flush(self, state: SessionState) -> Deferred[Any]:
+    def flush(self, state: SessionState) -> Deferred[str | None]:
+        """Write the journal buffer (and try again what the store refused before); fires
+        with None once it is all on disk, else with why not."""
+        writes = self._journal(state)
+        if not writes and state.sessionId not in self._refused:
+            return succeed(None)
+        return Deferred.fromCoroutine(self._write(state, *writes))
+
+    @staticmethod
+    def _journal(state: SessionState) -> list[_Write]:
+        """The journal buffer as a write (none when it is empty); its timer stopped."""
         if state.flushCall is not None:
             if state.flushCall.active():
                 state.flushCall.cancel()
             state.flushCall = None
         if not state.journal:
-            return succeed(None)
+            return []
         updates, state.journal = state.journal, []
-        d = self.call("appendUpdates", state.sessionId, state.turnNumber, updates)
-        d.addErrback(lambda f: log.failure("journal write for {id} failed", f, id=state.sessionId))
-        return d
+        return [_Write("appendUpdates", (state.turnNumber, updates))]
 
     def flushAll(self) -> Deferred[Any]:
         return gatherResults([self.flush(s) for s in list(self.sessions.values())])
@@ -212,31 +381,31 @@ class SessionManager:
     async def endTurn(self, state: SessionState, messages: list[dict[str, Any]],
                       history: list[dict[str, Any]] | None = None) -> None:
         """Make the finished turn durable: journal, new messages (or, after a compaction,
-        the new ``history``, the old one archived), idle state.
+        the new ``history``, the old one archived), idle state, settings; one job of
+        the database thread, so a shutdown's close comes after all of it.
 
-        If the store refuses (another process marked the turn interrupted, or the
-        disk failed), the messages are still appended when possible and the failure
-        is logged: the editor's answer never depends on it, and the session is not
-        left marked running.
+        When another process marked the turn interrupted meanwhile, the messages are
+        appended all the same. When the store refuses (a full disk), all of it is kept
+        in memory and written first thing the next time the session writes; the user
+        is told. The editor's answer never waits for more than this one try.
         """
         state.updatedAt = timestamp()
-        await self.flush(state)
-        try:
-            await self.call("endTurn", state.sessionId, state.turnNumber, messages, history)
-        except Exception as e:
-            log.warn("ending turn {turn} of {id} failed ({error}); appending its messages",
-                     turn=state.turnNumber, id=state.sessionId, error=e)
-            try:
-                await self.call("appendMessages", state.sessionId, messages)
-            except Exception:
-                log.failure("saving turn {turn} of {id} failed", turn=state.turnNumber, id=state.sessionId)
-        await self.save(state, touch=False)
+        await self._write(state, *self._journal(state), _Write("endTurn", (state.turnNumber, messages, history)),
+                          self._settings(state))
 
     async def beginTurn(self, state: SessionState) -> None:
         """Mark a turn running in this process. A turn left running by a process that
         is gone (or by this one, when its end failed to save) is closed first instead
-        of wedging the session; one that another live process is running refuses."""
-        await self.flush(state)
+        of wedging the session; one that another live process is running refuses. So
+        does a session whose earlier work the store still refuses (it is tried first)."""
+        problem = await self.flush(state)
+        if problem is not None:
+            raise InternalError(
+                f"Internal error: session storage unavailable: {problem} This session's unsaved "
+                "work is kept in memory and saved first thing once the store takes it: "
+                "send the prompt again then.",
+                {"sessionId": state.sessionId},
+            )
         try:
             state.turnNumber = await self.call("beginTurn", state.sessionId, ownerToken())
         except ValueError:
@@ -260,7 +429,7 @@ class SessionManager:
 
     async def replaceHistory(self, state: SessionState, messages: list[dict[str, Any]]) -> None:
         state.history = list(messages)
-        await self.call("replaceMessages", state.sessionId, messages)
+        await self._write(state, _Write("replaceMessages", (list(messages),)))
 
     def searchNow(self, query: str, limit: int, cwd: str | None = None) -> list[dict[str, Any]]:
         """Full-text search over stored messages, from a worker thread (blocks); ``cwd``

@@ -582,18 +582,23 @@ class SessionDB:
                 cursor.execute(f"DELETE FROM {table} WHERE session_id = ?", (sessionId,))
 
     def listSessions(
-        self, cwd: str | None = None, cursor: str | None = None, limit: int = LIST_PAGE_SIZE
+        self, cwd: str | None = None, cursor: str | None = None, limit: int = LIST_PAGE_SIZE,
+        started: bool = False,
     ) -> tuple[list[SessionRecord], str | None]:
         """One page of sessions, newest ``updatedAt`` first (ties: higher id first).
 
         ``cwd`` keeps sessions whose working directory is the same folder (compared after
-        ``os.path.realpath``). ``cursor`` is the ``nextCursor`` of the previous page; the
-        second element of the result is the next page's cursor, or None after the last page.
-        ValueError for a cursor this store did not make.
+        ``os.path.realpath``). ``started`` keeps sessions with a conversation: a title (the
+        first prompt for the model gives one, as ``/title`` does) or messages in the model's
+        history; not those that never got a prompt, or got only slash commands. ``cursor``
+        is the ``nextCursor`` of the previous page; the second element of the result is the
+        next page's cursor, or None after the last page. ValueError for a cursor this store
+        did not make.
         """
         if limit < 1:
             raise ValueError(f"limit must be at least 1, not {limit}")
-        clauses, params = [], []
+        clauses: list[str] = ["(title IS NOT NULL OR message_count > 0)"] if started else []
+        params: list[Any] = []
         if cwd is not None:
             clauses.append("cwd_key = ?")
             params.append(cwdKey(cwd))

@@ -602,6 +602,17 @@ class ListTests(StoreTestCase):
         self.db.updateSession("s5", title="renamed again")
         self.assertEqual(self.pages()[0][0], "s5")
 
+    def test_startedOnly(self) -> None:
+        """``started`` keeps the sessions with a title or messages, with their pages and
+        filters; the others are still there by id."""
+        self.newSession(self.db, "bare", str(self.projectA), createdAt="2026-01-01T00:08:00Z")
+        self.newSession(self.db, "talked", str(self.projectA), createdAt="2026-01-01T00:09:00Z")
+        self.db.appendMessages("talked", [{"role": "user", "content": "hi"}])
+        self.assertEqual(self.pages()[0][:2], ["talked", "bare"])
+        self.assertEqual(self.pages(started=True, limit=4), [["talked", "s6", "s5", "s4"], ["s3", "s2", "s1", "s0"]])
+        self.assertEqual(self.pages(started=True, cwd=str(self.projectA)), [["talked", "s6", "s4", "s2", "s0"]])
+        self.assertIsNotNone(self.db.getSession("bare"))
+
     def test_invalidCursor(self) -> None:
         """A cursor the store did not make is a ValueError; so is a page size below 1."""
         bad = [
