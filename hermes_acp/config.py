@@ -27,6 +27,11 @@ DEFAULT_CONTEXT_WINDOW = 128_000
 DEFAULT_MCP_STARTUP_TIMEOUT = 30.0
 DEFAULT_MCP_CALL_TIMEOUT = 300.0
 DEFAULT_COMPACT_AT = 0.9
+#: One model reply: the largest server-sent event (or line, or whole JSON answer) in bytes, the
+#: most text, reasoning and tool arguments in bytes, and the longest time in seconds.
+DEFAULT_MODEL_MAX_EVENT = 8 * 1024 * 1024
+DEFAULT_MODEL_MAX_REPLY = 32 * 1024 * 1024
+DEFAULT_MODEL_REPLY_SECONDS = 3600.0
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -260,6 +265,10 @@ class Settings:
     #: Compact the conversation when a request would pass this share of the context window
     #: (less the room of the reply).
     compactAt: float = DEFAULT_COMPACT_AT
+    #: One model reply's bounds: an event's bytes, the reply's bytes, its seconds.
+    modelMaxEvent: int = DEFAULT_MODEL_MAX_EVENT
+    modelMaxReply: int = DEFAULT_MODEL_MAX_REPLY
+    modelReplySeconds: float = DEFAULT_MODEL_REPLY_SECONDS
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -280,4 +289,7 @@ class Settings:
             mcpCallTimeout=envSeconds(env, "HERMES_ACP_MCP_CALL_TIMEOUT", DEFAULT_MCP_CALL_TIMEOUT),
             mcpTrusted=frozenset(_split(env.get("HERMES_ACP_MCP_TRUSTED", ""))),
             compactAt=envShare(env, "HERMES_ACP_COMPACT_AT", DEFAULT_COMPACT_AT, 0.3, 0.98),
+            modelMaxEvent=envInt(env, "HERMES_ACP_MODEL_MAX_EVENT", DEFAULT_MODEL_MAX_EVENT, minimum=1024),
+            modelMaxReply=envInt(env, "HERMES_ACP_MODEL_MAX_REPLY", DEFAULT_MODEL_MAX_REPLY, minimum=1024),
+            modelReplySeconds=envSeconds(env, "HERMES_ACP_MODEL_REPLY_SECONDS", DEFAULT_MODEL_REPLY_SECONDS),
         )

@@ -35,6 +35,7 @@ class EngineAgentFactory:
 
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
+        from .engine.model import ReplyLimits
         from .engine.processes import Limits
         from .engine.sandbox import policyFor
 
@@ -52,6 +53,7 @@ class EngineAgentFactory:
                 folders, settings.sandboxNetwork, settings.sandboxWritable),
             limits=Limits(settings.commandProcesses, settings.commandCpuSeconds),
             compactAt=settings.compactAt,
+            replyLimits=ReplyLimits(settings.modelMaxEvent, settings.modelMaxReply, settings.modelReplySeconds),
         )
         agent.setEditMode(session.mode)
         return agent
