@@ -64,7 +64,8 @@ SCRIPT: dict[str, Any] = {
         {"match": "[stream]", "responses": [[{"text": STREAM_DELTA, "times": STREAM_DELTAS}]]},
         {"match": "[second]", "responses": [[{"stall": 1.0}, {"text": "One second later."}]]},
         {"match": "[stall]", "responses": [[{"stall": True}]]},
-        {"match": "[endless]", "responses": [[{"text": "Endless: "}, {"flood": "text"}]]},
+        {"match": "[endless]", "responses": [[{"text": "Endless: "}, {"flood": "text", "every": 0.005}]]},
+        {"match": "[flood]", "responses": [[{"text": "Flood: "}, {"flood": "text"}]]},
     ],
 }
 
@@ -419,7 +420,9 @@ async def caseCancel(b: Bench) -> list[Result]:
             await agent.initialize()
             _, sessionId = await agent.newSession(b.workspace)
             await agent.prompt(sessionId, "[short] warm up")
-            for tag, stream in (("[stall]", "stalled mid-stream"), ("[endless]", "streaming without end")):
+            for tag, stream in (("[stall]", "stalled mid-stream"),
+                                ("[endless]", "streaming without end (1 KB deltas, 200 a second)"),
+                                ("[flood]", "flooding without end (as fast as the agent reads)")):
                 samples = []
                 for n in range(b.runs.cancels):
                     text = f"{tag} run {n}"

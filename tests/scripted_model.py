@@ -21,7 +21,8 @@ a list of steps (JSON-friendly dicts):
   {"close": true}                     drop the connection mid-stream
   {"flood": "text", "bytes": N}       content deltas as fast as the client reads them, N bytes of
                                       events (without "bytes": forever); {"flood": "line"} sends one
-                                      endless ``data:`` line instead (``flooded`` counts what was sent)
+                                      endless ``data:`` line instead (``flooded`` counts what was sent);
+                                      "every": S sends one event (or 1 KB of the line) each S seconds
 
 The answer's framing (``setFraming``) is chunked on a kept-alive connection ("chunked", the
 default), or HTTP/1.0 whose body ends when the server closes the connection ("close"); with
@@ -197,7 +198,11 @@ class _Playback:
                 self.request.channel.transport.loseConnection()
                 return
             if "flood" in step:
-                self.request.registerProducer(_Flood(self, step["flood"], step.get("bytes")), False)
+                flood = _Flood(self, step["flood"], step.get("bytes"), step.get("every"))
+                if flood.every is None:
+                    self.request.registerProducer(flood, False)
+                else:
+                    flood.resumeProducing()
                 return
             self._step(step)
         if not self.gone:
@@ -282,20 +287,21 @@ class _Playback:
 class _Flood:
     """The ``flood`` step: a pull producer that writes a block each time the client has read
     the last one (the server never holds more than a block), until ``limit`` bytes, then the
-    script goes on."""
+    script goes on. With ``every``, a timer writes one event (or 1 KB of the line) each
+    ``every`` seconds instead: a model that streams at a steady pace."""
 
     BLOCK = 64 * 1024
 
-    def __init__(self, playback: _Playback, kind: str, limit: int | None) -> None:
-        self.playback, self.limit, self.sent = playback, limit, 0
+    def __init__(self, playback: _Playback, kind: str, limit: int | None, every: float | None) -> None:
+        self.playback, self.limit, self.sent, self.every = playback, limit, 0, every
         if kind == "line":
             playback.request.write(b"data: ")
-            self.block = b"x" * self.BLOCK
+            unit = b"x" * 1000
         elif kind == "text":
-            event = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}).encode() + b"\n\n"
-            self.block = event * (self.BLOCK // len(event))
+            unit = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}).encode() + b"\n\n"
         else:
             raise ValueError(f"unknown flood {kind!r}")
+        self.block = unit if every is not None else unit * (self.BLOCK // len(unit))
 
     def resumeProducing(self) -> None:
         playback = self.playback
@@ -306,8 +312,11 @@ class _Flood:
         self.sent += len(block)
         playback.server.flooded += len(block)
         if self.limit is not None and self.sent >= self.limit:
-            playback.request.unregisterProducer()
-            playback.clock.callLater(0, playback._play)
+            if self.every is None:
+                playback.request.unregisterProducer()
+            playback.delayed = playback.clock.callLater(0, playback._play)
+        elif self.every is not None:
+            playback.delayed = playback.clock.callLater(self.every, self.resumeProducing)
 
     def stopProducing(self) -> None:
         self.playback.gone = True

@@ -44,7 +44,8 @@ async def test_cancelAnswersAtOnceWhateverTheStream(scriptedServer, tmp_path, st
     for a loaded machine: before, a close-delimited stream ran to its end or the 600 s read
     timeout); no text of that answer follows the answer; the next prompt works."""
     server, url = scriptedServer
-    server.addRule("stream", [[{"text": "partial"}, {"stall": True} if stream == "stalled" else {"flood": "text"}]])
+    endless = {"flood": "text", "every": 0.002}  # 500 KB/s: faster than any model (bench/ also floods)
+    server.addRule("stream", [[{"text": "partial"}, {"stall": True} if stream == "stalled" else endless]])
     server.addRule("again", [[{"text": "fine again"}]])
 
     async def scenario():
