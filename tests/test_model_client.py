@@ -416,7 +416,7 @@ async def test_cancelWhateverTheFraming(scriptedServer, noProxies, stream) -> No
     the cancel is shown. The bound is generous (a loaded machine); bench/ measures."""
     server, url = scriptedServer
     server.default.responses.append([{"text": "partial"}, {"stall": True}] if stream == "stalled"
-                                    else [{"text": "partial"}, {"flood": "text"}])
+                                    else [{"text": "partial"}, {"flood": "text", "every": 0.002}])
     texts: list[str] = []
     reply, took = await cancelled(url, texts, stream)
     shown = len(texts)
@@ -489,6 +489,7 @@ async def test_endlessRepliesAreCut(scriptedServer, noProxies, flood, limits, va
     assert server.flooded < 64 * 1024 * 1024  # it stopped reading (the rest sits in socket buffers at most)
 
 
+@pytest.mark.parametrize("scriptedServer", FRAMINGS, indirect=True)
 @pytest.mark.parametrize("steps", [
     [{"text": "slow"}, {"stall": True}],
     [{"text": "trickle"}, *[{"raw": ": keep-alive\n\n"}, {"stall": 0.1}] * 100],  # bytes keep coming, no delta

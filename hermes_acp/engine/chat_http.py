@@ -236,15 +236,6 @@ class NotAStream(Exception):
     """A 2xx answer that is neither an event stream nor a JSON document."""
 
 
-class OverLimit(Exception):
-    """The answer passed a bound of the exchange: ``what`` is "event" (one event, line or JSON
-    answer over ``limit`` bytes) or "time" (the exchange's deadline passed, ``limit`` seconds)."""
-
-    def __init__(self, what: str, limit: float) -> None:
-        super().__init__(f"{what} over {limit:g}")
-        self.what, self.limit = what, limit
-
-
 class Exchange:
     """One request and its streamed response. ``abort``, from any thread, ends it at once:
     it stops waiting for a connection being made (DNS and connect go on in a helper thread,
@@ -257,7 +248,7 @@ class Exchange:
     ``Connection: close`` without a length), and the abort must reach it all the same.
 
     ``seconds``: the whole exchange's time, from the request to the answer's end; then it is
-    aborted as by ``abort`` and ends with ``OverLimit("time")`` (``expired`` is set)."""
+    aborted as by ``abort``, and ``expired`` is set."""
 
     def __init__(self, target: Target, seconds: float | None = None) -> None:
         self.target = target
@@ -342,7 +333,7 @@ class Exchange:
 
     def json(self, path: str, headers: Mapping[str, str], timeout: float, limit: int) -> Any:
         """GET ``path`` and return its JSON (``/models``), at most ``limit`` bytes; the errors
-        of ``send``, ``OverLimit``, or ValueError."""
+        of ``send``, ``sse.EventTooBig``, or ValueError."""
         self.send("GET", path, None, {"Accept": "application/json", **headers}, timeout, timeout)
         value = json.loads(self._whole(limit))
         self._finished()
@@ -416,7 +407,7 @@ class Exchange:
         """The JSON of each ``data:`` event, until ``[DONE]`` or the end of the body; a
         whole JSON answer (a server that does not stream) is one event. An event the end
         of the body cut in half is not one: the stream broke (``completed`` stays false).
-        An event, a line or a JSON answer over ``limit`` bytes raises ``OverLimit``."""
+        An event, a line or a JSON answer over ``limit`` bytes raises ``sse.EventTooBig``."""
         response = self.response
         assert response is not None
         kind = (response.getheader("content-type") or "").lower()
@@ -433,30 +424,26 @@ class Exchange:
             snippet = " ".join(response.read(300).decode("utf-8", "replace").split())[:200]
             raise NotAStream(f"content type {kind or 'unknown'!r}: {snippet}")
         decoder = sse.EventDecoder(limit)
-        try:
-            while chunk := response.read1(READ_SIZE):
-                for data in decoder.feed(chunk):
-                    if data.strip() == b"[DONE]":
-                        self.completed = True
-                        self._finished()
-                        return
-                    yield json.loads(data.decode("utf-8", "replace"))
-            last = decoder.end()
-        except sse.EventTooBig as e:
-            raise OverLimit("event", e.limit) from None
-        self._unwatch()
+        while chunk := response.read1(READ_SIZE):
+            for data in decoder.feed(chunk):
+                if data.strip() == b"[DONE]":
+                    self.completed = True
+                    self._finished()
+                    return
+                yield json.loads(data.decode("utf-8", "replace"))
+        last = decoder.end()
         if last is not None and last.strip() == b"[DONE]":
             self.completed = True
         self._finished()
 
     def _whole(self, limit: int) -> bytes:
-        """The rest of the body, at most ``limit`` bytes (``OverLimit`` beyond)."""
+        """The rest of the body, at most ``limit`` bytes (``sse.EventTooBig`` beyond: it is one event)."""
         assert self.response is not None
         parts, size = [], 0
         while chunk := self.response.read1(READ_SIZE):
             size += len(chunk)
             if size > limit:
-                raise OverLimit("event", limit)
+                raise sse.EventTooBig(limit)
             parts.append(chunk)
         return b"".join(parts)
 

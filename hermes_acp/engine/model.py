@@ -22,7 +22,7 @@ import attrs
 
 from hermes_acp import safejson
 from hermes_acp.config import DEFAULT_MODEL_MAX_EVENT, DEFAULT_MODEL_MAX_REPLY, DEFAULT_MODEL_REPLY_SECONDS, Endpoint
-from hermes_acp.engine import chat_http
+from hermes_acp.engine import chat_http, sse
 from hermes_acp.engine.cancel import Cancellation
 
 log = logging.getLogger(__name__)
@@ -378,14 +378,16 @@ class ModelClient:
                 except Exception as e:
                     if cancellation.cancelled:
                         return accumulator.reply(CANCELLED_FINISH)
-                    if exchange.expired or (isinstance(e, chat_http.OverLimit) and e.what == "time"):
+                    if exchange.expired:
                         raise self.limits.timeError() from None
-                    if isinstance(e, chat_http.OverLimit):
+                    if isinstance(e, sse.EventTooBig):
                         raise self.limits.eventError(self.endpoint) from None
                     raise
             if cancellation.cancelled and accumulator.finish is None:
                 return accumulator.reply(CANCELLED_FINISH)
             if not exchange.completed and accumulator.finish is None:
+                if exchange.expired:  # the deadline shut the socket: the read saw an end, not an error
+                    raise self.limits.timeError()
                 raise ModelError(f"The connection to the model endpoint {self.endpoint.shownURL} broke before "
                                  "the answer ended", retryable=True)
             return accumulator.reply()
@@ -408,7 +410,7 @@ def _authorization(endpoint: Endpoint, target: chat_http.Target) -> dict[str, st
     return {"Authorization": target.originAuth or f"Bearer {endpoint.apiKey or _NO_KEY}"}
 
 
-def listModels(endpoint: Endpoint, timeout: float = 10.0, limits: ReplyLimits = ReplyLimits()) -> list[tuple[str, int | None]]:
+def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[tuple[str, int | None]]:
     """The models to offer, each with its context window where the endpoint says:
     ``HERMES_MODELS`` if set (no windows), else the endpoint's ``/models``.
 
@@ -417,9 +419,10 @@ def listModels(endpoint: Endpoint, timeout: float = 10.0, limits: ReplyLimits = 
     if endpoint.models:
         return [(model, None) for model in endpoint.models]
     exchange = chat_http.Exchange(_target(endpoint))
+    limits = ReplyLimits()  # the list is one JSON answer: it gets an event's bound
     try:
         body = exchange.json("/models", _authorization(endpoint, exchange.target), timeout, limits.maxEvent)
-    except chat_http.OverLimit:
+    except sse.EventTooBig:
         raise limits.eventError(endpoint) from None
     except ValueError as e:
         raise ModelError(f"The model endpoint {endpoint.shownURL} sent a malformed model list: {e}") from e
