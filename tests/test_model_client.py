@@ -515,3 +515,38 @@ async def test_aWholeJSONAnswerIsBoundedToo(scriptedServer, noProxies) -> None:
     d = deferToThread(client(url, ReplyLimits(maxEvent=10_000)).complete, "scripted-model",
                       [{"role": "user", "content": "hi"}], [], Cancellation(), lambda text: None, lambda text: None)
     assert "HERMES_ACP_MODEL_MAX_EVENT" in str(await failure(d))
+
+
+@pytest.mark.parametrize("framing", FRAMINGS)
+@pytest_twisted.ensureDeferred
+async def test_cancelOverTLS(tmp_path, noProxies, framing) -> None:
+    """Over HTTPS too: the plain socket is shut under the TLS layer, which wakes the read."""
+    caFile, pem = selfSigned(tmp_path)
+    model = ScriptedModel([[{"text": "partial"}, {"stall": True}]])
+    model.setFraming(framing)
+    tlsPort = reactor.listenSSL(0, Site(model), ssl.PrivateCertificate.loadPEM(pem).options(), interface="127.0.0.1")
+    noProxies.setenv("SSL_CERT_FILE", str(caFile))
+    texts: list[str] = []
+    try:
+        reply, took = await cancelled(f"https://127.0.0.1:{tlsPort.getHost().port}/v1", texts, "stalled")
+    finally:
+        await tlsPort.stopListening()
+    assert (reply.finishReason, reply.text) == ("cancelled", "partial") and took < 3.0
+
+
+def test_theBoundsComeFromTheEnvironment(tmp_path) -> None:
+    """``HERMES_ACP_MODEL_*`` reach each session's model client; a value it cannot use is
+    refused at start, naming the variable."""
+    from hermes_acp.config import ConfigError, Settings
+    from hermes_acp.engine_factory import EngineAgentFactory
+    from hermes_acp.session_state import SessionState
+
+    settings = Settings.fromEnv({"HERMES_ACP_MODEL_MAX_EVENT": "4096", "HERMES_ACP_MODEL_MAX_REPLY": "65536",
+                                 "HERMES_ACP_MODEL_REPLY_SECONDS": "90"})
+    factory = EngineAgentFactory(lambda: Endpoint("custom", "http://127.0.0.1:9/v1", None, "m"), settings=settings)
+    agent = factory.buildAgent(SessionState("s", str(tmp_path)))
+    assert agent.modelClient().limits == ReplyLimits(4096, 65536, 90.0)
+    assert Settings.fromEnv({}).modelMaxReply == ReplyLimits().maxReply == 32 * 1024 * 1024
+    for name, value in (("HERMES_ACP_MODEL_MAX_EVENT", "100"), ("HERMES_ACP_MODEL_REPLY_SECONDS", "inf")):
+        with pytest.raises(ConfigError, match=name):
+            Settings.fromEnv({name: value})
