@@ -64,6 +64,8 @@ SCRIPT: dict[str, Any] = {
         {"match": "[stream]", "responses": [[{"text": STREAM_DELTA, "times": STREAM_DELTAS}]]},
         {"match": "[second]", "responses": [[{"stall": 1.0}, {"text": "One second later."}]]},
         {"match": "[stall]", "responses": [[{"stall": True}]]},
+        {"match": "[endless]", "responses": [[{"text": "Endless: "}, {"flood": "text", "every": 0.005}]]},
+        {"match": "[flood]", "responses": [[{"text": "Flood: "}, {"flood": "text"}]]},
     ],
 }
 
@@ -407,23 +409,39 @@ async def caseConcurrent(b: Bench) -> list[Result]:
 
 
 async def caseCancel(b: Bench) -> list[Result]:
-    agent = await b.ready()
-    sessionId = await b.warmSession(agent)
-    samples = []
-    for n in range(b.runs.cancels):
-        text = f"[stall] run {n}"
-        arrived = b.server.nextRequest(text)
-        _, future = agent.sendPrompt(sessionId, text)
-        await asyncio.wait_for(arrived, 30)
-        await asyncio.sleep(CANCEL_SETTLE)
-        cancelled = agent.notify("session/cancel", {"sessionId": sessionId})
-        answered, result = await agent.answer("session/prompt", future, 30)
-        if result.get("stopReason") != "cancelled":
-            raise BenchError(f"a cancelled turn ended with {result.get('stopReason')!r}")
-        samples.append(answered - cancelled)
-    await b.close(agent)
-    return [Result("cancel latency (`session/cancel` → `cancelled`)", samples, "ms", 0.5, "≤ 0.5 s",
-                   f"model stalled mid-stream; cancel sent {CANCEL_SETTLE:g} s after its request arrived")]
+    """Cancel latency against a stream that stalls and one that never ends, on an endpoint
+    that frames its answers chunked (the run's server) and one whose answers end with the
+    connection (HTTP/1.0; issue 22: the cancel used to wait for the whole answer)."""
+    closing = await ModelServer.start({**SCRIPT, "framing": "close"})
+    results = []
+    try:
+        for server, framing in ((b.server, "chunked"), (closing, "close-delimited")):
+            agent = await b.spawn(server=server)
+            await agent.initialize()
+            _, sessionId = await agent.newSession(b.workspace)
+            await agent.prompt(sessionId, "[short] warm up")
+            for tag, stream in (("[stall]", "stalled mid-stream"),
+                                ("[endless]", "streaming without end (1 KB deltas, 200 a second)"),
+                                ("[flood]", "flooding without end (as fast as the agent reads)")):
+                samples = []
+                for n in range(b.runs.cancels):
+                    text = f"{tag} run {n}"
+                    arrived = server.nextRequest(text)
+                    _, future = agent.sendPrompt(sessionId, text)
+                    await asyncio.wait_for(arrived, 30)
+                    await asyncio.sleep(CANCEL_SETTLE)
+                    cancelled = agent.notify("session/cancel", {"sessionId": sessionId})
+                    answered, result = await agent.answer("session/prompt", future, 30)
+                    if result.get("stopReason") != "cancelled":
+                        raise BenchError(f"a cancelled turn ended with {result.get('stopReason')!r}")
+                    samples.append(answered - cancelled)
+                results.append(Result(f"cancel latency (`session/cancel` → `cancelled`), {framing}, {stream}",
+                                      samples, "ms", 0.5, "≤ 0.5 s",
+                                      f"cancel sent {CANCEL_SETTLE:g} s after the model request arrived"))
+            await b.close(agent)
+    finally:
+        await closing.stop()
+    return results
 
 
 async def caseLoad(b: Bench) -> list[Result]:

@@ -32,6 +32,11 @@ DEFAULT_COMPACT_AT = 0.9
 DEFAULT_MAX_TOOL_CALLS = 32
 DEFAULT_TOOL_PARALLEL = 4
 DEFAULT_TOOL_THREADS = 16
+#: One model reply: the largest server-sent event (or line, or whole JSON answer) in bytes, the
+#: most text, reasoning and tool arguments in bytes, and the longest time in seconds.
+DEFAULT_MODEL_MAX_EVENT = 8 * 1024 * 1024
+DEFAULT_MODEL_MAX_REPLY = 32 * 1024 * 1024
+DEFAULT_MODEL_REPLY_SECONDS = 3600.0
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -269,6 +274,10 @@ class Settings:
     maxToolCalls: int = DEFAULT_MAX_TOOL_CALLS
     toolParallel: int = DEFAULT_TOOL_PARALLEL
     toolThreads: int = DEFAULT_TOOL_THREADS
+    #: One model reply's bounds: an event's bytes, the reply's bytes, its seconds.
+    modelMaxEvent: int = DEFAULT_MODEL_MAX_EVENT
+    modelMaxReply: int = DEFAULT_MODEL_MAX_REPLY
+    modelReplySeconds: float = DEFAULT_MODEL_REPLY_SECONDS
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -292,4 +301,7 @@ class Settings:
             maxToolCalls=envInt(env, "HERMES_ACP_MAX_TOOL_CALLS", DEFAULT_MAX_TOOL_CALLS),
             toolParallel=envInt(env, "HERMES_ACP_TOOL_PARALLEL", DEFAULT_TOOL_PARALLEL),
             toolThreads=envInt(env, "HERMES_ACP_TOOL_THREADS", DEFAULT_TOOL_THREADS),
+            modelMaxEvent=envInt(env, "HERMES_ACP_MODEL_MAX_EVENT", DEFAULT_MODEL_MAX_EVENT, minimum=1024),
+            modelMaxReply=envInt(env, "HERMES_ACP_MODEL_MAX_REPLY", DEFAULT_MODEL_MAX_REPLY, minimum=1024),
+            modelReplySeconds=envSeconds(env, "HERMES_ACP_MODEL_REPLY_SECONDS", DEFAULT_MODEL_REPLY_SECONDS),
         )

@@ -39,6 +39,7 @@ class EngineAgentFactory:
 
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
+        from .engine.model import ReplyLimits
         from .engine.processes import Limits
         from .engine.sandbox import policyFor
 
@@ -59,6 +60,7 @@ class EngineAgentFactory:
             maxToolCalls=settings.maxToolCalls,
             toolParallel=settings.toolParallel,
             toolSlots=self.toolSlots,
+            replyLimits=ReplyLimits(settings.modelMaxEvent, settings.modelMaxReply, settings.modelReplySeconds),
         )
         agent.setEditMode(session.mode)
         return agent

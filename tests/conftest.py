@@ -15,11 +15,13 @@ import pytest_twisted
 
 
 @pytest.fixture
-def scriptedServer() -> Iterator[tuple[Any, str]]:
-    """A ``ScriptedModel`` listening on 127.0.0.1; yields (server, base URL)."""
+def scriptedServer(request: Any) -> Iterator[tuple[Any, str]]:
+    """A ``ScriptedModel`` listening on 127.0.0.1; yields (server, base URL). Its framing is
+    chunked unless the test parametrizes it (``indirect``; ``scripted_model.FRAMINGS``)."""
     from .scripted_model import ScriptedModel, listen
 
     server = ScriptedModel()
+    server.setFraming(getattr(request, "param", "chunked"))
     port, url = listen(server)
     yield server, url
     pytest_twisted.blockon(port.stopListening())

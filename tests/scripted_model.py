@@ -19,6 +19,16 @@ a list of steps (JSON-friendly dicts):
                                       adds headers, "body": "..." sends that text instead of a JSON error)
   {"raw": "data: {oops\\n\\n"}        bytes sent as they are (malformed SSE)
   {"close": true}                     drop the connection mid-stream
+  {"flood": "text", "bytes": N}       content deltas as fast as the client reads them, N bytes of
+                                      events (without "bytes": forever); {"flood": "line"} sends one
+                                      endless ``data:`` line instead (``flooded`` counts what was sent);
+                                      "every": S sends one event (or 1 KB of the line) each S seconds
+
+The answer's framing (``setFraming``) is chunked on a kept-alive connection ("chunked", the
+default), or HTTP/1.0 whose body ends when the server closes the connection ("close"); with
+"+open" ("chunked+open", "close+open") the server leaves the body unfinished and the
+connection open after ``[DONE]``, as a misbehaving proxy would. ``FRAMINGS`` are the two a
+client's stream and cancel tests run against.
 
 Rules pick a script by a substring of the latest user message, so concurrent
 sessions each get their own; requests that match no rule use the default
@@ -35,7 +45,8 @@ gets OpenAI's 400 ``context_length_exceeded`` naming the window (counted in
 Run ``python tests/scripted_model.py --port 0 --script FILE.json`` to host one
 in its own process; the first line on stdout is its base URL. FILE.json holds
 ``{"default": [...], "rules": [{"match": "...", "responses": [...]}],
-"models": [...], "repeat": false, "apiKey": null, "window": null, "windows": {}}``.
+"models": [...], "repeat": false, "apiKey": null, "window": null, "windows": {},
+"framing": "chunked"}``.
 """
 
 from __future__ import annotations
@@ -55,6 +66,8 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
 Response = list[dict[str, Any]]
+#: The two ways an answer's body can end: chunked (the connection kept), or with the connection.
+FRAMINGS = ("chunked", "close")
 
 
 @attrs.frozen
@@ -123,6 +136,7 @@ class _Playback:
         self.gone = False
         self.sawTools = False
         self.finished = False
+        self.closeDelimited = server.framing == "close"
         self.callIndex = 0
         self.message: dict[str, Any] = {"role": "assistant", "content": None}
         self.finish: str | None = None
@@ -137,6 +151,8 @@ class _Playback:
 
     def start(self) -> None:
         first = self.steps[0] if self.steps else {}
+        if self.closeDelimited:  # an HTTP/1.0 answer without a length: its end is the connection's
+            self.request.clientproto = b"HTTP/1.0"
         if "status" in first:
             self.request.setResponseCode(first["status"])
             for name, value in first.get("headers", {}).items():
@@ -147,7 +163,7 @@ class _Playback:
             else:
                 self.request.setHeader("content-type", "application/json")
                 self.request.write(_errorBody(first.get("error", "scripted error"), first.get("code")))
-            self.request.finish()
+            self._finish()
             return
         if self.streaming:
             self.request.setHeader("content-type", "text/event-stream")
@@ -180,6 +196,13 @@ class _Playback:
                 return
             if "close" in step:  # what was written is flushed first, then the connection drops
                 self.request.channel.transport.loseConnection()
+                return
+            if "flood" in step:
+                flood = _Flood(self, step["flood"], step.get("bytes"), step.get("every"))
+                if flood.every is None:
+                    self.request.registerProducer(flood, False)
+                else:
+                    flood.resumeProducing()
                 return
             self._step(step)
         if not self.gone:
@@ -242,6 +265,8 @@ class _Playback:
             if self.usage is not None:
                 self._chunk(None, usage=self.usage)
             self.request.write(b"data: [DONE]\n\n")
+            if self.server.holdOpen:
+                return  # the body never ends, the connection stays
         else:
             self.request.setHeader("content-type", "application/json")
             body = {
@@ -250,7 +275,51 @@ class _Playback:
                 "usage": self.usage,
             }
             self.request.write(json.dumps(body).encode())
+        self._finish()
+
+    def _finish(self) -> None:
+        transport = self.request.channel.transport
         self.request.finish()
+        if self.closeDelimited:
+            transport.loseConnection()
+
+
+class _Flood:
+    """The ``flood`` step: a pull producer that writes a block each time the client has read
+    the last one (the server never holds more than a block), until ``limit`` bytes, then the
+    script goes on. With ``every``, a timer writes one event (or 1 KB of the line) each
+    ``every`` seconds instead: a model that streams at a steady pace."""
+
+    BLOCK = 64 * 1024
+
+    def __init__(self, playback: _Playback, kind: str, limit: int | None, every: float | None) -> None:
+        self.playback, self.limit, self.sent, self.every = playback, limit, 0, every
+        if kind == "line":
+            playback.request.write(b"data: ")
+            unit = b"x" * 1000
+        elif kind == "text":
+            unit = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}).encode() + b"\n\n"
+        else:
+            raise ValueError(f"unknown flood {kind!r}")
+        self.block = unit if every is not None else unit * (self.BLOCK // len(unit))
+
+    def resumeProducing(self) -> None:
+        playback = self.playback
+        if playback.gone:
+            return
+        block = self.block if self.limit is None else self.block[: self.limit - self.sent]
+        playback.request.write(block)
+        self.sent += len(block)
+        playback.server.flooded += len(block)
+        if self.limit is not None and self.sent >= self.limit:
+            if self.every is None:
+                playback.request.unregisterProducer()
+            playback.delayed = playback.clock.callLater(0, playback._play)
+        elif self.every is not None:
+            playback.delayed = playback.clock.callLater(self.every, self.resumeProducing)
+
+    def stopProducing(self) -> None:
+        self.playback.gone = True
 
 
 class ScriptedModel(Resource):
@@ -292,6 +361,12 @@ class ScriptedModel(Resource):
         self.summaryCount = 0
         #: False: answer one JSON document even when the request asks for a stream.
         self.streaming = True
+        #: "chunked" or "close" (HTTP/1.0, the body ends with the connection); ``holdOpen``:
+        #: after ``[DONE]`` the body is left unfinished and the connection open (``setFraming``).
+        self.framing = "chunked"
+        self.holdOpen = False
+        #: Bytes the ``flood`` steps sent.
+        self.flooded = 0
         #: The client ports requests came from (one per TCP connection).
         self.peers: set[int] = set()
         self._waiting: list[tuple[Callable[[], bool], Deferred[None]]] = []
@@ -309,7 +384,15 @@ class ScriptedModel(Resource):
             spec.get("window"),
         )
         model.windows.update(spec.get("windows", {}))
+        model.setFraming(spec.get("framing", "chunked"))
         return model
+
+    def setFraming(self, mode: str) -> None:
+        """"chunked" or "close", and "+open" to leave the connection open after ``[DONE]``."""
+        framing, _, hold = mode.partition("+")
+        if framing not in FRAMINGS or hold not in ("", "open"):
+            raise ValueError(f"unknown framing {mode!r}")
+        self.framing, self.holdOpen = framing, hold == "open"
 
     def addRule(self, match: str, responses: list[Response]) -> None:
         """Answer requests whose latest user message contains ``match`` with ``responses``."""

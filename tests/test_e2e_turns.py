@@ -9,6 +9,7 @@ import os
 import tempfile
 
 import acp
+import pytest
 import pytest_twisted
 from acp.schema import (
     AllowedOutcome,
@@ -24,6 +25,7 @@ from acp.schema import (
 from hermes_acp.commands import COMMANDS
 
 from .e2e import agentText, commandRunning, modelEnv, text, toolCalls, uniqueSleep, updates
+from .scripted_model import FRAMINGS
 from .sdkclient import RecordingClient, connect, initialized, onLoop, rawNotify, settled, until
 
 
@@ -110,6 +112,7 @@ async def test_unansweredPermissionDeniesAfterTimeout(scriptedServer, tmp_path) 
     assert "rm -rf" in str(toolCall.model_dump(by_alias=True))
 
 
+@pytest.mark.parametrize("scriptedServer", FRAMINGS, indirect=True)
 @pytest_twisted.ensureDeferred
 async def test_cancelMidStreamThenNextPromptWorks(scriptedServer, tmp_path) -> None:
     """Cancel against a stalled model answers cancelled (bench/ measures how fast);
@@ -430,6 +433,7 @@ async def test_slashCommands(scriptedServer, tmp_path) -> None:
     assert sum(line.startswith("- `") for line in replies[6].splitlines()) >= 6
 
 
+@pytest.mark.parametrize("scriptedServer", FRAMINGS, indirect=True)
 @pytest_twisted.ensureDeferred
 async def test_cancelAnswersQueuedPromptsToo(scriptedServer, tmp_path) -> None:
     """session/cancel with a prompt queued behind a running one answers both
@@ -455,6 +459,7 @@ async def test_cancelAnswersQueuedPromptsToo(scriptedServer, tmp_path) -> None:
     assert len(server.chatRequests) == 1
 
 
+@pytest.mark.parametrize("scriptedServer", FRAMINGS, indirect=True)
 @pytest_twisted.ensureDeferred
 async def test_cancelRequestOnThePrompt(scriptedServer, tmp_path) -> None:
     """$/cancel_request naming the prompt's request id cancels the turn like session/cancel."""

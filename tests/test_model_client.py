@@ -19,9 +19,9 @@ from twisted.web.server import Site
 from hermes_acp.config import Endpoint
 from hermes_acp.engine import chat_http
 from hermes_acp.engine.cancel import Cancellation
-from hermes_acp.engine.model import ModelClient, ModelError, listModels
+from hermes_acp.engine.model import ModelClient, ModelError, ReplyLimits, listModels
 
-from .scripted_model import ScriptedModel
+from .scripted_model import FRAMINGS, ScriptedModel
 from .test_e2e_tls import selfSigned
 
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
@@ -324,7 +324,7 @@ async def test_aLateAbortLeavesAPooledConnectionAlone(scriptedServer, noProxies)
         for _ in range(2):
             exchange = chat_http.Exchange(target)
             exchange.post("/chat/completions", {"model": "m", "messages": [], "stream": True}, {}, 5, 5)
-            texts += [e["choices"][0]["delta"].get("content", "") for e in exchange.events() if e.get("choices")]
+            texts += [e["choices"][0]["delta"].get("content", "") for e in exchange.events(1 << 20) if e.get("choices")]
             exchange.abort()  # too late: its connection is another request's now
             exchange.close()
         return texts
@@ -379,3 +379,174 @@ def test_proxyForms() -> None:
     with pytest.raises(ValueError) as raised:
         chat_http.Target.of("htps://bob:hunter22@example.com/v1", {})
     assert "hunter22" not in str(raised.value)
+
+
+# -- issue 22: cancel whatever the framing, a finished answer ends at once, bounded replies ------
+
+
+def client(url: str, limits: ReplyLimits = ReplyLimits()) -> ModelClient:
+    return ModelClient(Endpoint("custom", url, "test-key", "scripted-model"), backoff=0.01, readTimeout=60,
+                       limits=limits)
+
+
+async def cancelled(url: str, texts: list[str], stream: str) -> tuple[Any, float]:
+    """Start a request, cancel it once some text arrived (and, for an endless stream, a while
+    later); the reply and how long the cancel took."""
+    cancellation = Cancellation()
+    d = deferToThread(client(url).complete, "scripted-model", [{"role": "user", "content": "hi"}], [], cancellation,
+                      texts.append, lambda text: None)
+    for _ in range(200):
+        if texts:
+            break
+        await deferLater(reactor, 0.05, lambda: None)
+    if stream == "endless":
+        await deferLater(reactor, 0.3, lambda: None)
+    began = time.monotonic()
+    cancellation.cancel()
+    reply = await d
+    return reply, time.monotonic() - began
+
+
+@pytest.mark.parametrize("scriptedServer", FRAMINGS, indirect=True)
+@pytest.mark.parametrize("stream", ["stalled", "endless"])
+@pytest_twisted.ensureDeferred
+async def test_cancelWhateverTheFraming(scriptedServer, noProxies, stream) -> None:
+    """A cancel ends a stalled or never-ending stream at once, chunked or ended by the
+    connection (where ``http.client`` hands the socket to the response); nothing read past
+    the cancel is shown. The bound is generous (a loaded machine); bench/ measures."""
+    server, url = scriptedServer
+    server.default.responses.append([{"text": "partial"}, {"stall": True}] if stream == "stalled"
+                                    else [{"text": "partial"}, {"flood": "text", "every": 0.002}])
+    texts: list[str] = []
+    reply, took = await cancelled(url, texts, stream)
+    shown = len(texts)
+    await deferLater(reactor, 0.2, lambda: None)
+    assert reply.finishReason == "cancelled" and took < 3.0
+    assert len(texts) == shown and "".join(texts) == reply.text and reply.text.startswith("partial")
+
+
+@pytest.mark.parametrize("scriptedServer", [*FRAMINGS, "chunked+open", "close+open"], indirect=True)
+@pytest_twisted.ensureDeferred
+async def test_aFinishedAnswerEndsAtOnce(scriptedServer, noProxies) -> None:
+    """After ``[DONE]`` the reply is the caller's at once, whatever the connection does next:
+    a chunked body that never ends, or a connection the server leaves open, is closed, not
+    drained (not waited on for the read timeout). A connection that ended cleanly is reused."""
+    server, url = scriptedServer
+    server.default.responses += [[{"text": "one"}], [{"text": "two"}]]
+    model = client(url)
+    for expected in ("one", "two"):
+        began = time.monotonic()
+        reply = await deferToThread(model.complete, "scripted-model", [{"role": "user", "content": "hi"}], [],
+                                    Cancellation(), lambda text: None, lambda text: None)
+        assert (reply.text, reply.finishReason) == (expected, "stop") and time.monotonic() - began < 3.0
+    assert len(server.peers) == (1 if server.framing == "chunked" and not server.holdOpen else 2)
+
+
+@pytest.mark.parametrize("scriptedServer", FRAMINGS, indirect=True)
+@pytest.mark.parametrize("steps, check", [
+    ([{"text": "a"}, {"reasoning": "b"}, {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "x"}}],
+                                          "split": 4}],
+     lambda r: (r.text, r.reasoning, [(c.name, c.arguments) for c in r.toolCalls]) == ("a", "b", [("read_file", '{"path": "x"}')])),
+    ([{"raw": 'data: {"choices":[{"index":0,"delta":{"content":"cr"}}]}\r\r'}, {"text": "!"}],
+     lambda r: r.text == "cr!"),
+])
+@pytest_twisted.ensureDeferred
+async def test_streamsInBothFramings(scriptedServer, noProxies, steps, check) -> None:
+    server, url = scriptedServer
+    server.default.responses.append(steps)
+    assert check(await complete(url))
+
+
+@pytest.mark.parametrize("scriptedServer", FRAMINGS, indirect=True)
+@pytest_twisted.ensureDeferred
+async def test_aCutStreamIsRetriedInBothFramings(scriptedServer, noProxies) -> None:
+    server, url = scriptedServer
+    server.default.responses += [[{"raw": 'data: {"choices":[{"index":0,"delta":{"content":"par'}, {"close": True}],
+                                 [{"text": "whole"}]]
+    assert (await complete(url)).text == "whole"
+
+
+@pytest.mark.parametrize("scriptedServer", FRAMINGS, indirect=True)
+@pytest.mark.parametrize("flood, limits, variable", [
+    ("line", ReplyLimits(maxEvent=64 * 1024), "HERMES_ACP_MODEL_MAX_EVENT"),
+    ("text", ReplyLimits(maxReply=256 * 1024), "HERMES_ACP_MODEL_MAX_REPLY"),
+])
+@pytest_twisted.ensureDeferred
+async def test_endlessRepliesAreCut(scriptedServer, noProxies, flood, limits, variable) -> None:
+    """One endless ``data:`` line, or an endless stream of valid deltas: the reply ends at
+    its bound with an error that names it and the variable that raises it; it is not
+    retried, and what was shown is the reply's first part, nothing twice."""
+    server, url = scriptedServer
+    server.default.responses += [[{"text": "start "}, {"flood": flood}]] * 2
+    texts: list[str] = []
+    model = client(url, limits)
+    d = deferToThread(model.complete, "scripted-model", [{"role": "user", "content": "hi"}], [], Cancellation(),
+                      texts.append, lambda text: None)
+    error = await failure(d)
+    assert variable in str(error) and not error.retryable and len(server.chatRequests) == 1
+    shown = "".join(texts)
+    assert shown.startswith("start ") and set(shown[6:]) <= {"x"} and len(shown) <= limits.maxReply
+    assert server.flooded < 64 * 1024 * 1024  # it stopped reading (the rest sits in socket buffers at most)
+
+
+@pytest.mark.parametrize("scriptedServer", FRAMINGS, indirect=True)
+@pytest.mark.parametrize("steps", [
+    [{"text": "slow"}, {"stall": True}],
+    [{"text": "trickle"}, *[{"raw": ": keep-alive\n\n"}, {"stall": 0.1}] * 100],  # bytes keep coming, no delta
+])
+@pytest_twisted.ensureDeferred
+async def test_aReplyHasATimeLimit(scriptedServer, noProxies, steps) -> None:
+    """A reply that goes on too long ends at ``seconds`` (not the 600 s read timeout, which
+    comments would keep resetting), with an error that names the bound."""
+    server, url = scriptedServer
+    server.default.responses.append(steps)
+    began = time.monotonic()
+    d = deferToThread(client(url, ReplyLimits(seconds=1.0)).complete, "scripted-model",
+                      [{"role": "user", "content": "hi"}], [], Cancellation(), lambda text: None, lambda text: None)
+    error = await failure(d)
+    assert "HERMES_ACP_MODEL_REPLY_SECONDS" in str(error) and 1.0 <= time.monotonic() - began < 6.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_aWholeJSONAnswerIsBoundedToo(scriptedServer, noProxies) -> None:
+    server, url = scriptedServer
+    server.default.responses.append([{"text": "y" * 100_000}])
+    server.streaming = False
+    d = deferToThread(client(url, ReplyLimits(maxEvent=10_000)).complete, "scripted-model",
+                      [{"role": "user", "content": "hi"}], [], Cancellation(), lambda text: None, lambda text: None)
+    assert "HERMES_ACP_MODEL_MAX_EVENT" in str(await failure(d))
+
+
+@pytest.mark.parametrize("framing", FRAMINGS)
+@pytest_twisted.ensureDeferred
+async def test_cancelOverTLS(tmp_path, noProxies, framing) -> None:
+    """Over HTTPS too: the plain socket is shut under the TLS layer, which wakes the read."""
+    caFile, pem = selfSigned(tmp_path)
+    model = ScriptedModel([[{"text": "partial"}, {"stall": True}]])
+    model.setFraming(framing)
+    tlsPort = reactor.listenSSL(0, Site(model), ssl.PrivateCertificate.loadPEM(pem).options(), interface="127.0.0.1")
+    noProxies.setenv("SSL_CERT_FILE", str(caFile))
+    texts: list[str] = []
+    try:
+        reply, took = await cancelled(f"https://127.0.0.1:{tlsPort.getHost().port}/v1", texts, "stalled")
+    finally:
+        await tlsPort.stopListening()
+    assert (reply.finishReason, reply.text) == ("cancelled", "partial") and took < 3.0
+
+
+def test_theBoundsComeFromTheEnvironment(tmp_path) -> None:
+    """``HERMES_ACP_MODEL_*`` reach each session's model client; a value it cannot use is
+    refused at start, naming the variable."""
+    from hermes_acp.config import ConfigError, Settings
+    from hermes_acp.engine_factory import EngineAgentFactory
+    from hermes_acp.session_state import SessionState
+
+    settings = Settings.fromEnv({"HERMES_ACP_MODEL_MAX_EVENT": "4096", "HERMES_ACP_MODEL_MAX_REPLY": "65536",
+                                 "HERMES_ACP_MODEL_REPLY_SECONDS": "90"})
+    factory = EngineAgentFactory(lambda: Endpoint("custom", "http://127.0.0.1:9/v1", None, "m"), settings=settings)
+    agent = factory.buildAgent(SessionState("s", str(tmp_path)))
+    assert agent.modelClient().limits == ReplyLimits(4096, 65536, 90.0)
+    assert Settings.fromEnv({}).modelMaxReply == ReplyLimits().maxReply == 32 * 1024 * 1024
+    for name, value in (("HERMES_ACP_MODEL_MAX_EVENT", "100"), ("HERMES_ACP_MODEL_REPLY_SECONDS", "inf")):
+        with pytest.raises(ConfigError, match=name):
+            Settings.fromEnv({name: value})

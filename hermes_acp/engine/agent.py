@@ -28,7 +28,7 @@ from hermes_acp.engine.compaction import (
     CHARS_PER_TOKEN, SYNTHETIC_KEY, Budget, Cancelled, Compactor, Estimator, Outcome, charCount, isSummary,
 )
 from hermes_acp.engine.instructions import projectInstructions
-from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ToolCallRequest
+from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ReplyLimits, ToolCallRequest
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy, policyFor
 from hermes_acp.engine.result import TurnResult, TurnUsage
@@ -212,6 +212,8 @@ class AIAgent:
     #: and a request over ``compactAt`` of it (less the reply's room) compacts the history first.
     contextWindow: int | None = None
     compactAt: float = 0.9
+    #: How big and how long one model reply may be.
+    replyLimits: ReplyLimits = ReplyLimits()
     #: Tokens per character as the endpoint counts them, and compactions that failed in a row.
     estimator: Estimator = attrs.field(factory=Estimator)
     compactionFailures: int = 0
@@ -319,7 +321,7 @@ class AIAgent:
 
     def modelClient(self) -> ModelClient:
         if self.client is None or self.client.endpoint != self.endpoint:
-            self.client = ModelClient(self.endpoint)
+            self.client = ModelClient(self.endpoint, limits=self.replyLimits)
         return self.client
 
     def toolContext(self, cancelEvent: threading.Event, observer: ITurnObserver, workspace: Workspace,

@@ -26,12 +26,16 @@ from typing import Any
 import attrs
 
 from hermes_acp import __version__
+from hermes_acp.engine import sse
 from hermes_acp.engine.secrets import redactURL
 
 USER_AGENT = f"hermes-acp/{__version__}"
 #: Idle connections kept per endpoint, how long one may idle before it is dropped rather than
-#: reused, and how long draining the end of a stream may take before its connection is dropped.
-IDLE_CONNECTIONS, IDLE_SECONDS, DRAIN_SECONDS = 8, 30.0, 0.5
+#: reused, and how long (and how many bytes) draining the end of a stream may take before its
+#: connection is dropped rather than kept: a finished answer never waits longer for its connection.
+IDLE_CONNECTIONS, IDLE_SECONDS, DRAIN_SECONDS, DRAIN_BYTES = 8, 30.0, 0.2, 64 * 1024
+#: The most read from the socket at once.
+READ_SIZE = 64 * 1024
 _NOT_SENT = (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected, http.client.BadStatusLine)
 
 
@@ -237,18 +241,30 @@ class Exchange:
     it stops waiting for a connection being made (DNS and connect go on in a helper thread,
     which closes what it made) and shuts the socket, which wakes a read, or a wait for the
     answer, blocked on a stalled server. Once the connection is back in the pool, an abort
-    does nothing (another request may be using it)."""
+    does nothing (another request may be using it).
 
-    def __init__(self, target: Target) -> None:
+    The exchange keeps the socket itself: ``http.client`` hands it to the response and forgets
+    it (``connection.sock`` is None) when the answer ends with the connection (HTTP/1.0, or
+    ``Connection: close`` without a length), and the abort must reach it all the same.
+
+    ``seconds``: the whole exchange's time, from the request to the answer's end; then it is
+    aborted as by ``abort``, and ``expired`` is set."""
+
+    def __init__(self, target: Target, seconds: float | None = None) -> None:
         self.target = target
         self.connection: http.client.HTTPConnection | None = None
         self.response: http.client.HTTPResponse | None = None
         self.aborted = False
+        #: The exchange's time ran out (``seconds``): the abort was the deadline's.
+        self.expired = False
         #: The stream said ``[DONE]`` (or was one JSON answer): it ended, rather than broke off.
         self.completed = False
+        self.seconds = seconds
+        self._sock: socket.socket | None = None
         self._released = False
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._watchdog: threading.Timer | None = None
 
     def abort(self) -> None:
         with self._lock:
@@ -256,12 +272,32 @@ class Exchange:
                 return
             self.aborted = True
             self._wake.set()
-            sock = self.connection.sock if self.connection is not None else None
-        try:
-            if sock is not None:
-                sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+            sock = self._sock
+        _shut(sock)
+
+    def _expire(self) -> None:
+        self.expired = True
+        self.abort()
+
+    def _watch(self, seconds: float, then: Any) -> None:
+        """Call ``then`` in ``seconds`` (from a timer thread), instead of the call set before."""
+        self._unwatch()
+        timer = self._watchdog = threading.Timer(max(0.0, seconds), then)
+        timer.name, timer.daemon = "hermes-model-watchdog", True
+        timer.start()
+
+    def _unwatch(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+    def _bind(self, connection: http.client.HTTPConnection) -> None:
+        """Hold on to the open connection's socket (an abort that came first shuts it at once)."""
+        with self._lock:
+            sock = self._sock = connection.sock
+            aborted = self.aborted
+        if aborted:
+            _shut(sock)
 
     def _open(self, connection: http.client.HTTPConnection) -> None:
         """Connect (DNS, TCP, a proxy's CONNECT, TLS) in a helper thread; give up at an abort."""
@@ -295,11 +331,11 @@ class Exchange:
                                           "Accept": "text/event-stream, application/json", **headers},
                   connectTimeout, readTimeout)
 
-    def json(self, path: str, headers: Mapping[str, str], timeout: float) -> Any:
-        """GET ``path`` and return its JSON (``/models``); the errors of ``send``, or ValueError."""
+    def json(self, path: str, headers: Mapping[str, str], timeout: float, limit: int) -> Any:
+        """GET ``path`` and return its JSON (``/models``), at most ``limit`` bytes; the errors
+        of ``send``, ``sse.EventTooBig``, or ValueError."""
         self.send("GET", path, None, {"Accept": "application/json", **headers}, timeout, timeout)
-        assert self.response is not None
-        value = json.loads(self.response.read())
+        value = json.loads(self._whole(limit))
         self._finished()
         return value
 
@@ -309,6 +345,8 @@ class Exchange:
         body read), ``Unreachable`` or ``Aborted``. A kept-alive connection the server closed
         meanwhile is replaced by a new one at no cost to the caller's retries; a 307 or 308
         is followed (five at most; the credentials only to the same host)."""
+        if self.seconds is not None and self._watchdog is None:
+            self._watch(self.seconds, self._expire)
         sent = {"User-Agent": USER_AGENT, **headers}
         target, redirects, fresh = self.target, 0, False
         while True:
@@ -317,10 +355,11 @@ class Exchange:
             reused = None if fresh else POOL.take(target)
             connection = reused or target.connect(connectTimeout)
             with self._lock:
-                self.connection = connection
+                self.connection, self._sock = connection, None
             try:
                 if connection.sock is None:
                     self._open(connection)
+                self._bind(connection)
                 connection.sock.settimeout(readTimeout)
                 connection.request(method, target.requestPath(path), payload, {**target.headers(), **sent})
                 response = connection.getresponse()
@@ -347,7 +386,8 @@ class Exchange:
             fresh = False
             location = response.getheader("location")
             if response.status in (307, 308) and location and redirects < 5:
-                response.read()
+                _readError(response)
+                response.close()
                 connection.close()
                 moved = Target.of(urllib.parse.urljoin(target.url(path), location))
                 if (moved.host, moved.port) != (target.host, target.port):
@@ -356,16 +396,18 @@ class Exchange:
                 continue
             if response.status >= 300:
                 raw = _readError(response)
+                response.close()
                 connection.close()
                 headers = {k.lower(): v for k, v in response.getheaders()}
                 raise HTTPStatus(response.status, raw, headers)
             self.target, self.response = target, response
             return
 
-    def events(self) -> Iterator[Any]:
+    def events(self, limit: int) -> Iterator[Any]:
         """The JSON of each ``data:`` event, until ``[DONE]`` or the end of the body; a
         whole JSON answer (a server that does not stream) is one event. An event the end
-        of the body cut in half is not one: the stream broke (``completed`` stays false)."""
+        of the body cut in half is not one: the stream broke (``completed`` stays false).
+        An event, a line or a JSON answer over ``limit`` bytes raises ``sse.EventTooBig``."""
         response = self.response
         assert response is not None
         kind = (response.getheader("content-type") or "").lower()
@@ -374,61 +416,90 @@ class Exchange:
         start = response.peek(64)[:64].lstrip(b"\xef\xbb\xbf \r\n")
         looksLikeEvents = start.startswith((b"data:", b":", b"event:"))  # whatever its content type says
         if "json" in kind and not looksLikeEvents:
-            yield json.loads(response.read())
+            yield json.loads(self._whole(limit))
             self.completed = True
             self._finished()
             return
         if "event-stream" not in kind and not looksLikeEvents:
             snippet = " ".join(response.read(300).decode("utf-8", "replace").split())[:200]
             raise NotAStream(f"content type {kind or 'unknown'!r}: {snippet}")
-        data: list[str] = []
-        first = True
-        for raw in response:
-            text = raw.decode("utf-8", "replace")
-            if first:
-                text, first = text.lstrip("\ufeff"), False
-            for line in text.rstrip("\r\n").split("\r"):  # a bare CR ends a line too
-                if line.startswith("data:"):
-                    data.append(line[6:] if line[5:6] == " " else line[5:])
-                    continue
-                if line or not data:
-                    continue  # comments (": keep-alive"), event names, ids
-                payload, data = "\n".join(data), []
-                if payload.strip() == "[DONE]":
+        decoder = sse.EventDecoder(limit)
+        while chunk := response.read1(READ_SIZE):
+            for data in decoder.feed(chunk):
+                if data.strip() == b"[DONE]":
                     self.completed = True
                     self._finished()
                     return
-                yield json.loads(payload)
-        if data and "\n".join(data).strip() == "[DONE]":
+                yield json.loads(data.decode("utf-8", "replace"))
+        last = decoder.end()
+        if last is not None and last.strip() == b"[DONE]":
             self.completed = True
         self._finished()
 
+    def _whole(self, limit: int) -> bytes:
+        """The rest of the body, at most ``limit`` bytes (``sse.EventTooBig`` beyond: it is one event)."""
+        assert self.response is not None
+        parts, size = [], 0
+        while chunk := self.response.read1(READ_SIZE):
+            size += len(chunk)
+            if size > limit:
+                raise sse.EventTooBig(limit)
+            parts.append(chunk)
+        return b"".join(parts)
+
     def _finished(self) -> None:
-        """Read what is left of the body, briefly; keep the connection if that worked."""
+        """The answer ended: keep the connection if the rest of its body (a chunked body's
+        last chunk) comes within ``DRAIN_SECONDS`` and ``DRAIN_BYTES``; else close it. An answer
+        that ends with its connection is not waited for at all: whatever the server does after
+        ``[DONE]``, the caller goes on at once."""
         connection, response = self.connection, self.response
         assert connection is not None and response is not None
-        try:
-            if not response.isclosed():
-                if connection.sock is not None:
-                    connection.sock.settimeout(DRAIN_SECONDS)
-                response.read()
+        keep = False
+        if not response.will_close and not self.aborted:
+            self._watch(DRAIN_SECONDS, self.abort)  # a timer, not a read timeout: a trickle cannot stretch it
+            try:
+                budget = DRAIN_BYTES
+                while budget > 0 and not response.isclosed() and (chunk := response.read1(budget)):
+                    budget -= len(chunk)
+            except (OSError, http.client.HTTPException, ValueError):
+                pass
+            self._unwatch()
             with self._lock:
-                keep = not response.will_close and not self.aborted
-                self._released = keep
-            if keep:
-                POOL.give(self.target, connection)
-                return
-        except (OSError, http.client.HTTPException, ValueError):
-            pass
-        connection.close()
+                keep = self._released = response.isclosed() and not self.aborted
+        else:
+            self._unwatch()
+        if keep:
+            POOL.give(self.target, connection)
+            return
+        self._drop()
+
+    def _drop(self) -> None:
+        """Close the connection and the response (which holds the socket of an answer that
+        ends with its connection)."""
+        if self.response is not None:
+            self.response.close()
+        if self.connection is not None:
+            self.connection.close()
 
     def close(self) -> None:
         """Done with it: a connection whose answer was not read to its end is closed."""
+        self._unwatch()
         with self._lock:
             released = self._released
         if not released and self.connection is not None:
             self.abort()
-            self.connection.close()
+            self._drop()
+
+
+def _shut(sock: socket.socket | None) -> None:
+    """Shut ``sock`` both ways, which wakes a thread blocked reading it. The plain socket's
+    ``shutdown``: TLS's own would also drop the TLS state under the reading thread's feet."""
+    if sock is None:
+        return
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except (OSError, ValueError):
+        pass
 
 
 def _readError(response: http.client.HTTPResponse) -> Any:

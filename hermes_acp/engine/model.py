@@ -21,8 +21,8 @@ from typing import Any
 import attrs
 
 from hermes_acp import safejson
-from hermes_acp.config import Endpoint
-from hermes_acp.engine import chat_http
+from hermes_acp.config import DEFAULT_MODEL_MAX_EVENT, DEFAULT_MODEL_MAX_REPLY, DEFAULT_MODEL_REPLY_SECONDS, Endpoint
+from hermes_acp.engine import chat_http, sse
 from hermes_acp.engine.cancel import Cancellation
 
 log = logging.getLogger(__name__)
@@ -71,12 +71,45 @@ class ModelReply:
     reasoningField: str = "reasoning_content"
 
 
+@attrs.frozen
+class ReplyLimits:
+    """How big and how long one reply may be: bytes of one server-sent event (or line, or a
+    whole JSON answer), bytes of its text, reasoning and tool arguments together, and seconds
+    from the request to its end (retries included). Over any, the reply ends with a
+    ``ModelError`` that names the bound and the variable that raises it."""
+
+    maxEvent: int = DEFAULT_MODEL_MAX_EVENT
+    maxReply: int = DEFAULT_MODEL_MAX_REPLY
+    seconds: float = DEFAULT_MODEL_REPLY_SECONDS
+
+    def eventError(self, endpoint: Endpoint) -> ModelError:
+        return ModelError(f"The model endpoint {endpoint.shownURL} sent an event (or a line) over "
+                          f"{_size(self.maxEvent)}, the limit of HERMES_ACP_MODEL_MAX_EVENT; the reply was stopped. "
+                          "Raise HERMES_ACP_MODEL_MAX_EVENT if the endpoint really sends such events.")
+
+    def replyError(self) -> ModelError:
+        return ModelError(f"The model's reply passed {_size(self.maxReply)} of text, reasoning and tool arguments, "
+                          "the limit of HERMES_ACP_MODEL_MAX_REPLY; it was stopped. "
+                          "Raise HERMES_ACP_MODEL_MAX_REPLY to allow longer replies.")
+
+    def timeError(self) -> ModelError:
+        return ModelError(f"The model's reply took longer than {self.seconds:g} s, the limit of "
+                          "HERMES_ACP_MODEL_REPLY_SECONDS; it was stopped. "
+                          "Raise HERMES_ACP_MODEL_REPLY_SECONDS to allow slower replies.")
+
+
+def _size(count: int) -> str:
+    return f"{count / 1048576:g} MiB ({count} bytes)" if count >= 1048576 else f"{count} bytes"
+
+
 @attrs.define
 class _Accumulator:
-    """Builds a ``ModelReply`` from stream chunks."""
+    """Builds a ``ModelReply`` from stream chunks; what it keeps is bounded (``ReplyLimits.maxReply``)."""
 
     onText: Callable[[str], None]
     onReasoning: Callable[[str], None]
+    limits: ReplyLimits = ReplyLimits()
+    size: int = 0
     text: list[str] = attrs.field(factory=list)
     reasoning: list[str] = attrs.field(factory=list)
     refusal: list[str] = attrs.field(factory=list)
@@ -120,7 +153,15 @@ class _Accumulator:
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
 
+    def _grow(self, text: str) -> None:
+        """Count ``text`` into the reply before it is kept or shown: the delta that would
+        pass the bound is neither."""
+        self.size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        if self.size > self.limits.maxReply:
+            raise self.limits.replyError()
+
     def _emit(self, parts: list[str], callback: Callable[[str], None], text: str) -> None:
+        self._grow(text)
         parts.append(text)
         self.delivered = True
         callback(text)
@@ -131,6 +172,8 @@ class _Accumulator:
         arguments = function.get("arguments") or ""
         if not isinstance(arguments, str):  # a whole answer may give them as an object
             arguments = json.dumps(arguments)
+        self._grow(name)
+        self._grow(arguments)
         callId = call.get("id") or ""
         index = call.get("index")
         if not isinstance(index, int):
@@ -262,6 +305,7 @@ class ModelClient:
     readTimeout: float = 600.0
     maxRetries: int = 4
     backoff: float = 0.5
+    limits: ReplyLimits = ReplyLimits()
     _target: chat_http.Target | None = attrs.field(default=None, init=False, repr=False)
 
     def target(self) -> chat_http.Target:
@@ -293,11 +337,12 @@ class ModelClient:
                                      **({"tools": tools} if tools else {}), **options})
         attempt = 0
         began = time.monotonic()
+        deadline = began + self.limits.seconds
         log.debug("model request: %s, %d messages, %d tools", model, len(messages), len(tools))
         while True:
-            accumulator = _Accumulator(onText, onReasoning)
+            accumulator = _Accumulator(onText, onReasoning, self.limits)
             try:
-                reply = self._stream(request, accumulator, cancellation)
+                reply = self._stream(request, accumulator, cancellation, deadline)
             except Exception as e:
                 error = classify(e, self.endpoint, model)
             else:
@@ -306,31 +351,43 @@ class ModelClient:
                           model, reply.finishReason, usage.get("prompt_tokens", "?"),
                           usage.get("completion_tokens", "?"), time.monotonic() - began, attempt)
                 return reply
-            if not error.retryable or accumulator.delivered or attempt >= self.maxRetries:
+            delay = error.retryAfter or min(20.0, self.backoff * 2**attempt)
+            if (not error.retryable or accumulator.delivered or attempt >= self.maxRetries
+                    or delay >= deadline - time.monotonic()):  # no time left for another try
                 log.debug("model request failed after %.2f s and %d retries", time.monotonic() - began, attempt)
                 raise error
-            delay = error.retryAfter or min(20.0, self.backoff * 2**attempt)
             attempt += 1
             log.warning("model request failed (%s); retry %d in %.1f s", error, attempt, delay)
             if cancellation.sleep(delay):
                 return accumulator.reply(CANCELLED_FINISH)
 
-    def _stream(self, request: dict[str, Any], accumulator: _Accumulator, cancellation: Cancellation) -> ModelReply:
-        exchange = chat_http.Exchange(self.target())
+    def _stream(self, request: dict[str, Any], accumulator: _Accumulator, cancellation: Cancellation,
+                deadline: float) -> ModelReply:
+        """One attempt. Once cancelled, nothing more of the answer is absorbed (nor shown):
+        what is already read past the cancel is dropped with the connection."""
+        exchange = chat_http.Exchange(self.target(), deadline - time.monotonic())
         headers = _authorization(self.endpoint, exchange.target)
         try:
             with cancellation.calling(exchange.abort):
                 try:
                     exchange.post("/chat/completions", request, headers, self.connectTimeout, self.readTimeout)
-                    for event in exchange.events():
+                    for event in exchange.events(self.limits.maxEvent):
+                        if cancellation.cancelled:
+                            break
                         accumulator.absorb(event)
-                except Exception:
+                except Exception as e:
                     if cancellation.cancelled:
                         return accumulator.reply(CANCELLED_FINISH)
+                    if exchange.expired:
+                        raise self.limits.timeError() from None
+                    if isinstance(e, sse.EventTooBig):
+                        raise self.limits.eventError(self.endpoint) from None
                     raise
             if cancellation.cancelled and accumulator.finish is None:
                 return accumulator.reply(CANCELLED_FINISH)
             if not exchange.completed and accumulator.finish is None:
+                if exchange.expired:  # the deadline shut the socket: the read saw an end, not an error
+                    raise self.limits.timeError()
                 raise ModelError(f"The connection to the model endpoint {self.endpoint.shownURL} broke before "
                                  "the answer ended", retryable=True)
             return accumulator.reply()
@@ -362,8 +419,11 @@ def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[tuple[str, int
     if endpoint.models:
         return [(model, None) for model in endpoint.models]
     exchange = chat_http.Exchange(_target(endpoint))
+    limits = ReplyLimits()  # the list is one JSON answer: it gets an event's bound
     try:
-        body = exchange.json("/models", _authorization(endpoint, exchange.target), timeout)
+        body = exchange.json("/models", _authorization(endpoint, exchange.target), timeout, limits.maxEvent)
+    except sse.EventTooBig:
+        raise limits.eventError(endpoint) from None
     except ValueError as e:
         raise ModelError(f"The model endpoint {endpoint.shownURL} sent a malformed model list: {e}") from e
     except Exception as e:
