@@ -310,6 +310,8 @@ class PropertyTests(SynchronousTestCase):
     @given(histories(), st.booleans(), st.sampled_from([4096, 8000, 32_000]),
            st.sampled_from(["written", "error", "empty", "not asked"]))
     @example([*batch("b0", ["r" * 230]), {"role": "user", "content": "u"}], False, 4096, "written")  # a shortening that grew
+    @example([summaryMessage("old", "## Goal\nearlier work"), {"role": "user", "content": "u"},
+              {"role": "assistant", "content": "a" * 100}], True, 4096, "written")  # the request twice, the summary lost
     def test_compaction_never_orphans_a_tool_result(self, live: list[dict[str, Any]], force: bool, window: int,
                                                     summary: str) -> None:
         """Whatever the summary does (written, failed, empty, not asked for), a compaction

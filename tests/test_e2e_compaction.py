@@ -313,9 +313,9 @@ async def test_compactCommandAndItsAlias(scriptedServer, tmp_path) -> None:
 @pytest_twisted.ensureDeferred
 async def test_refusedSummariesSetTheOldestPromptsAside(scriptedServer, tmp_path) -> None:
     """Big prompts (the cheap pass cannot shorten them) and summaries the endpoint refuses:
-    each compaction sets the oldest prompts aside instead, the first card says why (the
-    endpoint's words), the agent stops asking for summaries after two failures, and every
-    prompt ends normally, without an overflow."""
+    ``/compact`` sets the older prompts aside and says why (the endpoint's words); each later
+    compaction sets the oldest aside too, without saying it again; after two failed summaries
+    the agent stops asking for one; every prompt ends normally, without an overflow."""
     model, url = scriptedServer
     smallWindow(model, [[{"status": 400, "error": "summaries are not allowed here"}]])
     home = str(tmp_path / "home")
@@ -324,19 +324,29 @@ async def test_refusedSummariesSetTheOldestPromptsAside(scriptedServer, tmp_path
         async with connect(RecordingClient(), env=modelEnv(url, home)) as (conn, _, wire, process):
             await initialized(conn)
             sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
-            stops = [(await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text(big(n))]), 30)).stop_reason
-                     for n in range(10)]
-            return sid, stops, updates(wire, sid), wire.problems()
 
-    sid, stops, found, problems = await onLoop(scenario())
+            async def prompt(words: str) -> str:
+                return (await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text(words)]), 30)).stop_reason
+
+            stops = [await prompt(big(0)), await prompt(big(1))]
+            before = liveMessages(home, sid)
+            stops.append(await prompt("/compact"))
+            compacted = liveMessages(home, sid)
+            stops += [await prompt(big(n)) for n in range(2, 10)]
+            return sid, stops, before, compacted, updates(wire, sid), wire.problems()
+
+    sid, stops, before, compacted, found, problems = await onLoop(scenario())
     assert problems == []
-    assert stops == ["end_turn"] * 10
+    assert stops == ["end_turn"] * 11
     cards = compactionCards(found)
     assert len(cards) >= 3 and all(c["status"] == "completed" for c in cards)
     shown = [c["content"][0]["content"]["text"] for c in cards]
-    assert "summaries are not allowed here" in shown[0] and "Set aside the" in shown[0]
-    assert all(s.startswith("Set aside the") for s in shown[1:])
-    assert len(model.summaryRequests) == 2 and model.overflows == 0
+    assert shown[0].startswith("The summary could not be written (the summary request failed: ")
+    assert "summaries are not allowed here" in shown[0] and "Set aside the 2 oldest messages" in shown[0]
+    assert [m["content"][:5] for m in compacted[1:]] == ["big 1", "ok"] and "'big 0 w" in compacted[0]["content"]
+    assert len(compacted) < len(before)
+    assert all(s.startswith("Set aside the") for s in shown[1:]), "told once"
+    assert len(model.summaryRequests) == 2 and model.overflows == 0  # /compact's, then one more
     history = liveMessages(home, sid)
     assert [m["content"][:6] for m in history if m["role"] == "user"][-1] == "big 9 "
     assert history[0]["content"].startswith("[Left out") and re.search(r"requests 'big \d+ w", history[0]["content"])

@@ -358,7 +358,7 @@ class Compactor:
         else:
             latest = None
         if not any(not isSummary(m) for m in flatten(older)):
-            squeezed = self._squeezed(flatten(pinned), pinned + newest, fixed)
+            squeezed = self._squeezed(flatten(older + pinned), newest, fixed)  # the summary stays, and the request once
             after = fixed + self.size(squeezed)
             if after > (before - fixed) * PROGRESS + fixed:
                 return Outcome("failed", error=f"nothing old enough to compact: all {before - fixed:,} tokens of the "
@@ -367,16 +367,16 @@ class Compactor:
             return Outcome("completed", squeezed, "shortened", "Cut the newest tool results to fit "
                            f"(about {before:,} → {after:,} tokens).", before=before, after=after)
         if not ask:
-            return self._setAside(compactionId, cheap, latest, newest, fixed, before)
+            return self._setAside(compactionId, cheap, latest, newest, fixed, before, force)
         previous = next((contentText(m.get("content")).removeprefix(FRAME) for m in flatten(older) if isSummary(m)), "")
         try:
             summary = self._summary(older, previous, focus).strip()
         except Cancelled:
             return Outcome("cancelled", error="cancelled", before=before, after=before)
         except Exception as e:
-            return self._setAside(compactionId, cheap, latest, newest, fixed, before, f"the summary request failed: {e}")
+            return self._setAside(compactionId, cheap, latest, newest, fixed, before, force, f"the summary request failed: {e}")
         if not summary:
-            return self._setAside(compactionId, cheap, latest, newest, fixed, before, "the model wrote an empty summary")
+            return self._setAside(compactionId, cheap, latest, newest, fixed, before, force, "the model wrote an empty summary")
         summary = _cut(summary, self.estimator.chars(self.budget.summaryTokens * 3 // 2))  # it ignored max_tokens
         head = [summaryMessage(compactionId, summary), *flatten(pinned)]
         messages = head + flatten(newest)
@@ -385,14 +385,14 @@ class Compactor:
             messages = self._squeezed(head, newest, fixed)
             after = fixed + self.size(messages)
         if after - fixed > (before - fixed) * PROGRESS:  # a summary too long: setting aside may do better
-            return self._setAside(compactionId, cheap, latest, newest, fixed, before)
+            return self._setAside(compactionId, cheap, latest, newest, fixed, before, force)
         return Outcome("completed", messages, "summarised", summary, before=before, after=after)
 
     def _setAside(self, compactionId: str, cheap: list[Unit], latest: int | None, newest: list[Unit], fixed: int,
-                  before: int, failure: str = "") -> Outcome:
+                  before: int, force: bool, failure: str = "") -> Outcome:
         """For want of a summary (``failure``: why the request failed): the oldest of the
-        ``cheap`` units set aside, as few as it takes to get under the target, and a note in
-        their place. The user's latest request (at ``latest``) stays; a request to continue a
+        ``cheap`` units set aside, as few as it takes to get under the target (with ``force``,
+        all of them: what the summary would have replaced), and a note in their place. The user's latest request (at ``latest``) stays; a request to continue a
         cut-off answer goes with that answer (no two user turns in a row); the newest tool
         results are cut when even setting everything aside is not enough."""
         old = next((u[0] for u in cheap if isSummary(u[0])), None)
@@ -410,7 +410,7 @@ class Compactor:
         rest = self.size(flatten(newest))
         after = fixed + sum(sizes) + rest
         for i in droppable:
-            if after <= self.budget.target:
+            if after <= self.budget.target and not force:
                 break
             gone.add(i)
             if i + 1 < len(cheap) and SYNTHETIC_KEY in cheap[i + 1][0]:
