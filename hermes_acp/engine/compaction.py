@@ -392,35 +392,35 @@ class Compactor:
                   before: int, force: bool, failure: str = "") -> Outcome:
         """For want of a summary (``failure``: why the request failed): the oldest of the
         ``cheap`` units set aside, as few as it takes to get under the target (with ``force``,
-        all of them: what the summary would have replaced), and a note in their place. The user's latest request (at ``latest``) stays; a request to continue a
-        cut-off answer goes with that answer (no two user turns in a row); the newest tool
-        results are cut when even setting everything aside is not enough."""
+        all of them: what the summary would have replaced), and a note in their place. The
+        user's latest request (at ``latest``) stays; a request to continue a cut-off answer
+        goes with that answer (no two user turns in a row); the newest tool results are cut
+        when even setting everything aside is not enough."""
         old = next((u[0] for u in cheap if isSummary(u[0])), None)
         previous = _cut(previousSummary(old), self.estimator.chars(min(self.budget.summaryTokens,
                                                                        self.budget.target // 3))) if old else ""
         left = (old or {}).get(LEFT_OUT_KEY) or {}
-        sizes = [self.size(u) for u in cheap]
-        droppable = [i for i, u in enumerate(cheap) if i != latest and not isSummary(u[0])]
-        gone: set[int] = set()
-
-        def note() -> Message:
-            requests = [contentText(cheap[i][0].get("content")) for i in sorted(gone) if isRequest(cheap[i][0])]
-            return setAsideMessage(compactionId, previous, [*left.get("requests", ()), *requests], left.get("earlier", 0))
-
-        rest = self.size(flatten(newest))
-        after = fixed + sum(sizes) + rest
-        for i in droppable:
+        requests: list[str] = list(left.get("requests", ()))
+        sizes = [0 if isSummary(u[0]) else self.size(u) for u in cheap]
+        kept, rest = sum(sizes), self.size(flatten(newest))
+        noteSize = self.size([setAsideMessage(compactionId, previous, ["n" * NAMED_CHARS] * NAMED, 1)])  # at most
+        after, gone = fixed + self.size(flatten(cheap)) + rest, set[int]()
+        for i in (i for i, u in enumerate(cheap) if i != latest and not isSummary(u[0])):
             if after <= self.budget.target and not force:
                 break
-            gone.add(i)
-            if i + 1 < len(cheap) and SYNTHETIC_KEY in cheap[i + 1][0]:
-                gone.add(i + 1)  # "continue" without the answer it continues
-            after = fixed + self.size([note()]) + rest + sum(s for j, s in enumerate(sizes)
-                                                              if j not in gone and not isSummary(cheap[j][0]))
+            follows = i + 1 < len(cheap) and SYNTHETIC_KEY in cheap[i + 1][0]  # "continue" goes with its answer
+            for j in (i, i + 1) if follows else (i,):
+                if j not in gone:
+                    gone.add(j)
+                    kept -= sizes[j]
+                    if isRequest(cheap[j][0]):
+                        requests.append(contentText(cheap[j][0].get("content")))
+            after = fixed + noteSize + kept + rest
         if not gone:
             messages = flatten(cheap + newest)
         else:
-            head = [note(), *flatten([u for i, u in enumerate(cheap) if i not in gone and not isSummary(u[0])])]
+            note = setAsideMessage(compactionId, previous, requests, left.get("earlier", 0))
+            head = [note, *flatten([u for i, u in enumerate(cheap) if i not in gone and not isSummary(u[0])])]
             messages = head + flatten(newest)
             if fixed + self.size(messages) > self.budget.target:
                 messages = self._squeezed(head, newest, fixed)
