@@ -380,10 +380,12 @@ class _Conversation:
     finalText: str = ""
     #: Characters of tool results the model has read in this turn (``_budgeted``).
     resultChars: int = 0
-    #: A compaction replaced ``live``; context-length errors recovered from; a window they taught.
+    #: A compaction replaced ``live``; context-length errors recovered from; a window they taught;
+    #: the request size under which no compaction is tried again after one failed in this run.
     replaced: bool = False
     overflows: int = 0
     learnedWindow: int | None = None
+    compactAgainAt: int = 0
     #: Replies the output limit cut that the turn went on from, and the text so far of a cut answer.
     continuations: int = 0
     cutText: str = ""
@@ -433,9 +435,13 @@ class _Conversation:
             if self.cancellation.cancelled:
                 return self.result(CANCELLED)
             sent = fixed + _sentChars(self.live)
-            if agent.contextWindow and agent.estimator.tokens(sent) > self._budget().threshold:
-                if self._compact("threshold", fixed).status == "cancelled":
+            tokens = agent.estimator.tokens(sent)
+            if agent.contextWindow and tokens > self._budget().threshold and tokens >= self.compactAgainAt:
+                status = self._compact("threshold", fixed).status
+                if status == "cancelled":
                     return self.result(CANCELLED)
+                if status == "failed":  # not again in this run until there is more that could be compacted
+                    self.compactAgainAt = tokens + self._budget().limit // 10
                 sent = fixed + _sentChars(self.live)
             text = _Unrepeated(shown, lambda delta: _notify(observer.text, delta))
             try:

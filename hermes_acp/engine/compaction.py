@@ -366,7 +366,8 @@ class Compactor:
                                f"{fixed:,} more)", before=before, after=before)
             return Outcome("completed", squeezed, "shortened", "Cut the newest tool results to fit "
                            f"(about {before:,} → {after:,} tokens).", before=before, after=after)
-        if not ask:
+        floor = fixed + self.size(self._squeezed(flatten(pinned), newest, fixed))  # with nothing older at all
+        if not ask or floor - fixed > (before - fixed) * PROGRESS:  # (then no summary can help: none is asked for)
             return self._setAside(compactionId, cheap, latest, newest, fixed, before, force)
         previous = next((contentText(m.get("content")).removeprefix(FRAME) for m in flatten(older) if isSummary(m)), "")
         try:
