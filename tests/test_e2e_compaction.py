@@ -41,9 +41,9 @@ def reading(model: ScriptedModel, turns: int) -> None:
         ])
 
 
-def files(folder: Path, turns: int) -> None:
+def files(folder: Path, turns: int, size: int = FILE_SIZE) -> None:
     for n in range(turns):
-        (folder / f"read_{n}.txt").write_text(f"file {n}\n" + "".join(f"{n}:{i} " + "z" * 70 + "\n" for i in range(FILE_SIZE // 76)))
+        (folder / f"read_{n}.txt").write_text(f"file {n}\n" + "".join(f"{n}:{i} " + "z" * 70 + "\n" for i in range(size // 76)))
 
 
 def summarised(messages: list[dict[str, Any]]) -> bool:
@@ -475,14 +475,9 @@ async def test_aFailingSummaryNeverStopsTheSession(scriptedServer, tmp_path, fai
     model.window = window
     model.windows["scripted-model"] = window
     model.summaries = Script([FAILING_SUMMARIES[failure]], repeat=True)
-    for n in range(turns):
-        model.addRule(f"turn {n} ", [
-            [{"tool_calls": [{"id": f"r{n}", "name": "read_file", "arguments": {"path": f"read_{n}.txt"}}]}],
-            [{"text": f"done {n}"}],
-        ])
+    reading(model, turns)
     model.addRule("one more", [[{"text": "sure"}]])
-    for n in range(turns):
-        (tmp_path / f"read_{n}.txt").write_text(f"file {n}\n" + "".join(f"{n}:{i} " + "z" * 70 + "\n" for i in range(8192 // 76)))
+    files(tmp_path, turns, 8192)
     home = str(tmp_path / "home")
 
     async def scenario():
