@@ -1,7 +1,7 @@
 """Keeping a conversation inside the model's context window (no Twisted).
 
 Before a model request that would pass the threshold, ``Compactor.compact`` makes the history
-smaller in two steps, stopping as soon as it is under the target:
+smaller in steps, stopping as soon as it is under the target:
 
 1. the cheap way: tool results of the older part shortened to one line, identical results
    collapsed into the last one, and huge tool-call arguments (a whole file written) shortened;
