@@ -514,6 +514,8 @@ async def test_aFailingSummaryNeverStopsTheSession(scriptedServer, tmp_path, fai
     assert all("oldest messages: they are archived, and session_search still finds them" in s for s in automatic)
     assert len(model.summaryRequests) == 2 + 1, "two failures in a row, then only /compact asks"
     assert requested.startswith("The summary could not be written (")  # /compact says so, and made room
+    before, after = (int(n.replace(",", "")) for n in re.findall(r"_About ([\d,]+) → ([\d,]+) tokens\._", requested)[0])
+    assert after < before
     last = model.chatRequests[-1]["messages"]
     assert "Left out to fit the context window" in last[0]["content"] and "session_search" in last[0]["content"]
     named = re.findall(r"'(turn \d+ please)'", last[0]["content"])
