@@ -462,3 +462,23 @@ async def test_aCompactionThatCannotHelpIsNotTriedAtEveryStep(scriptedServer, wo
     ended = [c for c in seen.compactions if c[0] == "ended"]
     assert [c[2] for c in ended] == ["failed"] and "nothing old enough" in ended[0][4]
     assert server.summaryRequests == [] and len(server.chatRequests) == 5
+
+
+def test_anotherModelOrThoughtLevelIsAskedForSummariesAgain(tmp_path: Path) -> None:
+    """Summaries stopped after failures come back when the session changes its model or
+    thought level (another may write them), and only then."""
+    from hermes_acp.engine_factory import EngineAgentFactory
+    from hermes_acp.session_state import SessionState
+
+    factory = EngineAgentFactory(lambda: Endpoint("custom", "http://127.0.0.1:9/v1", None, "m"))
+    session = SessionState(sessionId="s", cwd=str(tmp_path), model="a")
+    agent = factory.buildAgent(session)
+    for change in (None, "model", "thought_level"):
+        agent.summaryFailures = 2
+        if change == "model":
+            session.model = "b"
+        elif change == "thought_level":
+            session.config["thought_level"] = "low"
+        factory.configure(agent, session)
+        assert agent.summaryFailures == (2 if change is None else 0), change
+    assert (agent.model, agent.reasoningEffort) == ("b", "low")

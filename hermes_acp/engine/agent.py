@@ -56,7 +56,8 @@ RESULT_SHARE, TURN_SHARE = 0.25, 0.5
 MIN_RESULT_CHARS = 4000
 #: Context-length errors a turn recovers from (compact and retry), and failed summaries in a row
 #: after which the agent stops asking for one on its own: its compactions set the oldest
-#: exchanges aside instead (``/compact`` still asks, and a summary that works turns them back on).
+#: exchanges aside instead (``/compact`` still asks; a summary that works, another model or
+#: thought level, or a new conversation turns them back on).
 MAX_OVERFLOW_RETRIES, MAX_SUMMARY_FAILURES = 2, 2
 #: The window assumed by ``/compact`` when none is known.
 DEFAULT_WINDOW = 128_000
