@@ -454,11 +454,12 @@ async def test_noProgressLeavesTheHistoryAndSaysSo(scriptedServer, tmp_path) -> 
 
 
 #: Summary requests that fail: a reasoning model spending all its ``max_tokens`` thinking (an
-#: empty answer), an HTTP error, and garbage where the stream should be.
+#: empty answer), an HTTP error, and garbage where the stream should be (broken SSE, a web page).
 FAILING_SUMMARIES = {
     "empty": [{"reasoning": "Let me think about how to summarise this. " * 20}, {"finish": "length"}],
     "http-error": [{"status": 400, "error": "summaries are not allowed here"}],
     "garbage": [{"raw": "data: {this is not JSON\n\n"}],
+    "html": [{"status": 200, "body": "<html><body>Welcome to our portal</body></html>"}],
 }
 
 
