@@ -66,9 +66,12 @@ class EngineAgentFactory:
         return agent
 
     def configure(self, agent: AIAgent, session: SessionState) -> None:
-        """Apply a changed model, mode or thought level; history and tools stay."""
-        agent.model = session.model or agent.model
-        agent.reasoningEffort = reasoningEffort(session)
+        """Apply a changed model, mode or thought level; history and tools stay. Another model
+        or thought level may write the summaries the last failed to: they are asked for again."""
+        model, effort = session.model or agent.model, reasoningEffort(session)
+        if (model, effort) != (agent.model, agent.reasoningEffort):
+            agent.summaryFailures = 0
+        agent.model, agent.reasoningEffort = model, effort
         agent.setEditMode(session.mode)
 
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from hermes_acp.engine.compaction import (
-    FRAME, Budget, Cancelled, Compactor, Estimator, charCount, isSummary, shorten, summaryMessage, units,
+    FRAME, LEFT_OUT_KEY, SYNTHETIC_KEY, Budget, Cancelled, Compactor, Estimator, charCount, isRequest, isSummary,
+    setAsideMessage, shorten, summaryMessage, units,
 )
 
 
@@ -167,15 +168,76 @@ class CompactTests(SynchronousTestCase):
         assert second.messages is not None
         self.assertEqual(sum(isSummary(m) for m in second.messages), 1)
 
-    def test_failures_leave_the_history(self) -> None:
-        for summariser, status, error in [
-            (Summariser(fail=RuntimeError("boom")), "failed", "the summary request failed: boom"),
-            (Summariser(fail=Cancelled()), "cancelled", "cancelled"),
-            (Summariser(answer="  "), "failed", "the model wrote an empty summary"),
+    def test_a_cancel_leaves_the_history(self) -> None:
+        compactor, _ = self.compactor(summariser=Summariser(fail=Cancelled()))
+        outcome = compactor.compact("c1", history(12, answer=2000), 100)
+        self.assertEqual((outcome.status, outcome.messages, outcome.error), ("cancelled", None, "cancelled"))
+
+    def test_a_failed_summary_sets_the_oldest_aside(self) -> None:
+        """A summary that fails (an error, an empty answer) or is not asked for: the oldest
+        units are set aside, as few as it takes, and a note names the requests left out."""
+        live = history(12, answer=2000)
+        for summariser, ask, failure in [
+            (Summariser(fail=RuntimeError("boom")), True, "the summary request failed: boom"),
+            (Summariser(answer="  "), True, "the model wrote an empty summary"),
+            (Summariser(), False, ""),
         ]:
             compactor, _ = self.compactor(summariser=summariser)
-            outcome = compactor.compact("c1", history(12, answer=2000), 100)
-            self.assertEqual((outcome.status, outcome.messages, outcome.error), (status, None, error))
+            outcome = compactor.compact("c1", live, 100, ask=ask)
+            self.assertEqual((outcome.status, outcome.kind, outcome.summaryFailure), ("completed", "dropped", failure))
+            self.assertEqual(len(summariser.requests), int(ask))
+            assert outcome.messages is not None
+            wellFormed(outcome.messages)
+            self.assertLessEqual(outcome.after, compactor.budget.target)
+            note, kept = outcome.messages[0], outcome.messages[1:]
+            self.assertTrue(isSummary(note) and note["content"].startswith("[Left out to fit the context window"))
+            same = live[len(live) - len(kept):]  # the newest, in order (the older of them shortened)
+            self.assertEqual([(m["role"], m.get("tool_call_id")) for m in kept], [(m["role"], m.get("tool_call_id")) for m in same])
+            self.assertEqual((kept[-1], [m for m in kept if m["role"] == "user"]), (same[-1], [m for m in same if m["role"] == "user"]))
+            gone = [m["content"] for m in live[:len(live) - len(kept)] if isRequest(m)]
+            self.assertEqual(note[LEFT_OUT_KEY], {"requests": gone[-5:], "earlier": len(gone) - 5})
+            self.assertIn(f"{gone[-1]!r} (and {len(gone) - 5} earlier ones).", note["content"])
+            self.assertIn(f"Set aside the {len(live) - len(kept)} oldest messages", outcome.summary)
+            self.assertIn("session_search", note["content"])
+
+    def test_a_second_note_keeps_the_summary_and_what_it_named(self) -> None:
+        compactor, _ = self.compactor()
+        first = compactor.compact("c1", history(12), 100, force=True).messages
+        assert first is not None and first[0]["content"] == FRAME + "## Goal\nKeep going."
+        failing, _ = self.compactor(summariser=Summariser(answer=""))
+        second = failing.compact("c2", first + history(12, answer=2000), 100).messages
+        assert second is not None
+        self.assertTrue(second[0]["content"].startswith(FRAME + "## Goal\nKeep going.\n\n[Left out"))
+        third = failing.compact("c3", second + history(12, answer=2000), 100, ask=False).messages
+        assert third is not None
+        self.assertEqual(sum(isSummary(m) for m in third), 1)
+        self.assertEqual(third[0]["content"].count("Keep going."), 1)
+        self.assertEqual(third[0]["content"].count("[Left out"), 1, "one note, not a note in a note")
+        self.assertEqual(len(third[0][LEFT_OUT_KEY]["requests"]), 5)
+        self.assertGreater(third[0][LEFT_OUT_KEY]["earlier"], second[0][LEFT_OUT_KEY]["earlier"])
+
+    def test_setting_aside_keeps_the_latest_request_and_continuations_with_their_answer(self) -> None:
+        live = [{"role": "user", "content": "the one request"}, {"role": "assistant", "content": "cut " + "c" * 20_000},
+                {"role": "user", "content": "[continue]", SYNTHETIC_KEY: "continuation"}]
+        for n in range(8):  # answers: the cheap pass cannot shorten them
+            live += [*batch(f"s{n}", [f"{n}"]), {"role": "assistant", "content": f"{n} " + "z" * 500}]
+        outcome = Compactor(Budget.of(8000), Estimator(), Summariser(answer="")).compact("c1", live, 100)
+        assert outcome.messages is not None
+        self.assertEqual(outcome.kind, "dropped")
+        self.assertEqual(outcome.messages[1], {"role": "user", "content": "the one request"})
+        self.assertNotIn(SYNTHETIC_KEY, json.dumps(outcome.messages))
+        self.assertEqual(outcome.messages[2]["role"], "assistant")
+        wellFormed(outcome.messages)
+
+    def test_no_summary_is_asked_for_when_none_could_help(self) -> None:
+        """The latest exchange alone fills the window: the compaction fails without a request
+        (each would cost the model's time, and it would be tried again at every step)."""
+        compactor, summariser = self.compactor(summariser=Summariser(fail=RuntimeError("boom")))
+        live = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "v" * 30_000}]
+        outcome = compactor.compact("c1", live, 100)
+        self.assertEqual((outcome.status, outcome.messages, summariser.requests), ("failed", None, []))
+        self.assertIn("no progress: without the older messages the conversation is still", outcome.error)
 
     def test_no_progress_is_a_failure(self) -> None:
         compactor, _ = self.compactor(summariser=Summariser(answer="w" * 1000))
@@ -211,44 +273,88 @@ class CompactTests(SynchronousTestCase):
 
 @st.composite
 def histories(draw: Any) -> list[dict[str, Any]]:
-    """Random well-formed histories: prompts, answers, single calls and parallel batches of
-    results of any size, and now and then an earlier summary at the start."""
+    """Random well-formed histories: prompts, answers (some cut off by the output limit and
+    continued), single calls and parallel batches of results of any size, and now and then
+    an earlier summary (or note) at the start."""
     messages: list[dict[str, Any]] = []
-    if draw(st.booleans()):
+    start = draw(st.sampled_from(["", "summary", "note"]))
+    if start == "summary":
         messages.append(summaryMessage("old", "## Goal\nearlier work"))
+    elif start == "note":
+        messages.append(setAsideMessage("old", draw(st.sampled_from(["", "## Goal\nearlier work"])), ["u1", "u2"]))
     for n in range(draw(st.integers(1, 25))):
-        kind = draw(st.sampled_from(["user", "answer", "batch", "batch"]))
+        kind = draw(st.sampled_from(["user", "answer", "cut", "batch", "batch"]))
         if kind == "user":
             messages.append({"role": "user", "content": "u" * draw(st.integers(1, 3000))})
         elif kind == "answer":
             messages.append({"role": "assistant", "content": "a" * draw(st.integers(0, 2000))})
+        elif kind == "cut":
+            messages += [{"role": "assistant", "content": "c" * draw(st.integers(1, 6000))},
+                         {"role": "user", "content": "[continue]", SYNTHETIC_KEY: "continuation"},
+                         {"role": "assistant", "content": "d" * draw(st.integers(1, 2000))}]
         else:
             sizes = draw(st.lists(st.integers(0, 9000), min_size=1, max_size=5))
             messages += batch(f"b{n}", ["r" * size for size in sizes], draw(st.sampled_from(["read_file", "terminal"])))
     return messages
 
 
+def userTurnsInARow(messages: list[dict[str, Any]]) -> int:
+    """How many times two user turns follow each other in the request the endpoint gets."""
+    from hermes_acp.engine.agent import _request
+
+    roles = [m["role"] for m in _request({"role": "system", "content": "s"}, messages)]
+    return sum(a == b == "user" for a, b in zip(roles, roles[1:]))
+
+
 class PropertyTests(SynchronousTestCase):
-    @settings(max_examples=150, deadline=None)
-    @given(histories(), st.booleans(), st.sampled_from([4096, 8000, 32_000]))
-    @example([*batch("b0", ["r" * 230]), {"role": "user", "content": "u"}], False, 4096)  # a shortening that grew
-    def test_compaction_never_orphans_a_tool_result(self, live: list[dict[str, Any]], force: bool, window: int) -> None:
-        summariser = Summariser()
+    @settings(max_examples=300, deadline=None)
+    @given(histories(), st.booleans(), st.sampled_from([4096, 8000, 32_000]),
+           st.sampled_from(["written", "error", "empty", "not asked"]))
+    @example([*batch("b0", ["r" * 230]), {"role": "user", "content": "u"}], False, 4096, "written")  # a shortening that grew
+    @example([summaryMessage("old", "## Goal\nearlier work"), {"role": "user", "content": "u"},
+              {"role": "assistant", "content": "a" * 100}], True, 4096, "written")  # the request twice, the summary lost
+    def test_compaction_never_orphans_a_tool_result(self, live: list[dict[str, Any]], force: bool, window: int,
+                                                    summary: str) -> None:
+        """Whatever the summary does (written, failed, empty, not asked for), a compaction
+        keeps the history valid: no tool result without its call, the user's latest request
+        verbatim, one summary at most, no two user turns in a row that were not there
+        before, and smaller than it was; a failed summary never fails it while something
+        older than the latest exchange can be set aside."""
+        summariser = Summariser(answer="" if summary == "empty" else "## Goal\nKeep going.",
+                                fail=RuntimeError("boom") if summary == "error" else None)
         compactor = Compactor(Budget.of(window), Estimator(), summariser)
-        outcome = compactor.compact("c1", live, 200, force=force)
+        outcome = compactor.compact("c1", live, 200, force=force, ask=summary != "not asked")
         for request, maxTokens in summariser.requests:
             self.assertLessEqual(compactor.size(request) + maxTokens, window)
         if outcome.messages is None:
             self.assertEqual(outcome.after, outcome.before)
+            if summary != "written":
+                self.assertRegex(outcome.error, "^(nothing old enough|no progress|the conversation is empty)")
             return
+        if summary != "written":
+            self.assertIn(outcome.kind, ("shortened", "dropped"))
         wellFormed(outcome.messages)
         self.assertLess(outcome.after, outcome.before)
         self.assertEqual(outcome.after, 200 + compactor.size(outcome.messages))
         self.assertLessEqual(sum(isSummary(m) for m in outcome.messages), 1)
-        users = [m for m in live if m["role"] == "user" and not isSummary(m)]
+        self.assertLessEqual(userTurnsInARow(outcome.messages), userTurnsInARow(live))
+        users = [m for m in live if isRequest(m)]
         if users:  # the latest request is never summarised away
             self.assertIn(users[-1], outcome.messages)
         self.assertLessEqual(charCount(outcome.messages), charCount(live))
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.integers(1, 30), st.integers(0, 9000), st.booleans(), st.sampled_from([4096, 8000, 32_000]))
+    def test_a_failing_summary_always_makes_room(self, turns: int, size: int, force: bool, window: int) -> None:
+        """Turns of a request, reads and an answer, over the threshold, and no summary to be
+        had: the compaction completes under the threshold."""
+        compactor = Compactor(Budget.of(window), Estimator(), Summariser(answer=""))
+        live = history(turns, size=size, answer=size // 4)
+        if compactor.size(live) + 200 <= compactor.budget.threshold:
+            return
+        outcome = compactor.compact("c1", live, 200, force=force)
+        self.assertEqual(outcome.status, "completed", outcome.error)
+        self.assertLessEqual(outcome.after, compactor.budget.threshold)
 
 
 class ShownTests(SynchronousTestCase):

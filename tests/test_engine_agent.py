@@ -446,3 +446,39 @@ async def test_compactCountsTheToolsTheNextTurnSends(scriptedServer, workspace: 
     await deferToThread(agent.compact, history, seen, "", None, {wide.name: wide})
     plain, withTools = [c[5:] for c in seen.compactions if c[0] == "ended"]
     assert withTools[0] - plain[0] >= 2000 and withTools[1] - plain[1] >= 2000  # 8,000 characters ≈ 2,000 tokens
+
+
+@pytest_twisted.ensureDeferred
+async def test_aCompactionThatCannotHelpIsNotTriedAtEveryStep(scriptedServer, workspace: Path) -> None:
+    """A prompt over the threshold on its own: its compaction fails (nothing old enough, and
+    no summary is asked for), and the turn's next steps do not try again (nor show another
+    failed card) until the request has grown by a tenth of the window."""
+    server, url = scriptedServer
+    server.default.responses += [tools(call(f"t{n}", "todo")) for n in range(4)] + [[{"text": "done"}]]
+    agent, seen = makeAgent(url, workspace)
+    agent.contextWindow = 8000
+    result = await run(agent, "p" * 26_000)
+    assert (result.stop_reason, result.final_text) == ("end_turn", "done")
+    ended = [c for c in seen.compactions if c[0] == "ended"]
+    assert [c[2] for c in ended] == ["failed"] and "nothing old enough" in ended[0][4]
+    assert server.summaryRequests == [] and len(server.chatRequests) == 5
+
+
+def test_anotherModelOrThoughtLevelIsAskedForSummariesAgain(tmp_path: Path) -> None:
+    """Summaries stopped after failures come back when the session changes its model or
+    thought level (another may write them), and only then."""
+    from hermes_acp.engine_factory import EngineAgentFactory
+    from hermes_acp.session_state import SessionState
+
+    factory = EngineAgentFactory(lambda: Endpoint("custom", "http://127.0.0.1:9/v1", None, "m"))
+    session = SessionState(sessionId="s", cwd=str(tmp_path), model="a")
+    agent = factory.buildAgent(session)
+    for change in (None, "model", "thought_level"):
+        agent.summaryFailures = 2
+        if change == "model":
+            session.model = "b"
+        elif change == "thought_level":
+            session.config["thought_level"] = "low"
+        factory.configure(agent, session)
+        assert agent.summaryFailures == (2 if change is None else 0), change
+    assert (agent.model, agent.reasoningEffort) == ("b", "low")

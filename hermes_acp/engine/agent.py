@@ -56,9 +56,11 @@ DEFAULT_MAX_ITERATIONS = 90
 #: a result over its budget keeps its head and tail, with a note of what was cut.
 RESULT_SHARE, TURN_SHARE = 0.25, 0.5
 MIN_RESULT_CHARS = 4000
-#: Context-length errors a turn recovers from (compact and retry), and failed compactions in a
-#: row after which the agent stops compacting on its own (``/compact`` still does).
-MAX_OVERFLOW_RETRIES, MAX_COMPACTION_FAILURES = 2, 2
+#: Context-length errors a turn recovers from (compact and retry), and failed summaries in a row
+#: after which the agent stops asking for one on its own: its compactions set the oldest
+#: exchanges aside instead (``/compact`` still asks; a summary that works, another model or
+#: thought level, or a new conversation turns them back on).
+MAX_OVERFLOW_RETRIES, MAX_SUMMARY_FAILURES = 2, 2
 #: The window assumed by ``/compact`` when none is known.
 DEFAULT_WINDOW = 128_000
 #: A reply cut off by the output limit: an answer goes on (the model is asked to continue), a
@@ -66,8 +68,9 @@ DEFAULT_WINDOW = 128_000
 MAX_CONTINUATIONS, MAX_OUTPUT_TOKENS = 3, 32_768
 CONTINUE = ("[Your reply was cut off by the output limit. Continue exactly where it stopped, "
             "without repeating anything.]")
-GAVE_UP = ("Compacting this conversation failed twice in a row, so the agent stopped doing it on its own. "
-           "Run /compact to try again, or /reset to start fresh")
+#: What the compaction's card says first when its summary failed (once in a row of failures, and
+#: on every ``/compact``: later cards say only what was set aside).
+SUMMARY_FAILED = "The summary could not be written ({failure}). "
 # After a cancel, tools get this long to stop; the turn then ends without them (a
 # late tool's events and approval requests go to the ended turn, which drops them).
 TOOL_CANCEL_GRACE = 0.4
@@ -214,9 +217,9 @@ class AIAgent:
     compactAt: float = 0.9
     #: How big and how long one model reply may be.
     replyLimits: ReplyLimits = ReplyLimits()
-    #: Tokens per character as the endpoint counts them, and compactions that failed in a row.
+    #: Tokens per character as the endpoint counts them, and summaries that failed in a row.
     estimator: Estimator = attrs.field(factory=Estimator)
-    compactionFailures: int = 0
+    summaryFailures: int = 0
     #: The tool calls of one reply: at most ``maxToolCalls`` run (the rest are refused, with a
     #: message to the model), ``toolParallel`` of them at once, each holding one of
     #: ``toolSlots`` while it runs (the factory gives every agent of the process the same ones).
@@ -282,7 +285,7 @@ class AIAgent:
         ``extraTools`` join the agent's own for this run (the session's MCP tools).
         """
         if not conversation_history:
-            self.compactionFailures = 0  # a new conversation (or one after /reset) may compact again
+            self.summaryFailures = 0  # a new conversation (or one after /reset) asks for summaries again
         return self._start(lambda c: _Conversation(self, c, observer, workspace or LocalWorkspace(),
                                                    list(conversation_history or []), user_message,
                                                    dict(extraTools or {})).run(), cancelEvent)
@@ -415,10 +418,12 @@ class _Conversation:
     finalText: str = ""
     #: Characters of tool results the model has read in this turn (``_budgeted``).
     resultChars: int = 0
-    #: A compaction replaced ``live``; context-length errors recovered from; a window they taught.
+    #: A compaction replaced ``live``; context-length errors recovered from; a window they taught;
+    #: the request size under which no compaction is tried again after one failed in this run.
     replaced: bool = False
     overflows: int = 0
     learnedWindow: int | None = None
+    compactAgainAt: int = 0
     #: Replies the output limit cut that the turn went on from, and the text so far of a cut answer.
     continuations: int = 0
     cutText: str = ""
@@ -468,10 +473,13 @@ class _Conversation:
             if self.cancellation.cancelled:
                 return self.result(CANCELLED)
             sent = fixed + _sentChars(self.live)
-            if (agent.contextWindow and agent.estimator.tokens(sent) > self._budget().threshold
-                    and agent.compactionFailures < MAX_COMPACTION_FAILURES):
-                if self._compact("threshold", fixed).status == "cancelled":
+            tokens = agent.estimator.tokens(sent)
+            if agent.contextWindow and tokens > self._budget().threshold and tokens >= self.compactAgainAt:
+                status = self._compact("threshold", fixed).status
+                if status == "cancelled":
                     return self.result(CANCELLED)
+                if status == "failed":  # not again in this run until there is more that could be compacted
+                    self.compactAgainAt = tokens + self._budget().limit // 10
                 sent = fixed + _sentChars(self.live)
             text = _Unrepeated(shown, lambda delta: _notify(observer.text, delta))
             try:
@@ -547,12 +555,12 @@ class _Conversation:
         learned = error.window or int(agent.estimator.tokens(sent) * 0.9)
         if agent.contextWindow is None or learned < agent.contextWindow:
             agent.contextWindow = self.learnedWindow = learned  # the next turns keep it (the catalog learns it)
-        if agent.compactionFailures >= MAX_COMPACTION_FAILURES:
-            return False
         return self._compact("overflow", fixed, force=True).status == "completed"
 
     def _compact(self, reason: str, fixed: int, force: bool = False, focus: str = "") -> Outcome:
-        """One compaction of ``live``, reported to the observer; a failure leaves it as it was."""
+        """One compaction of ``live``, reported to the observer; a failure leaves it as it was.
+        It asks for a summary unless the last ``MAX_SUMMARY_FAILURES`` failed (``/compact``
+        always asks); the user hears once that summaries fail, not at every compaction."""
         agent, observer = self.agent, self.observer
         budget = self._budget()
         compactionId = uuid.uuid4().hex[:12]
@@ -570,21 +578,25 @@ class _Conversation:
                 raise Cancelled()
             return reply.text
 
+        requested = reason == "requested"
         outcome = Compactor(budget, agent.estimator, summarise, _sentChars).compact(
-            compactionId, self.live, agent.estimator.tokens(fixed), focus, force)
-        error = outcome.error
+            compactionId, self.live, agent.estimator.tokens(fixed), focus, force,
+            ask=requested or agent.summaryFailures < MAX_SUMMARY_FAILURES)
+        shown = outcome.summary
         if outcome.messages is not None:
             self.live, self.replaced = outcome.messages, True
             self.lastPromptTokens = outcome.after
-            agent.compactionFailures = 0
-        elif outcome.status == "failed" and reason != "requested":
-            agent.compactionFailures += 1
-            if agent.compactionFailures >= MAX_COMPACTION_FAILURES:
-                error = f"{error}. {GAVE_UP}"
+        if outcome.summaryFailure:
+            agent.summaryFailures += 1
+            if agent.summaryFailures == 1 or requested:
+                shown = SUMMARY_FAILED.format(failure=outcome.summaryFailure) + shown
+        elif outcome.kind == "summarised":
+            agent.summaryFailures = 0
+        why = outcome.error or outcome.summaryFailure
         log.info("compaction %s (%s): %s%s, %d -> %d tokens in %.3f s%s", compactionId, reason, outcome.status,
                  f" ({outcome.kind})" if outcome.kind else "", outcome.before, outcome.after,
-                 time.monotonic() - began, f": {error}" if error else "")
-        _notify(observer.compactionEnded, compactionId, outcome.status, outcome.summary, error,
+                 time.monotonic() - began, f": {why}" if why else "")
+        _notify(observer.compactionEnded, compactionId, outcome.status, shown, outcome.error,
                 outcome.before, outcome.after)
         return outcome
 

@@ -1,18 +1,22 @@
 """Keeping a conversation inside the model's context window (no Twisted).
 
 Before a model request that would pass the threshold, ``Compactor.compact`` makes the history
-smaller in two steps, stopping as soon as it is under the target:
+smaller in steps, stopping as soon as it is under the target:
 
 1. the cheap way: tool results of the older part shortened to one line, identical results
    collapsed into the last one, and huge tool-call arguments (a whole file written) shortened;
-2. a summary of the older part, written by the model, that updates the previous summary.
+2. a summary of the older part, written by the model, that updates the previous summary;
+3. when no summary can be had (the request failed, the answer was empty, or the agent stopped
+   asking after failures), the oldest units are set aside instead, as few as it takes, and a
+   note says what was left out. A long session never dies at its window for want of a summary.
 
 The history is cut into *units* that are never separated: a user message, or an assistant
 message with all the results of its tool calls (a parallel batch stays whole). The newest units,
 within a token budget, stay verbatim, and so does the user's latest request. The system prompt
 and the project instructions are rebuilt for every request, so they are never summarised. The
-summary joins the history as a user message framed as reference, not as instructions; the
-summary request itself is bounded to fit the window.
+summary (or the note) joins the history as a user message framed as reference, not as
+instructions; the summary request itself is bounded to fit the window. What a compaction
+replaces stays in the session's store, archived and found by ``session_search``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ SUMMARY_KEY, SYNTHETIC_KEY = "compaction", "synthetic"
 FRAME = ("[Context summary: reference only] The earlier part of this conversation was compacted into the "
          "summary below so that it fits the model's context window. It is background, not new instructions: "
          "answer the user's latest message, which comes after it.\n\n")
+#: The note that stands for the units set aside (``setAsideMessage``), and the key of the
+#: user's requests it names (the newest ``NAMED`` of them, ``NAMED_CHARS`` of each).
+SET_ASIDE = ("[Left out to fit the context window: the earlier messages of this conversation could not be "
+             "summarised and are not shown.{asked} They are archived: the session_search tool finds them. Answer "
+             "the user's latest message, which comes after this note.]")
+LEFT_OUT_KEY, NAMED, NAMED_CHARS = "leftOut", 5, 100
 #: A tool result of the older part longer than this becomes one line; arguments longer than
 #: ``LONG_ARGUMENTS`` have their long strings cut.
 LONG_RESULT, LONG_ARGUMENTS, LONG_STRING = 200, 1000, 200
@@ -125,11 +135,16 @@ class Outcome:
 
     status: str  # "completed", "failed" or "cancelled"
     messages: list[Message] | None = None
-    kind: str = ""  # of a completed one: "shortened" (the cheap pass was enough) or "summarised"
+    #: Of a completed one: "shortened" (the cheap pass was enough), "summarised", or "dropped"
+    #: (the oldest units set aside, for want of a summary).
+    kind: str = ""
     summary: str = ""
     error: str = ""
     before: int = 0
     after: int = 0
+    #: Why the summary request failed, when one was made and failed (the outcome may still
+    #: have completed, the oldest units set aside instead).
+    summaryFailure: str = ""
 
 
 class Cancelled(Exception):
@@ -162,6 +177,28 @@ def isRequest(message: Message) -> bool:
 
 def summaryMessage(compactionId: str, summary: str) -> Message:
     return {"role": "user", "content": FRAME + summary, SUMMARY_KEY: compactionId}
+
+
+def setAsideMessage(compactionId: str, previous: str, requests: Sequence[str], earlier: int = 0) -> Message:
+    """The note that stands for units set aside: the previous summary (if any) and what was
+    left out, naming the user's newest requests among it (``earlier``: how many more there
+    were). It is the history's one summary message (it joins the system prompt before a
+    user message, as a summary does); it keeps what it names, for the next note."""
+    named = [_cut(r, NAMED_CHARS) for r in requests[-NAMED:]]
+    earlier += len(requests) - len(named)
+    asked = (f" Among them were the user's requests {', '.join(map(repr, named))}"
+             + (f" (and {earlier} earlier ones)." if earlier else ".") if named else "")
+    note = SET_ASIDE.format(asked=asked)
+    return {"role": "user", "content": f"{FRAME}{previous}\n\n{note}" if previous else note,
+            SUMMARY_KEY: compactionId, LEFT_OUT_KEY: {"requests": named, "earlier": earlier}}
+
+
+def previousSummary(message: Message) -> str:
+    """The summary a summary message (or a note) carries, without its framing and note."""
+    text = contentText(message.get("content"))
+    if LEFT_OUT_KEY in message:
+        text = text.partition(SET_ASIDE[:30])[0] if text.startswith(FRAME) else ""
+    return text.removeprefix(FRAME).strip()
 
 
 def contentText(content: Any) -> str:
@@ -288,9 +325,10 @@ class Compactor:
         return self.estimator.tokens(self.measure(messages))
 
     def compact(self, compactionId: str, live: Sequence[Message], fixed: int, focus: str = "",
-                force: bool = False) -> Outcome:
+                force: bool = False, ask: bool = True) -> Outcome:
         """Compact ``live``; ``force`` (``/compact``, an overflow) writes a summary even when
-        the cheap pass got under the target."""
+        the cheap pass got under the target. Without ``ask`` (the agent stopped asking after
+        failed summaries), or when the summary fails, the oldest units are set aside instead."""
         before = fixed + self.size(live)
         if not live:
             return Outcome("failed", error="the conversation is empty", before=before, after=before)
@@ -301,6 +339,10 @@ class Compactor:
             keep -= 1
             used += self.size(parts[keep])
         keep = min(keep, len(parts) - 1)  # the newest unit always stays
+        while keep < len(parts) - 1 and SYNTHETIC_KEY in parts[keep][0]:
+            keep += 1  # a request to continue stays with the answer it continues (no two user turns)
+        if SYNTHETIC_KEY in parts[keep][0]:
+            keep = max(0, keep - 1)  # it is the newest: that answer stays too
         older, newest = parts[:keep], parts[keep:]
         cheap, changed = shorten(older, live)
         candidate = flatten(cheap + newest)  # in order: nothing moves in the cheap pass
@@ -313,8 +355,10 @@ class Compactor:
         if latest is not None and not any(isRequest(u[0]) for u in newest):
             pinned = [older[latest]]  # the user's latest request stays verbatim, right after the summary
             older = older[:latest] + older[latest + 1:]
+        else:
+            latest = None
         if not any(not isSummary(m) for m in flatten(older)):
-            squeezed = self._squeezed(flatten(pinned), pinned + newest, fixed)
+            squeezed = self._squeezed(flatten(older + pinned), newest, fixed)  # the summary stays, and the request once
             after = fixed + self.size(squeezed)
             if after > (before - fixed) * PROGRESS + fixed:
                 return Outcome("failed", error=f"nothing old enough to compact: all {before - fixed:,} tokens of the "
@@ -322,15 +366,18 @@ class Compactor:
                                f"{fixed:,} more)", before=before, after=before)
             return Outcome("completed", squeezed, "shortened", "Cut the newest tool results to fit "
                            f"(about {before:,} → {after:,} tokens).", before=before, after=after)
+        floor = fixed + self.size(self._squeezed(flatten(pinned), newest, fixed))  # with nothing older at all
+        if not ask or floor - fixed > (before - fixed) * PROGRESS:  # (then no summary can help: none is asked for)
+            return self._setAside(compactionId, cheap, latest, newest, fixed, before, force)
         previous = next((contentText(m.get("content")).removeprefix(FRAME) for m in flatten(older) if isSummary(m)), "")
         try:
             summary = self._summary(older, previous, focus).strip()
         except Cancelled:
             return Outcome("cancelled", error="cancelled", before=before, after=before)
         except Exception as e:
-            return Outcome("failed", error=f"the summary request failed: {e}", before=before, after=before)
+            return self._setAside(compactionId, cheap, latest, newest, fixed, before, force, f"the summary request failed: {e}")
         if not summary:
-            return Outcome("failed", error="the model wrote an empty summary", before=before, after=before)
+            return self._setAside(compactionId, cheap, latest, newest, fixed, before, force, "the model wrote an empty summary")
         summary = _cut(summary, self.estimator.chars(self.budget.summaryTokens * 3 // 2))  # it ignored max_tokens
         head = [summaryMessage(compactionId, summary), *flatten(pinned)]
         messages = head + flatten(newest)
@@ -338,10 +385,58 @@ class Compactor:
         if after > self.budget.target:  # the newest alone are too big: cut their tool results
             messages = self._squeezed(head, newest, fixed)
             after = fixed + self.size(messages)
-        if after - fixed > (before - fixed) * PROGRESS:
-            return Outcome("failed", error=f"no progress: the summary and the newest messages are {after:,} tokens, "
-                           f"the conversation was {before:,}", before=before, after=before)
+        if after - fixed > (before - fixed) * PROGRESS:  # a summary too long: setting aside may do better
+            return self._setAside(compactionId, cheap, latest, newest, fixed, before, force)
         return Outcome("completed", messages, "summarised", summary, before=before, after=after)
+
+    def _setAside(self, compactionId: str, cheap: list[Unit], latest: int | None, newest: list[Unit], fixed: int,
+                  before: int, force: bool, failure: str = "") -> Outcome:
+        """For want of a summary (``failure``: why the request failed): the oldest of the
+        ``cheap`` units set aside, as few as it takes to get under the target (with ``force``,
+        all of them: what the summary would have replaced), and a note in their place. The
+        user's latest request (at ``latest``) stays; a request to continue a cut-off answer
+        goes with that answer (no two user turns in a row); the newest tool results are cut
+        when even setting everything aside is not enough."""
+        old = next((u[0] for u in cheap if isSummary(u[0])), None)
+        previous = _cut(previousSummary(old), self.estimator.chars(min(self.budget.summaryTokens,
+                                                                       self.budget.target // 3))) if old else ""
+        left = (old or {}).get(LEFT_OUT_KEY) or {}
+        requests: list[str] = list(left.get("requests", ()))
+        sizes = [0 if isSummary(u[0]) else self.size(u) for u in cheap]
+        kept, rest = sum(sizes), self.size(flatten(newest))
+        noteSize = self.size([setAsideMessage(compactionId, previous, ["n" * NAMED_CHARS] * NAMED, 1)])  # at most
+        after, gone = fixed + self.size(flatten(cheap)) + rest, set[int]()
+        for i in (i for i, u in enumerate(cheap) if i != latest and not isSummary(u[0])):
+            if after <= self.budget.target and not force:
+                break
+            follows = i + 1 < len(cheap) and SYNTHETIC_KEY in cheap[i + 1][0]  # "continue" goes with its answer
+            for j in (i, i + 1) if follows else (i,):
+                if j not in gone:
+                    gone.add(j)
+                    kept -= sizes[j]
+                    if isRequest(cheap[j][0]):
+                        requests.append(contentText(cheap[j][0].get("content")))
+            after = fixed + noteSize + kept + rest
+        if not gone:
+            messages = flatten(cheap + newest)
+        else:
+            note = setAsideMessage(compactionId, previous, requests, left.get("earlier", 0))
+            head = [note, *flatten([u for i, u in enumerate(cheap) if i not in gone and not isSummary(u[0])])]
+            messages = head + flatten(newest)
+            if fixed + self.size(messages) > self.budget.target:
+                messages = self._squeezed(head, newest, fixed)
+        after = fixed + self.size(messages)
+        if after - fixed > (before - fixed) * PROGRESS:
+            why = f"{failure}; " if failure else ""
+            return Outcome("failed", error=f"no progress: {why}without the older messages the conversation is still "
+                           f"{after:,} tokens, it was {before:,}", before=before, after=before, summaryFailure=failure)
+        if not gone:
+            return Outcome("completed", messages, "shortened", f"Shortened earlier tool results and arguments "
+                           f"(about {before:,} → {after:,} tokens).", before=before, after=after,
+                           summaryFailure=failure)
+        count = sum(len(cheap[i]) for i in gone)
+        return Outcome("completed", messages, "dropped", f"Set aside the {count} oldest messages: they are archived, "
+                       "and session_search still finds them.", before=before, after=after, summaryFailure=failure)
 
     def _squeezed(self, head: list[Message], newest: Sequence[Unit], fixed: int) -> list[Message]:
         """``head`` and the ``newest`` units with their tool results cut toward the target."""
