@@ -94,8 +94,8 @@ def test_aReusedPidIsLeftAlone() -> None:
     other = subprocess.Popen(["sleep", seconds], start_new_session=True)
     try:
         start = lifeline.startTime(other.pid)
-        assert other.pid in lifeline._found({other.pid: start}, "no-such-agent.", 0, set())
-        assert lifeline._found({other.pid: start - 1}, "no-such-agent.", 0, set()) == set()
+        assert other.pid in lifeline._found({other.pid: start}, "HERMES_ACP_COMMAND=no-such-agent.", 0, set())
+        assert lifeline._found({other.pid: start - 1}, "HERMES_ACP_COMMAND=no-such-agent.", 0, set()) == set()
     finally:
         other.kill()
         other.wait()

@@ -20,8 +20,8 @@ so by accident). It is the one mark a process that left everything else
 behind still carries.
 
 While the agent lives, the agent writes on the pipe each process it starts
-(``PID STARTTIME``, the start time telling a reused pid apart), and the
-watchdog looks, about once a second and only while such a process lives, at
+(``PID STARTTIME``, the start time telling a reused pid apart; ``-PID`` once it
+has collected its exit status), and the watchdog looks, about once a second and only while such a process lives, at
 the agent's children for processes it adopted. At end-of-file the watchdog
 stops (SIGSTOP, so nothing forks any more) every process it finds, pass after
 pass until a pass finds no new one, then kills them all (SIGKILL) and exits.
@@ -52,8 +52,8 @@ import time
 
 #: How often the watchdog looks for processes the agent adopted, while any it knows of lives.
 POLL = 1.0
-#: The most processes the watchdog remembers; past it, the ended ones are forgotten first.
-MAX_KNOWN = 4096
+#: The longest line the agent writes (``PID STARTTIME``); anything longer is not the agent's.
+MAX_LINE = 64
 #: A sweep gives up finding more after this many passes (a fork bomb is stopped as it is found).
 MAX_PASSES = 200
 _PROC = "/proc"
@@ -102,7 +102,7 @@ class Lifeline:
     Not thread-safe by itself: ``processes`` calls it under its lock."""
 
     def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
+        self.prefix = prefix  # how the agent's mark begins in a process's environment: ``NAME=AGENT.``
         self.process: subprocess.Popen[bytes] | None = None
         self._write: int | None = None
         self.limit: int | None = None  # the agent's RLIMIT_RTTIME mark (0: none)
@@ -157,10 +157,18 @@ class Lifeline:
     def tell(self, pids: list[int]) -> bool:
         """Tell the watchdog about ``pids``; False when it is gone (start another).
         A message the pipe has no room for is dropped: the watchdog then finds
-        that process by its group, session, mark or parent."""
+        that process by its group, session, marks or parent."""
+        return self._send("".join(f"{pid} {startTime(pid)}\n" for pid in pids))
+
+    def forget(self, pid: int) -> None:
+        """``pid`` has ended and its exit status was collected: its number may be
+        anyone's from now on."""
+        self._send(f"-{pid}\n")
+
+    def _send(self, text: str) -> bool:
         if self._write is None:
             return False
-        message = "".join(f"{pid} {startTime(pid)}\n" for pid in pids).encode()
+        message = text.encode()
         try:
             while message:
                 message = message[os.write(self._write, message[:512]):]
@@ -211,7 +219,7 @@ def _found(known: dict[int, int], prefix: str, limit: int, skip: set[int]) -> se
     mine = {pid for pid, start in known.items() if pid in table and table[pid][4] == start}
     # A group or session keeps the number of its first leader while it has members.
     leaders = {pid for pid, start in known.items() if pid not in table or table[pid][4] == start}
-    entry = f"HERMES_ACP_COMMAND={prefix}".encode()
+    entry = prefix.encode()
     for pid, (state, _, group, session, _) in table.items():
         if pid in mine or state == "Z":
             continue
@@ -275,6 +283,19 @@ def _forgetEnded(known: dict[int, int]) -> None:
             del known[pid]
 
 
+def _read(line: bytes, known: dict[int, int]) -> None:
+    """One line from the agent: ``PID STARTTIME`` (it started that process), or
+    ``-PID`` (it collected that one's exit)."""
+    try:
+        if line.startswith(b"-"):
+            known.pop(int(line[1:]), None)
+        else:
+            pid, start = (int(field) for field in line.split())
+            known[pid] = start
+    except ValueError:
+        pass
+
+
 def watch(agent: int, prefix: str, limit: int, fd: int) -> None:
     """Wait for the agent's end, keeping track of its processes; then sweep."""
     known: dict[int, int] = {}
@@ -289,18 +310,13 @@ def watch(agent: int, prefix: str, limit: int, fd: int) -> None:
             if not data:
                 break
             *lines, pending = (pending + data).split(b"\n")
+            pending = pending[:MAX_LINE]
             for line in lines:
-                try:
-                    pid, start = (int(field) for field in line.split())
-                except ValueError:
-                    continue
-                known[pid] = start
-        if hasProc and (time.monotonic() - looked >= POLL or len(known) > MAX_KNOWN):
+                _read(line, known)
+        if hasProc and time.monotonic() - looked >= POLL:
             looked = time.monotonic()
             _adopted(agent, known, skip)
             _forgetEnded(known)
-            while len(known) > MAX_KNOWN:  # every one lives: forget the oldest told
-                del known[next(iter(known))]
     if hasProc:
         _adopted(agent, known, skip)  # the agent's children may not have been handed on yet
     sweep(known, prefix, limit, skip)

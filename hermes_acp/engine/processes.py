@@ -53,7 +53,7 @@ _lock = threading.Lock()
 _registered: set[int] = set()
 _subreaper: bool | None = None
 _ended = False  # endAll has run: the agent is exiting and starts nothing more
-_lifeline = lifeline.Lifeline(f"{_AGENT}.")
+_lifeline = lifeline.Lifeline(f"{MARK}={_AGENT}.")
 
 
 class Ending(OSError):
@@ -123,8 +123,10 @@ def _blankStartupCredentials() -> None:
 
 
 def unregister(pid: int) -> None:
+    """``pid``, one of the agent's own, has ended and been waited for."""
     with _lock:
         _registered.discard(pid)
+        _lifeline.forget(pid)
 
 
 def spawn(
