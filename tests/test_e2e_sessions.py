@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import stat
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -16,8 +15,8 @@ import acp
 import pytest
 import pytest_twisted
 
-from .e2e import agentText, journaled, modelEnv, text, toolCalls, uniqueSleep, updates
-from .sdkclient import connect, initialized, onLoop, raw
+from .e2e import agentText, commandRunning, journaled, modelEnv, text, toolCalls, uniqueSleep, updates
+from .sdkclient import connect, initialized, onLoop, raw, until
 
 JOURNALED_ONLY = {"user_message_chunk"}  # journaled, not sent live (the editor shows its own prompt)
 # Sent live, not journaled: commands after each new/load; mode and options (a load answers with them).
@@ -247,7 +246,7 @@ async def test_killedMidTurnLoadsWithNothingSpinning(scriptedServer, tmp_path) -
             process.kill()
             await process.wait()
             running.cancel()
-            subprocess.run(["pkill", "-f", command])  # a killed agent cannot end its commands
+            await until(lambda: not commandRunning(command), 30, "the killed agent's command to end (its lifeline)")
             return sid
 
     async def reborn(sid):
