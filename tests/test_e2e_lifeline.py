@@ -23,6 +23,7 @@ from .e2e import text
 from .mcp_e2e import scripted
 from .sdkclient import RecordingClient, connect, initialized, onLoop, until
 from .test_e2e_safety import Machine, approve, terminal
+from .test_lifeline import sleeping
 
 SUPPORT = sandbox.probe()
 
@@ -41,15 +42,6 @@ def escapes(folder: Path, seconds: str) -> tuple[str, str, list[Path]]:
     second = (f"setsid {sleeper(pids[2])} & nohup {sleeper(pids[3])} & (env -i setsid {sleeper(pids[4])} &); "
               f"{sleeper(pids[5])}")
     return first, second, pids
-
-
-def running(pid: int, seconds: str) -> bool:
-    """Whether ``pid`` is still one of this test's sleepers (a reused pid is not)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return seconds.encode() in f.read() and not processGone(pid)
-    except OSError:
-        return False
 
 
 def watchdogOf(agent: int) -> list[int]:
@@ -96,7 +88,7 @@ async def test_nothingOutlivesTheAgent(scriptedServer, tmp_path: Path, death: st
             sid = (await conn.new_session(cwd=str(machine.work), mcp_servers=[mcp])).session_id
             asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("go")]))
             found["pids"] = [await pidIn(path) for path in [*pidFiles, mcpChild]]
-            assert all(running(pid, seconds) for pid in found["pids"][:-1])
+            assert all(sleeping(pid, seconds) for pid in found["pids"][:-1])
             found["watchdog"] = watchdogOf(process.pid)
             assert len(found["watchdog"]) == 1
             if death == "SIGKILL":
@@ -111,11 +103,11 @@ async def test_nothingOutlivesTheAgent(scriptedServer, tmp_path: Path, death: st
     try:
         await onLoop(scenario())
         pids = found["pids"]
-        await onLoop(until(lambda: not any(running(pid, seconds) for pid in pids[:-1]), 30,
+        await onLoop(until(lambda: not any(sleeping(pid, seconds) for pid in pids[:-1]), 30,
                            "every escaped command process to end"))
         await onLoop(until(lambda: processGone(pids[-1]), 30, "the MCP server's child to end"))
         await onLoop(until(lambda: all(processGone(pid) for pid in found["watchdog"]), 30, "the watchdog to exit"))
     finally:
         for pid, what in zip(found.get("pids", []), [seconds] * 6 + ["600"]):
-            if running(pid, what):
+            if sleeping(pid, what):
                 os.kill(pid, signal.SIGKILL)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,20 +14,13 @@ import pytest
 from hermes_acp.engine import lifeline
 
 from .agentproc import processGone
+from .test_processes import waitFor
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="the watchdog finds processes in /proc")
 
 
-def waitFor(condition, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
 def sleeping(pid: int, seconds: str) -> bool:
+    """Whether ``pid`` is still one of this test's sleepers (a reused pid is not)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return seconds.encode() in f.read() and not processGone(pid)
@@ -54,7 +46,9 @@ def run(command):
 if killWatchdog:
     run("true").wait()
     first = processes._lifeline.process.pid
-    run(f"kill -9 {first}").wait()
+    os.kill(first, signal.SIGKILL)  # as a command could
+    while open(f"/proc/{first}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)  # a watchdog still dying reads what it is told (and loses it)
     run("true").wait()  # finds the watchdog gone, starts another
     assert processes._lifeline.process.pid != first
     print(first, flush=True)
@@ -79,8 +73,8 @@ def test_whatAKilledAgentLeftEndsWithIt(tmp_path: Path, killWatchdog: bool) -> N
     watchdogs = [int(line) for line in run.stdout.split()]
     pids = [int((tmp_path / f"{name}.pid").read_text()) for name in "abcd"]
     try:
-        assert waitFor(lambda: not any(sleeping(pid, seconds) for pid in pids))
-        assert waitFor(lambda: all(processGone(pid) for pid in watchdogs))
+        assert waitFor(lambda: not any(sleeping(pid, seconds) for pid in pids), 30)
+        assert waitFor(lambda: all(processGone(pid) for pid in watchdogs), 30)
     finally:
         for pid in pids:
             if sleeping(pid, seconds):

@@ -21,8 +21,9 @@ behind still carries.
 
 While the agent lives, the agent writes on the pipe each process it starts
 (``PID STARTTIME``, the start time telling a reused pid apart; ``-PID`` once it
-has collected its exit status), and the watchdog looks, about once a second and only while such a process lives, at
-the agent's children for processes it adopted. At end-of-file the watchdog
+has collected its exit status), and the watchdog looks, about once a second
+and only while such a process lives, at the agent's children for processes
+it adopted. At end-of-file the watchdog
 stops (SIGSTOP, so nothing forks any more) every process it finds, pass after
 pass until a pass finds no new one, then kills them all (SIGKILL) and exits.
 It finds:
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import select
 import signal
 import subprocess
@@ -77,7 +79,7 @@ def _stat(pid: int) -> list[str] | None:
         return None
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     """The children of every thread of ``pid`` (an adopted process may belong to any)."""
     found: list[int] = []
     try:
@@ -114,8 +116,6 @@ class Lifeline:
         if self.limit is None:
             self.limit = 0
             try:
-                import resource
-
                 number = resource.RLIMIT_RTTIME
                 hard = resource.getrlimit(number)[1]
                 top = 1 << 50 if hard == resource.RLIM_INFINITY else min(hard, 1 << 50)
@@ -123,7 +123,7 @@ class Lifeline:
                 if value > 1:
                     resource.setrlimit(number, (value, value))
                     self.limit = value
-            except (ImportError, AttributeError, ValueError, OSError):
+            except (AttributeError, ValueError, OSError):  # no RLIMIT_RTTIME (macOS)
                 pass
         return self.limit
 
@@ -267,7 +267,7 @@ def sweep(known: dict[int, int], prefix: str, limit: int, skip: set[int]) -> int
 
 def _adopted(agent: int, known: dict[int, int], skip: set[int]) -> None:
     """Remember the agent's children that are new."""
-    for pid in _children(agent):
+    for pid in children(agent):
         if pid not in known and pid not in skip:
             start = startTime(pid)
             if start >= 0:

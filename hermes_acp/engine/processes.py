@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 
 from hermes_acp.engine import lifeline, sandbox
+from hermes_acp.engine.lifeline import children
 from hermes_acp.engine.secrets import AGENT_CREDENTIALS, ENDPOINT_URLS
 
 log = logging.getLogger(__name__)
@@ -198,7 +199,7 @@ def _watched(pid: int) -> None:
         except OSError as e:  # the process runs: the next one tries again
             log.warning("%s; processes may outlive the agent if it is killed", e.strerror)
             return
-        _lifeline.tell(_children(os.getpid()))
+        _lifeline.tell(children(os.getpid()))
 
 
 def _refuseWhenEnding() -> None:
@@ -219,17 +220,6 @@ def release(process: subprocess.Popen[bytes]) -> None:
     reapAdopted()
 
 
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                found.extend(int(child) for child in f.read().split())
-    except (OSError, ValueError):
-        pass
-    return found
-
-
 def descendants(roots: Iterable[int]) -> list[int]:
     """``roots`` and every process below them, parents first."""
     order: list[int] = []
@@ -240,7 +230,7 @@ def descendants(roots: Iterable[int]) -> list[int]:
         if pid not in seen:
             seen.add(pid)
             order.append(pid)
-            pending.extend(_children(pid))
+            pending.extend(children(pid))
     return order
 
 
@@ -260,7 +250,7 @@ def _adopted() -> list[int]:
     """The agent's children that it did not start itself."""
     with _lock:
         registered = set(_registered)
-    return [pid for pid in _children(os.getpid()) if pid not in registered]
+    return [pid for pid in children(os.getpid()) if pid not in registered]
 
 
 def _kill(pids: Iterable[int]) -> None:
@@ -291,14 +281,14 @@ def endAll() -> None:
     global _ended
     _ended = True
     watchdog = _lifeline.process.pid if _lifeline.process is not None else None
-    _kill(descendants(pid for pid in _children(os.getpid()) if pid != watchdog)[::-1])
+    _kill(descendants(pid for pid in children(os.getpid()) if pid != watchdog)[::-1])
 
 
 def reapAdopted() -> None:
     """Collect the exit status of adopted processes that have ended (never of
     the agent's own children: their owners wait for them)."""
     with _lock:
-        for pid in _children(os.getpid()):
+        for pid in children(os.getpid()):
             if pid not in _registered:
                 try:
                     os.waitpid(pid, os.WNOHANG)
