@@ -115,3 +115,23 @@ def test_commandsHoldNoEndOfTheLifeline(tmp_path: Path) -> None:
     assert processes._lifeline.started
     pipes = [int(line.split()[0]) for line in out.decode().splitlines() if line.split()[1].startswith("pipe:")]
     assert pipes == [1]
+
+
+def test_withoutProcTheGroupsOfKnownProcessesEnd(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where there is no ``/proc`` (macOS) the sweep kills the process group of
+    each process it was told about, with whatever stayed in it."""
+    seconds = unique(320)
+    leader = subprocess.Popen(["/bin/sh", "-c", f"sleep {seconds} & echo $!; wait"], stdout=subprocess.PIPE,
+                              start_new_session=True, text=True)
+    child = int(leader.stdout.readline())
+    try:
+        monkeypatch.setattr(lifeline, "_PROC", "/no-proc-here")
+        assert lifeline.startTime(leader.pid) == 0
+        lifeline.sweep({leader.pid: 0}, "HERMES_ACP_COMMAND=no-such-agent.", 0, set())
+        assert leader.wait(30) == -9
+        assert waitFor(lambda: not sleeping(child, seconds), 30)
+    finally:
+        if sleeping(child, seconds):
+            os.kill(child, 9)
+        leader.kill()
+        leader.wait()
