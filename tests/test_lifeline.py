@@ -135,3 +135,28 @@ def test_withoutProcTheGroupsOfKnownProcessesEnd(monkeypatch: pytest.MonkeyPatch
             os.kill(child, 9)
         leader.kill()
         leader.wait()
+
+
+_NO_WATCHDOG = """
+import os, sys
+from hermes_acp.engine import lifeline, processes
+
+real = sys.executable
+sys.executable = "/no/such/python"  # the watchdog cannot start
+try:
+    processes.spawn(["true"], None, dict(os.environ))
+except OSError as e:
+    print("refused:", e.strerror, flush=True)
+sys.executable = real
+process, _ = processes.spawn(["true"], None, dict(os.environ))
+print("then:", process.wait(30), processes._lifeline.started, flush=True)
+"""
+
+
+def test_noCommandRunsWithoutAWatchdog() -> None:
+    """A command the agent could not end if it died does not run: when the
+    watchdog cannot start, the command fails and says why; the next one tries again."""
+    run = subprocess.run([sys.executable, "-c", _NO_WATCHDOG], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "refused: cannot start the agent's watchdog: No such file or directory", "then: 0 True"]
