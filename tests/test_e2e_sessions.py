@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import stat
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -16,8 +15,8 @@ import acp
 import pytest
 import pytest_twisted
 
-from .e2e import agentText, journaled, modelEnv, text, toolCalls, uniqueSleep, updates
-from .sdkclient import connect, initialized, onLoop, raw
+from .e2e import agentText, commandRunning, journaled, modelEnv, text, toolCalls, uniqueSleep, updates
+from .sdkclient import connect, initialized, onLoop, raw, until
 from .test_e2e_turns import EditorClient
 
 JOURNALED_ONLY = {"user_message_chunk"}  # journaled, not sent live (the editor shows its own prompt)
@@ -248,7 +247,7 @@ async def test_killedMidTurnLoadsWithNothingSpinning(scriptedServer, tmp_path) -
             process.kill()
             await process.wait()
             running.cancel()
-            subprocess.run(["pkill", "-f", command])  # a killed agent cannot end its commands
+            await until(lambda: not commandRunning(command), 30, "the killed agent's command to end (its lifeline)")
             return sid
 
     async def reborn(sid):

@@ -13,11 +13,17 @@ Adopted processes that exit are reaped here; the agent's own children are
 registered while they run so that they are never reaped behind their owner's
 back (anything else that starts processes must start them through ``spawn``,
 or register them with ``started``).
+
+None of that runs when the agent is killed: so the first process started also
+starts the agent's watchdog (``lifeline``), and every one started is reported
+to it; when the agent is gone, however it went, the watchdog ends them all,
+and whatever they left running.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import resource
 import signal
@@ -30,10 +36,15 @@ from typing import Any
 
 import attrs
 
-from hermes_acp.engine import sandbox
+from hermes_acp.engine import lifeline, sandbox
+from hermes_acp.engine.lifeline import children
 from hermes_acp.engine.secrets import AGENT_CREDENTIALS, ENDPOINT_URLS
 
+log = logging.getLogger(__name__)
+
 MARK = "HERMES_ACP_COMMAND"
+#: This agent's part of every mark (``AGENT.COMMAND``): the watchdog finds its processes by it.
+_AGENT = uuid.uuid4().hex[:16]
 _PR_SET_CHILD_SUBREAPER, _PR_SET_DUMPABLE = 36, 4
 
 #: Variables whose startup values are blanked: the agent's keys, and its URLs (which may hold a password).
@@ -43,6 +54,7 @@ _lock = threading.Lock()
 _registered: set[int] = set()
 _subreaper: bool | None = None
 _ended = False  # endAll has run: the agent is exiting and starts nothing more
+_lifeline = lifeline.Lifeline(f"{MARK}={_AGENT}.")
 
 
 class Ending(OSError):
@@ -112,8 +124,10 @@ def _blankStartupCredentials() -> None:
 
 
 def unregister(pid: int) -> None:
+    """``pid``, one of the agent's own, has ended and been waited for."""
     with _lock:
         _registered.discard(pid)
+        _lifeline.forget(pid)
 
 
 def spawn(
@@ -124,17 +138,24 @@ def spawn(
     when given; returns the process and its mark. A ``SandboxError`` or another
     ``OSError`` when it cannot start. Call ``release`` once it has been waited for."""
     becomeSubreaper()
-    mark = uuid.uuid4().hex
+    mark = newMark()
     environment = {**env, MARK: mark}
     start: Callable[[], subprocess.Popen[bytes]] = lambda: subprocess.Popen(  # noqa: E731
         argv, cwd=cwd, env=environment, start_new_session=True,
         preexec_fn=None if limits.empty else limits.apply, **popen)
     with _lock:  # no reaping between the fork and the registration
         _refuseWhenEnding()
+        _startLifeline()  # in this thread: the watchdog is never sandboxed
         process = start() if policy is None else sandbox.runConfined(policy, start)
         _registered.add(process.pid)
+        _watched(process.pid)
         _killWhenEnding(process.pid)
     return process, mark
+
+
+def newMark() -> str:
+    """A mark for one command (or MCP server) of this agent: what it starts inherits it."""
+    return f"{_AGENT}.{uuid.uuid4().hex}"
 
 
 def started(start: Callable[[], int]) -> int:
@@ -145,10 +166,40 @@ def started(start: Callable[[], int]) -> int:
     becomeSubreaper()
     with _lock:
         _refuseWhenEnding()
+        _startLifeline()
         pid = start()
         _registered.add(pid)
+        _watched(pid)
         _killWhenEnding(pid)
     return pid
+
+
+def _startLifeline() -> None:
+    """Under the lock, before the first process starts: the watchdog that ends
+    what the agent leaves when it dies."""
+    if not _lifeline.started:
+        _newLifeline()
+
+
+def _newLifeline() -> None:
+    if _lifeline.process is not None:
+        _registered.discard(_lifeline.process.pid)
+    try:
+        _registered.add(_lifeline.start())
+    except OSError as e:
+        raise OSError(e.errno, f"cannot start the agent's watchdog: {e.strerror}") from e
+
+
+def _watched(pid: int) -> None:
+    """Under the lock: tell the watchdog about ``pid``. One that is gone (a
+    command killed it) is replaced, and told about every child of the agent."""
+    if not _lifeline.tell([pid]):
+        try:
+            _newLifeline()
+        except OSError as e:  # the process runs: the next one tries again
+            log.warning("%s; processes may outlive the agent if it is killed", e.strerror)
+            return
+        _lifeline.tell(children(os.getpid()))
 
 
 def _refuseWhenEnding() -> None:
@@ -169,17 +220,6 @@ def release(process: subprocess.Popen[bytes]) -> None:
     reapAdopted()
 
 
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                found.extend(int(child) for child in f.read().split())
-    except (OSError, ValueError):
-        pass
-    return found
-
-
 def descendants(roots: Iterable[int]) -> list[int]:
     """``roots`` and every process below them, parents first."""
     order: list[int] = []
@@ -190,7 +230,7 @@ def descendants(roots: Iterable[int]) -> list[int]:
         if pid not in seen:
             seen.add(pid)
             order.append(pid)
-            pending.extend(_children(pid))
+            pending.extend(children(pid))
     return order
 
 
@@ -210,7 +250,7 @@ def _adopted() -> list[int]:
     """The agent's children that it did not start itself."""
     with _lock:
         registered = set(_registered)
-    return [pid for pid in _children(os.getpid()) if pid not in registered]
+    return [pid for pid in children(os.getpid()) if pid not in registered]
 
 
 def _kill(pids: Iterable[int]) -> None:
@@ -240,14 +280,15 @@ def endAll() -> None:
     would otherwise outlive it."""
     global _ended
     _ended = True
-    _kill(descendants(_children(os.getpid()))[::-1])
+    watchdog = _lifeline.process.pid if _lifeline.process is not None else None
+    _kill(descendants(pid for pid in children(os.getpid()) if pid != watchdog)[::-1])
 
 
 def reapAdopted() -> None:
     """Collect the exit status of adopted processes that have ended (never of
     the agent's own children: their owners wait for them)."""
     with _lock:
-        for pid in _children(os.getpid()):
+        for pid in children(os.getpid()):
             if pid not in _registered:
                 try:
                     os.waitpid(pid, os.WNOHANG)

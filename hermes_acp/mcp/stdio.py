@@ -83,7 +83,8 @@ class StdioServer:
         self.process = RPCChild(self.connection, self._stderr)
         cwd = self.cwd if os.path.isdir(self.cwd) else ""
         argv = [sys.executable, "-I", "-S", "-c", _BOOT, str(os.getpid()), cwd, self.spec.command, *self.spec.args]
-        env = environment(self.spec)
+        # A mark of its own: what it leaves is found by the agent's lifeline, and no command's cancel ends it.
+        env = {**environment(self.spec), processes.MARK: processes.newMark()}
         self.pid = processes.started(
             lambda: self.reactor.spawnProcess(self.process, sys.executable, argv, env=env).pid)
         self.process.whenEnded().addCallback(lambda _: self._ended())
