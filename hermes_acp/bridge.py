@@ -144,6 +144,8 @@ class TurnEvents(Protocol):
 
     def terminalStarted(self, callId: str, terminalId: str) -> None: ...
 
+    def commandOutput(self, callId: str, output: str) -> None: ...
+
     def askCommand(self, callId: str, command: str, reason: str) -> Deferred[str]: ...
 
     def askEdit(self, callId: str, proposal: EditProposal) -> Deferred[str]: ...
@@ -183,6 +185,9 @@ class BridgedObserver:
 
     def terminalStarted(self, callId: str, terminalId: str) -> None:
         self.bridge.event(self.turn.terminalStarted, callId, terminalId)
+
+    def commandOutput(self, callId: str, output: str) -> None:
+        self.bridge.event(self.turn.commandOutput, callId, output)
 
     def approveCommand(self, callId: str, command: str, reason: str) -> str:
         answer: str = self.bridge.call(self.turn.askCommand, callId, command, reason)

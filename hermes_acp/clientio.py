@@ -116,9 +116,11 @@ class ClientWorkspace:
         self, command: str, cwd: str, timeout: float, cancelEvent: threading.Event,
         outputLimit: int = DEFAULT_OUTPUT_LIMIT, onStarted: Callable[[str], object] | None = None,
         policy: Policy | None = None, limits: Limits | None = None, env: Mapping[str, str] | None = None,
+        onOutput: Callable[[str], object] | None = None,
     ) -> CommandResult:
-        if not self.terminals or policy is not None:
-            return self.local.runCommand(command, cwd, timeout, cancelEvent, outputLimit, None, policy, limits, env)
+        if not self.terminals or policy is not None:  # the editor's terminal shows its own output
+            return self.local.runCommand(command, cwd, timeout, cancelEvent, outputLimit, None, policy, limits, env,
+                                         onOutput)
         if cancelEvent.is_set():
             return CommandResult(output="", exitCode=None, cancelled=True)
         terminalId = callInReactor(

@@ -61,6 +61,10 @@ class ITurnObserver(Interface):
     def terminalStarted(callId: str, terminalId: str) -> None:
         """The editor made a terminal for the call's command."""
 
+    def commandOutput(callId: str, output: str) -> None:
+        """The output so far of the call's command, which runs here (not in an
+        editor's terminal); a few times a second at most."""
+
     def callTool(callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
         """Run a tool that lives outside the engine (an MCP server's), asking the
         user first where that is the rule; (what the model reads, failed, extras)."""

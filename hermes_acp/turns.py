@@ -50,7 +50,7 @@ from .mcp.toolset import Route
 from .mcp.wire import CallFailed
 from .oneshot import OneShot
 from .params import field
-from .render import planEntries, textContent
+from .render import CONTENT_LIMIT, fenced, planEntries, textContent, truncateMiddle
 from .session_state import SessionState
 from .store import timestamp
 from .updates import usageUpdate
@@ -405,6 +405,16 @@ class Turn:
             update = {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
                       "content": [{"type": "terminal", "terminalId": terminalId}]}
             self.services.updates.send(self.session, update)
+
+    def commandOutput(self, callId: str, output: str) -> None:
+        """The output so far of a command that runs here: shown in its card as the editor's
+        terminal would show it. Not journaled: the card's final update carries the output."""
+        card = self.cards.get(callId)
+        if card is not None and self.phase != ANSWERED and not self.cancelled:
+            body = truncateMiddle(output, CONTENT_LIMIT)
+            update = {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
+                      "content": [textContent(fenced(body) if body.strip() else "(no output yet)")]}
+            self.services.updates.send(self.session, update, journal=False)
 
     def sweep(self) -> None:
         """Give every tool card still open a final status."""

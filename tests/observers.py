@@ -28,6 +28,7 @@ class RecordingObserver:
         self.edits: list[tuple[str, Any]] = []
         self.reads: list[tuple[str, str, str]] = []
         self.terminals: list[tuple[str, str]] = []
+        self.outputs: list[tuple[str, str]] = []
         #: (call id, how many events came before it started running)
         self.running: list[tuple[str, int]] = []
         self.delegated: list[tuple[str, str, dict[str, Any]]] = []
@@ -78,6 +79,9 @@ class RecordingObserver:
 
     def terminalStarted(self, callId: str, terminalId: str) -> None:
         self.terminals.append((callId, terminalId))
+
+    def commandOutput(self, callId: str, output: str) -> None:
+        self.outputs.append((callId, output))
 
     def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
         with self.lock:

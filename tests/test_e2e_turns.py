@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
+import sqlite3
 import tempfile
 
 import acp
@@ -322,6 +324,40 @@ class EditorClient(RecordingClient):
     async def kill_terminal(self, session_id, terminal_id, **kw):
         self.calls.append(("kill", terminal_id))
         return None
+
+
+@pytest_twisted.ensureDeferred
+async def test_commandOutputShowsAsItComes(scriptedServer, tmp_path) -> None:
+    """A command that runs here (in the sandbox, even for an editor with terminals)
+    shows its output in the card while it runs, a few times a second, as the editor's
+    terminal would; the card's last update has all of it, and only that is journaled."""
+    server, url = scriptedServer
+    home = tempfile.mkdtemp()
+    command = "for i in 1 2 3 4 5 6; do echo line$i; sleep 0.3; done"
+    server.default.responses += [
+        [{"tool_calls": [{"id": "t", "name": "terminal", "arguments": {"command": command}}]}],
+        [{"text": "done"}],
+    ]
+    client = EditorClient()
+
+    async def scenario():
+        async with connect(client, env=modelEnv(url, home)) as (conn, _, wire, process):
+            await initialized(conn, terminal=True)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text("count")])
+            return sid, updates(wire, sid), wire.problems()
+
+    sid, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert not [c for c in client.calls if c[0] == "terminal"]  # the sandbox ran it, not the editor
+    [card] = [c for c in toolCalls(found).values() if c["kind"] == "execute"]
+    shown = [json.dumps(u["content"]) for u in found
+             if u.get("toolCallId") == card["toolCallId"] and u.get("content") and "status" not in u]
+    assert any("line1" in s and "line6" not in s for s in shown), shown  # seen before the command ended
+    assert card["status"] == "completed" and "line6" in json.dumps(card["content"])
+    with sqlite3.connect(os.path.join(home, "state.db"), timeout=5) as db:
+        journal = [p for (p,) in db.execute("SELECT payload FROM acp_journal WHERE session_id = ?", (sid,))]
+    assert not any("line1" in p and "line6" not in p for p in journal)
 
 
 @pytest_twisted.ensureDeferred

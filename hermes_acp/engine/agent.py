@@ -342,6 +342,7 @@ class AIAgent:
             todos=self.todos, locks=self._locks, searchSessions=self.sessionSearch,
             sandbox=self.sandbox, limits=self.limits,
             terminalStarted=lambda terminalId: _notify(observer.terminalStarted, callId, terminalId),
+            commandOutput=lambda output: _notify(observer.commandOutput, callId, output),
             delegate=lambda name, arguments: _delegated(observer.callTool(callId, name, arguments)),
         )
 

@@ -27,6 +27,8 @@ DEFAULT_OUTPUT_LIMIT = 50_000
 # job that keeps the pipe open does not hold the tool call past it.
 _DRAIN_GRACE = 0.5
 _POLL = 0.05
+#: How often a running command's output so far is shown (``Workspace.runCommand``'s ``onOutput``).
+OUTPUT_EVERY = 0.5
 # The shell's output is read through a pipe; the shell is told to be non-interactive.
 _CHILD_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "TERM": "dumb"}
 
@@ -62,8 +64,11 @@ class Workspace(Protocol):
     of output, from the start and the end; ``meta`` carries anything extra the
     editor should know (such as a client terminal id). When the command runs in
     one of the editor's terminals, ``onStarted(terminalId)`` is called (in the
-    caller's thread) as soon as the terminal exists. ``env`` adds to the
-    command's environment (a read-only git's safe settings).
+    caller's thread) as soon as the terminal exists; when it runs here,
+    ``onOutput(text)`` gets the output so far (capped the same way) as it comes,
+    at most every ``OUTPUT_EVERY`` seconds, so the card shows what the editor's
+    terminal would. ``env`` adds to the command's environment (a read-only git's
+    safe settings).
     """
 
     def readText(self, path: str) -> str: ...
@@ -81,6 +86,7 @@ class Workspace(Protocol):
         policy: Policy | None = None,
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
+        onOutput: Callable[[str], object] | None = None,
     ) -> CommandResult: ...
 
 
@@ -160,6 +166,7 @@ class LocalWorkspace:
         policy: Policy | None = None,
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
+        onOutput: Callable[[str], object] | None = None,
     ) -> CommandResult:
         """Run ``command`` in its own process group with stdin from /dev/null,
         sandboxed by ``policy`` when given, without the agent's credentials.
@@ -181,8 +188,9 @@ class LocalWorkspace:
         fd = process.stdout.fileno()
         cap = OutputCap(outputLimit)
         deadline = time.monotonic() + timeout
-        timedOut = cancelled = eof = False
+        timedOut = cancelled = eof = unshown = False
         exitedAt: float | None = None
+        showAt = time.monotonic() + OUTPUT_EVERY
         try:
             while True:
                 if eof:
@@ -194,10 +202,14 @@ class LocalWorkspace:
                     chunk = os.read(fd, 65536)
                     cap.feed(chunk)
                     eof = not chunk
+                    unshown = unshown or bool(chunk)
                 if cancelEvent.is_set():
                     cancelled = True
                     break
                 now = time.monotonic()
+                if unshown and onOutput is not None and now >= showAt and process.poll() is None:
+                    onOutput(cap.text())
+                    unshown, showAt = False, now + OUTPUT_EVERY
                 if now > deadline:
                     timedOut = True
                     break

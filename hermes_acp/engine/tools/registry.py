@@ -62,7 +62,7 @@ class ToolContext:
     """What one tool call may use: the session's folder, I/O, approvals and state.
 
     ``approveCommand(command, confined, escalation, cwd)``, ``approveEdit``,
-    ``approveRead(path)`` and ``terminalStarted`` are bound to the call, so the
+    ``approveRead(path)``, ``terminalStarted`` and ``commandOutput`` are bound to the call, so the
     user is asked about this call and no other. ``sandbox`` is the policy that
     confines the session's local commands (None: this machine has no sandbox,
     or the user turned it off); ``limits`` bound each command's resources."""
@@ -79,6 +79,7 @@ class ToolContext:
     limits: Limits = Limits()
     searchSessions: SessionSearch | None = None
     terminalStarted: Callable[[str], object] = lambda terminalId: None
+    commandOutput: Callable[[str], object] = lambda output: None
     #: ``delegate(name, arguments)``: run a tool that lives outside the engine (an
     #: MCP server's) through the turn that owns this call.
     delegate: Callable[[str, dict[str, Any]], ToolOutcome] = lambda name, arguments: ToolOutcome(

@@ -53,7 +53,8 @@ def runTerminal(ctx: ToolContext, command: str, timeout: int, workdir: str | Non
     env = readonly.GIT_SAFE_ENV if policy is None and readonly.isReadOnly(command, cwd) else None
     try:
         result = ctx.workspace.runCommand(command, cwd, float(timeout), ctx.cancelEvent,
-                                          onStarted=ctx.terminalStarted, policy=policy, limits=ctx.limits, env=env)
+                                          onStarted=ctx.terminalStarted, policy=policy, limits=ctx.limits, env=env,
+                                          onOutput=ctx.commandOutput)
     except (WorkspaceError, OSError) as e:
         raise ToolError(f"cannot run the command: {e}") from e
     extras = {"command": command, "cwd": cwd, "exitCode": result.exitCode,
