@@ -97,7 +97,8 @@ class ServerLink:
         if self.spec.transport == HTTP:
             from .http import HTTPChannel
 
-            self.channel = HTTPChannel(self.spec, self.reactor, self.connection, self.settings.maxLine)
+            self.channel = HTTPChannel(self.spec, self.reactor, self.connection, self.settings.maxLine,
+                                       self.settings.mcpHTTPConnections)
             self.connection.makeConnection(self.channel)
         else:
             from .stdio import StdioServer
