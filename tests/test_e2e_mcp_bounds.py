@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import sys
 
 import pytest
 import pytest_twisted
+from acp.exceptions import RequestError
 from acp.schema import AllowedOutcome, RequestPermissionResponse
 
 from . import mcp_scripted
@@ -186,3 +188,42 @@ async def test_logMessageFloodIsRateLimited(scriptedServer, tmp_path) -> None:
     assert "were not logged" in written
     assert len(written) < 64 * 1024
 
+
+@pytest_twisted.ensureDeferred
+async def test_runningOutOfDescriptorsIsNamed(scriptedServer, httpMCP, tmp_path) -> None:
+    """With the connection bound raised past the agent's descriptor limit, a server
+    that holds every connection runs the agent out of file descriptors: what fails
+    then says so ("Too many open files", never "Permission denied"), and once the
+    session is closed, commands run again (nothing broken was kept)."""
+    model, url = scriptedServer
+    web, mcpURL = httpMCP({"toolsListBatch": 3000, "holdResponses": True})
+    model.default.responses += [terminal("echo again"), [{"text": "two"}]]
+    env = modelEnv(url, HERMES_ACP_MCP_HTTP_CONNECTIONS="1000", HERMES_ACP_MCP_STARTUP_TIMEOUT="120")
+    stderr = open(tmp_path / "agent.err", "wb")
+
+    async def scenario():
+        async with connect(RecordingClient(permission=allowAll), env=env, stderr=stderr) as (conn, _, wire, process):
+            await initialized(conn)
+            pid = process.pid
+            other = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            limit = fds(pid) + 30
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, limit))
+            hostile = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("hostile", mcpURL)])).session_id
+            await until(lambda: fds(pid) >= limit - 1, 30, "the agent to run out of descriptors")
+            try:
+                await asyncio.wait_for(conn.prompt(session_id=other, prompt=[text("first")]), 60)
+                refused = None
+            except RequestError as e:
+                refused = str(e)
+            await raw(conn, "session/close", {"sessionId": hostile})
+            await until(lambda: fds(pid) < limit - 20, 15, "the descriptors to be released")
+            again = await asyncio.wait_for(conn.prompt(session_id=other, prompt=[text("again")]), 60)
+            return refused, again, wire.problems()
+
+    refused, again, problems = await onLoop(scenario())
+    stderr.close()
+    print(f"out of descriptors, the prompt was refused with: {refused}")
+    assert problems == []
+    assert refused is not None and "Too many open files" in refused and "Permission denied" not in refused
+    assert again.stop_reason == "end_turn"
+    assert json.loads(toolMessages(model.chatRequests[-1])[0])["output"].strip() == "again"

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from hermes_acp.engine import exhausted
 from hermes_acp.engine.sensitive import SHELL_STARTUP, hiddenPaths, inside
 
 T = TypeVar("T")
@@ -59,9 +60,6 @@ _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx")
 _DEVICE_FOLDERS = ("/dev/pts", "/dev/shm")
 #: Spawner threads kept at once; the least recently used one ends first.
 MAX_SPAWNERS = 32
-#: The agent (or the machine) is out of file descriptors or memory: never read as "nothing there"
-#: (a rule left out would deny the command, which then reads "Permission denied"), never remembered.
-_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
 class SandboxError(OSError):
@@ -123,7 +121,7 @@ def _probe() -> Support:
     try:
         abi = _syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
     except OSError as e:
-        if e.errno in _EXHAUSTED:
+        if e.errno in exhausted.EXHAUSTED:
             raise
         if e.errno == errno.ENOSYS:
             return Support(0, "this kernel has no Landlock (Linux 5.13 or later is needed)")
@@ -190,7 +188,7 @@ def grants(root: str, hidden: tuple[str, ...]) -> Iterator[tuple[str, bool]]:
     try:
         names = os.listdir(root)
     except OSError as e:
-        if e.errno in _EXHAUSTED:
+        if e.errno in exhausted.EXHAUSTED:
             raise
         return
     for name in names:
@@ -247,7 +245,7 @@ def _allow(ruleset: int, path: str, rights: int) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError as e:
-        if e.errno in _EXHAUSTED:
+        if e.errno in exhausted.EXHAUSTED:
             raise
         return  # gone since it was listed: nothing to allow
     try:
@@ -378,7 +376,11 @@ def policyFor(folders: Iterable[str], network: bool = True, extraWritable: Itera
     if not probe().available:
         return None
     home = os.path.expanduser("~")
-    temporary = (os.path.realpath(tempfile.gettempdir()),)
+    try:
+        temporary = (os.path.realpath(tempfile.gettempdir()),)
+    except FileNotFoundError:  # "no usable temporary directory": also what it says out of descriptors
+        exhausted.check()
+        raise
     caches = tuple(os.path.join(home, name) for name in TOOL_CACHES)
     writable = (*(os.path.realpath(f) for f in folders), *temporary, *caches, *extraWritable)
     startup = tuple(os.path.join(home, name) for name in SHELL_STARTUP)
