@@ -19,6 +19,7 @@ from hermes_acp.mcp import toolset
 from hermes_acp.mcp.http import EventStream
 from hermes_acp.mcp.registry import ALLOW, ASK, DENY, MCPServers, SessionServers
 from hermes_acp.mcp.specs import HTTP, STDIO, ConfiguredServers, ServerSpec, fromRequest, merged, parseConfig
+from hermes_acp.mcp import wire
 from hermes_acp.mcp.wire import MCPConnection
 from hermes_acp.session_state import SessionState
 
@@ -199,6 +200,38 @@ class ConnectionTests(SynchronousTestCase):
         self.assertEqual(json.loads(transport.value())["error"]["code"], -32800)
 
 
+    def test_aServerThatDoesNotReadIsCutOffPastTheBacklog(self) -> None:
+        """Answers written while the server's stdin is full count; past ``MAX_BACKLOG``
+        the link is told once and nothing more is written. Catching up starts over."""
+        overruns: list[int] = []
+        self.connection.onOverrun = overruns.append
+        ping = b'{"jsonrpc":"2.0","id":"p","method":"ping"}\n'
+        answer = len(b'{"jsonrpc":"2.0","id":"p","result":{}}\n')
+        self.transport.producer.pauseProducing()  # what a full pipe does
+        self.connection.dataReceived(ping * (wire.MAX_BACKLOG // answer - 1))
+        self.transport.producer.resumeProducing()
+        self.transport.producer.pauseProducing()
+        self.connection.dataReceived(ping * (wire.MAX_BACKLOG // answer - 1))
+        self.assertEqual(overruns, [])
+        self.connection.dataReceived(ping * 2)
+        self.assertEqual(len(overruns), 1)
+        self.assertGreater(overruns[0], wire.MAX_BACKLOG)
+        self.transport.clear()
+        self.connection.dataReceived(ping * 10)
+        self.connection.callRemote("tools/list", {}).addErrback(lambda f: None)
+        self.assertEqual(self.transport.value(), b"")
+        self.assertEqual(len(overruns), 1)
+
+    def test_ourOwnRequestsDoNotCountAsBacklog(self) -> None:
+        overruns: list[int] = []
+        self.connection.onOverrun = overruns.append
+        self.transport.producer.pauseProducing()
+        for _ in range(3):
+            self.connection.callRemote("tools/call", {"arguments": {"text": "x" * wire.MAX_BACKLOG}}).addErrback(
+                lambda f: None)
+        self.assertEqual(overruns, [])
+
+
 class DecisionTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.servers = MCPServers(None, Settings(), None, None, ConfiguredServers(Path("/nonexistent")))
@@ -252,6 +285,16 @@ class HostileServerTests(SynchronousTestCase):
         kept, left = toolset.accepted([{"name": f"t{n}"} for n in range(toolset.MAX_TOOLS + 10)])
         self.assertEqual(len(kept), toolset.MAX_TOOLS)
         self.assertIn("10 more", left[0])
+
+    def test_gatheredPageByPageUntilFull(self) -> None:
+        gathered = toolset.Accepted()
+        gathered.add([{"name": "a", "description": "x" * (toolset.MAX_TOOL_BYTES // 2)}])
+        self.assertFalse(gathered.full)
+        gathered.add([{"name": "b", "description": "x" * (toolset.MAX_TOOL_BYTES // 2)}, {"name": "c"}])
+        self.assertTrue(gathered.full)
+        self.assertEqual([t["name"] for t in gathered.kept], ["a"])
+        self.assertEqual(gathered.leftOut(unread=True),
+                         ["2 more (and its further pages, not read): over 128 tools or 256 KB of definitions"])
 
     def test_anArgumentNamedCtx(self) -> None:
         route = toolset.Route("mcp__s__t", "s", "t", {"name": "t"})
