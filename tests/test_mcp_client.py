@@ -222,6 +222,16 @@ class ConnectionTests(SynchronousTestCase):
         self.assertEqual(self.transport.value(), b"")
         self.assertEqual(len(overruns), 1)
 
+    def test_aFloodOfBadNotificationsIsLoggedAFewTimes(self) -> None:
+        from twisted.logger import LogLevel, capturedLogs
+
+        with capturedLogs() as events:
+            self.connection.dataReceived(b'{"jsonrpc":"2.0","method":"x","params":1}\n' * 1000)
+            self.connection.dataReceived(b'{"jsonrpc":"2.0","method":"y","params":{"n":1e999}}\n' * 1000)
+        warnings = [e for e in events if e["log_level"] >= LogLevel.warn]
+        self.assertEqual(len(warnings), wire.STRAYS_LOGGED)
+        self.assertEqual(self.transport.value(), b"")
+
     def test_ourOwnRequestsDoNotCountAsBacklog(self) -> None:
         overruns: list[int] = []
         self.connection.onOverrun = overruns.append

@@ -105,10 +105,25 @@ class MCPConnection(JSONRPCConnection):
 
     def _sendError(self, requestId: Any, error: JSONRPCError) -> None:
         if requestId is None:  # a line that is no message: nobody to answer
-            self._strays += 1
-            if self._strays <= STRAYS_LOGGED:
-                log.warn("MCP server {name} wrote something that is not a JSON-RPC message ({error}){more}",
-                         name=self.name, error=error.message[:200],
-                         more="; more of these are not logged" if self._strays == STRAYS_LOGGED else "")
+            self._stray(f"something that is not a JSON-RPC message ({error.message[:200]})")
             return
         super()._sendError(requestId, error)
+
+    def _notificationReceived(self, method: str, params: Any) -> None:
+        if params is not None and not isinstance(params, dict):
+            self._stray(f"a notification {method[:100]} whose params are not an object")
+            return
+        super()._notificationReceived(method, params)
+
+    def _refused(self, message: dict[str, Any], problem: Any) -> None:
+        if "method" in message and "id" not in message:
+            self._stray(f"a notification it cannot have meant ({str(problem)[:200]})")
+            return
+        super()._refused(message, problem)
+
+    def _stray(self, what: str) -> None:
+        """Logged the first few times: a server that floods them cannot flood the log."""
+        self._strays += 1
+        if self._strays <= STRAYS_LOGGED:
+            log.warn("MCP server {name} wrote {what}; it was dropped{more}", name=self.name, what=what,
+                     more="; more of these are not logged" if self._strays == STRAYS_LOGGED else "")
