@@ -34,3 +34,13 @@ def check() -> None:
             raise
         return
     os.close(fd)
+
+
+def orShown(shown: str) -> str:
+    """``shown``, unless the agent is out of descriptors now: then that, which an
+    error such as "DNS lookup failed" (the resolver could not open a socket) hides."""
+    try:
+        check()
+    except OSError as e:
+        return describe(e) or shown
+    return shown

@@ -38,6 +38,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IResponse
 
 from .. import safejson
+from ..engine import exhausted
 from .specs import ServerSpec
 from .wire import MCPConnection, TransportError
 
@@ -426,8 +427,8 @@ class HTTPChannel(_Unpaced):
         elif failure.check(TransportError):
             error = failure.value
         else:
-            error = TransportError(
-                f"cannot reach {self.shownURL}: {failure.getErrorMessage() or failure.type.__name__}")
+            shown = exhausted.orShown(failure.getErrorMessage() or failure.type.__name__)
+            error = TransportError(f"cannot reach {self.shownURL}: {shown}")
         if requestId is None:
             log.info("MCP server {name}: {what} was not delivered: {error}", name=self.spec.name,
                      what=method or "our answer", error=str(error))

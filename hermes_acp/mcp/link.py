@@ -223,8 +223,8 @@ class ServerLink:
     async def _discover(self, refused: RemoteError) -> None:
         self._speakModern(True)  # the probe carries the envelope (and, over HTTP, the headers)
         try:
-            result = await self._request("server/discover", {})
-        except (RemoteError, TransportError):
+            result = await self._request("server/discover", {}, self.settings.mcpStartupTimeout)
+        except (RemoteError, TransportError, TimeoutError):  # (no answer in time: not modern either)
             self._speakModern(False)
             raise refused from None
         supported = result.get("supportedVersions") if isinstance(result, dict) else None
