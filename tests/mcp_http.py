@@ -19,6 +19,8 @@ stdio-only keys are ignored) plus these HTTP keys:
   "getStream"          true (legacy era): offer the optional standalone GET stream (below).
   "toolsListBatch"     N (legacy era): ``tools/list`` is answered with a JSON-RPC batch (application/json):
                        its result first, then N ``ping`` requests.
+  "sseKeepOpen"        true (with "sse"): a request's event stream stays open after its answer (kept in
+                       ``held``, as the spec says a server SHOULD close it, and some do not).
   "holdResponses"      true: a POST carrying the client's answer (a response) is held open forever,
                        unanswered (kept in ``held``; ``heldOpen`` counts those still connected).
 
@@ -207,7 +209,10 @@ class _Exchange:
             self.request.setHeader("content-type", "application/json")
             self.request.setHeader("content-length", str(len(data)))
             self.request.write(data)
-        if isAnswer:
+        if isAnswer and self.sse and self.server.script.get("sseKeepOpen"):
+            self._end(finish=False)
+            self.server.held.append(self.request)
+        elif isAnswer:
             self._end()
 
     def raw(self, data: bytes) -> None:

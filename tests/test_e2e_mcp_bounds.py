@@ -227,3 +227,29 @@ async def test_runningOutOfDescriptorsIsNamed(scriptedServer, httpMCP, tmp_path)
     assert refused is not None and "Too many open files" in refused and "Permission denied" not in refused
     assert again.stop_reason == "end_turn"
     assert json.loads(toolMessages(model.chatRequests[-1])[0])["output"].strip() == "again"
+
+
+@pytest_twisted.ensureDeferred
+async def test_eventStreamsLeftOpenAfterTheirAnswerAreClosed(scriptedServer, httpMCP, tmp_path) -> None:
+    """A server that answers each call on an event stream it never closes: the agent
+    closes each once its answer is in, so call after call goes through (more calls
+    than it keeps connections) and no connection is left held."""
+    model, url = scriptedServer
+    web, mcpURL = httpMCP({"responseMode": "sse", "sseKeepOpen": True})
+    calls = 20
+    for n in range(calls):
+        model.default.responses.append(call(f"c{n}", "mcp__web__echo", text=f"call {n}"))
+    model.default.responses.append([{"text": "done"}])
+    env = modelEnv(url, HERMES_ACP_MCP_CALL_TIMEOUT="10")
+
+    async def scenario():
+        async with connect(RecordingClient(permission=allowAll), env=env) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("web", mcpURL)])).session_id
+            response = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("call away")]), 120)
+            await until(lambda: web.heldOpen == 0, 10, "the answered streams to be closed")
+            return response, wire.problems()
+
+    response, problems = await onLoop(scenario())
+    assert problems == [] and response.stop_reason == "end_turn"
+    assert toolMessages(model.chatRequests[-1]) == [f"call {n}" for n in range(calls)]

@@ -365,7 +365,13 @@ class HTTPChannel(_Unpaced):
             raise self._httpError(status, response.phrase, body, method)
         kind = (response.headers.getRawHeaders("content-type") or [""])[0].split(";")[0].strip().lower()
         if kind == "text/event-stream":
-            stream = EventStream(self._received, self.maxBody)
+
+            def received(data: bytes) -> None:
+                self._received(data)
+                if requestId is not None and not self.connection.awaiting(requestId) and stream.transport:
+                    stream.transport.stopProducing()  # answered: a stream the server keeps open holds nothing
+
+            stream = EventStream(received, self.maxBody)
             if requestId is not None:
                 self._streams[requestId] = stream
             response.deliverBody(stream)

@@ -86,6 +86,10 @@ class MCPConnection(JSONRPCConnection):
                     self.onOverrun(self._behind)
         return written
 
+    def awaiting(self, requestId: Any) -> bool:
+        """Whether our request ``requestId`` still waits for its answer."""
+        return requestId in self._outgoing
+
     def cancelParams(self, requestId: int) -> dict[str, Any]:
         return {"requestId": requestId, "reason": "cancelled by the user"}
 
