@@ -72,7 +72,7 @@ async def test_httpServerThatHoldsEveryConnection(scriptedServer, httpMCP, tmp_p
             seen["during"], seen["held"] = fds(pid), web.counts["(response)"]
             await asyncio.wait_for(conn.prompt(session_id=other, prompt=[text("run it")]), 60)
             await raw(conn, "session/close", {"sessionId": hostile})
-            await until(lambda: fds(pid) <= seen["base"] + 2, 15, "the closed session's sockets to be released")
+            await until(lambda: fds(pid) <= seen["base"] + 6, 15, "the closed session's sockets to be released")
             await until(lambda: web.heldOpen == 0, 15, "the server to see every held connection closed")
             seen["after"] = fds(pid)
             return wire.problems()

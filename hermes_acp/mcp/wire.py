@@ -97,11 +97,16 @@ class MCPConnection(JSONRPCConnection):
         """The server closed its output: close its input, and no more. A process may
         still write its reasons to stderr and exit with a status that says more; its
         end (``RPCChild.processEnded``) closes the rest."""
-        closeStdin = getattr(self.transport, "closeStdin", None)
-        if closeStdin is None:
+        if getattr(self.transport, "closeStdin", None) is None:
             super()._closeNow()
         else:
-            closeStdin()
+            self.closeInput()
+
+    def closeInput(self) -> None:
+        """Close a stdio server's stdin (its EOF). We stop being its producer first: a
+        pipe that paused us would otherwise wait for us for ever before it closed."""
+        self.transport.unregisterProducer()
+        self.transport.closeStdin()
 
     def lineLengthExceeded(self, size: int) -> None:
         log.warn("MCP server {name} wrote a line of at least {size} bytes, over the {limit}-byte limit; "
