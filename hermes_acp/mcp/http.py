@@ -196,6 +196,14 @@ class _Body(_Unpaced):
         return succeed(None)
 
 
+class _QuietPool(HTTPConnectionPool):
+    """Its connections are not logged one by one (Twisted's factories log each start and
+    stop at info: a server that makes us open many would fill the log)."""
+
+    class _factory(HTTPConnectionPool._factory):  # type: ignore[name-defined,misc]
+        noisy = False
+
+
 def _isAnswer(body: bytes, requestId: Any) -> bool:
     try:
         message = json.loads(body)
@@ -216,7 +224,7 @@ class HTTPChannel(_Unpaced):
         self.maxBody = maxBody
         self.url = spec.url.encode("ascii", "ignore")
         self.shownURL = spec.where
-        self._pool = HTTPConnectionPool(reactor, persistent=True)
+        self._pool = _QuietPool(reactor, persistent=True)
         self._agent = Agent(reactor, connectTimeout=CONNECT_TIMEOUT, pool=self._pool)
         self.sessionId: str | None = None
         #: Set by the link once the handshake agreed on one; ``modern`` for the 2026 era.
