@@ -26,6 +26,7 @@ DEFAULT_PERMISSION_TIMEOUT = 60.0
 DEFAULT_CONTEXT_WINDOW = 128_000
 DEFAULT_MCP_STARTUP_TIMEOUT = 30.0
 DEFAULT_MCP_CALL_TIMEOUT = 300.0
+DEFAULT_MCP_HTTP_CONNECTIONS = 16
 DEFAULT_COMPACT_AT = 0.9
 #: The tool calls of one model reply: how many run at all (the rest are refused) and how many
 #: at once; and how many run at once in the whole process, every session together.
@@ -267,6 +268,8 @@ class Settings:
     mcpStartupTimeout: float = DEFAULT_MCP_STARTUP_TIMEOUT
     mcpCallTimeout: float = DEFAULT_MCP_CALL_TIMEOUT
     mcpTrusted: frozenset[str] = frozenset()
+    #: The most connections (POSTs at once) to one HTTP MCP server; more messages wait their turn.
+    mcpHTTPConnections: int = DEFAULT_MCP_HTTP_CONNECTIONS
     #: Compact the conversation when a request would pass this share of the context window
     #: (less the room of the reply).
     compactAt: float = DEFAULT_COMPACT_AT
@@ -297,6 +300,7 @@ class Settings:
             mcpStartupTimeout=envSeconds(env, "HERMES_ACP_MCP_STARTUP_TIMEOUT", DEFAULT_MCP_STARTUP_TIMEOUT),
             mcpCallTimeout=envSeconds(env, "HERMES_ACP_MCP_CALL_TIMEOUT", DEFAULT_MCP_CALL_TIMEOUT),
             mcpTrusted=frozenset(_split(env.get("HERMES_ACP_MCP_TRUSTED", ""))),
+            mcpHTTPConnections=envInt(env, "HERMES_ACP_MCP_HTTP_CONNECTIONS", DEFAULT_MCP_HTTP_CONNECTIONS),
             compactAt=envShare(env, "HERMES_ACP_COMPACT_AT", DEFAULT_COMPACT_AT, 0.3, 0.98),
             maxToolCalls=envInt(env, "HERMES_ACP_MAX_TOOL_CALLS", DEFAULT_MAX_TOOL_CALLS),
             toolParallel=envInt(env, "HERMES_ACP_TOOL_PARALLEL", DEFAULT_TOOL_PARALLEL),

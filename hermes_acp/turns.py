@@ -39,6 +39,7 @@ from .bridge import SUMMARY_CHUNK, BridgedObserver, EventBridge
 from .catalog import ModelCatalog
 from .commands import Commands, slashCommand
 from .config import Endpoint
+from .engine import exhausted
 from .engine.approval import ALLOWED, CANCELLED, refusal
 from .engine.access import EditProposal, modeAfter
 from .interfaces import IEngineAgent, IPermissionBroker, IRenderer, ISessionOptions, ISessionStore, IUpdateChannel
@@ -244,9 +245,10 @@ class Turn:
                     failure = modelFailure(result.failure)
                 history = session.history + messages if result.history is None else result.history
                 session.contextUsed = result.last_prompt_tokens or estimateTokens(history)
-        except Exception:
+        except Exception as e:
             log.failure("turn {turn} in session {id} crashed", turn=self.turnId, id=session.sessionId)
-            failure = InternalError(CRASHED)
+            ranOut = exhausted.describe(e)
+            failure = InternalError(CRASHED if ranOut is None else f"Internal error: {ranOut}; the turn stopped")
         finally:
             if self.phase in (WAITING, RUNNING):
                 self._move(FINISHING)

@@ -17,6 +17,12 @@ stdio-only keys are ignored) plus these HTTP keys:
                        status the 2026-07-28 spec and the mcp SDK use (-32700/-32600/-32602/
                        -32020/-32021/-32022 → 400, -32601 → 404); false: 200.
   "getStream"          true (legacy era): offer the optional standalone GET stream (below).
+  "toolsListBatch"     N (legacy era): ``tools/list`` is answered with a JSON-RPC batch (application/json):
+                       its result first, then N ``ping`` requests.
+  "sseKeepOpen"        true (with "sse"): a request's event stream stays open after its answer (kept in
+                       ``held``, as the spec says a server SHOULD close it, and some do not).
+  "holdResponses"      true: a POST carrying the client's answer (a response) is held open forever,
+                       unanswered (kept in ``held``; ``heldOpen`` counts those still connected).
 
 Rules: POST only, with ``Accept`` naming both application/json and text/event-stream
 (else 406) and ``Content-Type: application/json`` (else 415); batches → 400.
@@ -203,7 +209,10 @@ class _Exchange:
             self.request.setHeader("content-type", "application/json")
             self.request.setHeader("content-length", str(len(data)))
             self.request.write(data)
-        if isAnswer:
+        if isAnswer and self.sse and self.server.script.get("sseKeepOpen"):
+            self._end(finish=False)
+            self.server.held.append(self.request)
+        elif isAnswer:
             self._end()
 
     def raw(self, data: bytes) -> None:
@@ -312,6 +321,11 @@ class ScriptedHTTPMCP(Resource):
             return bodies[count - 1] if len(bodies) >= count else None
 
         return self._when(reached)
+
+    @property
+    def heldOpen(self) -> int:
+        """How many held POSTs are still connected (the client has not hung up)."""
+        return sum(1 for request in self.held if not request.finished and not request._disconnected)
 
     @property
     def openGetStreams(self) -> int:
@@ -552,6 +566,10 @@ class ScriptedHTTPMCP(Resource):
             self._eventCore.event("recv", message=body)
             self.held.append(request)
             return NOT_DONE_YET
+        if self.script.get("holdResponses") and "method" not in body and ("result" in body or "error" in body):
+            self.counts["(response)"] += 1
+            self.held.append(request)
+            return NOT_DONE_YET
         isRequest = isinstance(body.get("method"), str) and "id" in body
         if self.era == "modern":
             return self._modern(request, record, body, isRequest)
@@ -596,6 +614,15 @@ class ScriptedHTTPMCP(Resource):
         if not isRequest:
             found.core.receive(body)
             return self._empty(request, record, 202)
+        if body["method"] == "tools/list" and self.script.get("toolsListBatch"):
+            found.core.event("recv", message=body)
+            tools = [{k: v for k, v in t.items() if k != "behaviour"} for t in found.core.tools]
+            batch = [{"jsonrpc": "2.0", "id": body["id"], "result": {"tools": tools}}]
+            batch += [{"jsonrpc": "2.0", "id": f"flood-{n}", "method": "ping"}
+                      for n in range(int(self.script["toolsListBatch"]))]
+            request.setHeader("content-type", "application/json")
+            record.status = 200
+            return json.dumps(batch).encode()
         return self._exchange(request, record, body, found.core, modern=False)
 
     def _exchange(self, request: Request, record: Recorded, body: dict[str, Any], core: ScriptedMCP,

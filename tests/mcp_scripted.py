@@ -23,6 +23,8 @@ A script is a JSON object; every key is optional:
   "tools"           tool definitions; the "behaviour" key (below) is not sent on the wire.
                     Default: [ECHO_TOOL].
   "pageSize"        tools/list pages of this many tools (opaque cursor / nextCursor).
+  "manyTools"       {"count": N, "descriptionBytes": B}: N more echo tools ``many-1``... whose
+                    descriptions are B bytes long (made at start: a script file stays small).
   "listChangedAfterInitialized"  {"addTools": [...], "delay": 0}: after
                     ``notifications/initialized`` emit ``notifications/tools/list_changed`` and
                     list the added tools from then on (tools.listChanged is then declared true).
@@ -46,6 +48,10 @@ A script is a JSON object; every key is optional:
                     (as npx's node does); by default they are /dev/null.
   "ignoreStdinEOF"  keep running after stdin closes (until killed).
   "ignoreSIGTERM"   ignore SIGTERM (logged as "sigterm"); only SIGKILL ends the process.
+  "flood"           {"after": METHOD, "message": {...}, "count": 0, "readStdin": false}: once the
+                    first message of METHOD is answered, write ``message`` ``count`` times (0: until
+                    killed) as fast as stdout takes them, each with a fresh "id" when it has one;
+                    stdin is read no more unless "readStdin" (logged as "flooding").
 
 A tool's "behaviour" is a name, or a one-key object {name: options}:
 
@@ -281,6 +287,10 @@ class ScriptedMCP:
         self.serverInfo = self.script.get("serverInfo", DEFAULT_SERVER_INFO)
         self.protocolVersion = self.script.get("protocolVersion", LEGACY_VERSION)
         self.tools: list[dict[str, Any]] = copy.deepcopy(self.script.get("tools", [ECHO_TOOL]))
+        many = self.script.get("manyTools")
+        if many:
+            filler = "x" * int(many.get("descriptionBytes", 1000))
+            self.tools += [tool(f"many-{n}", description=filler) for n in range(1, int(many["count"]) + 1)]
         self.listChanged = self.script.get("listChangedAfterInitialized")
         self.events: list[dict[str, Any]] = []
         self.initialized = False
@@ -677,15 +687,33 @@ class _StdioServer:
                 written += len(piece)
             self.core.event("stderrFlooded", bytes=written)
 
+    def flood(self) -> None:
+        spec = self.script["flood"]
+        template = spec.get("message") or {"jsonrpc": "2.0", "id": 0, "method": "ping"}
+        count = int(spec.get("count", 0))
+        self.core.event("flooding", message=template, count=count)
+        for n in itertools.count(1):
+            if count and n > count:
+                break
+            message = {**template, "id": f"flood-{n}"} if "id" in template else template
+            self.send(message, None)
+
     def run(self) -> int:
         self.start()
         stdin = sys.stdin.buffer
+        flood = self.script.get("flood")
         while True:
             line = stdin.readline()
             if not line:
                 break
             if line.strip():
                 self.core.receiveLine(line)
+                if flood and b'"method"' in line and json.loads(line).get("method") == flood.get("after"):
+                    threading.Thread(target=self.flood, daemon=True).start()
+                    if not flood.get("readStdin"):
+                        while True:
+                            time.sleep(3600)
+                    flood = None
         self.core.event("stdinEOF")
         if self.script.get("ignoreStdinEOF"):
             while True:

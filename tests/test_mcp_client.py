@@ -19,6 +19,7 @@ from hermes_acp.mcp import toolset
 from hermes_acp.mcp.http import EventStream
 from hermes_acp.mcp.registry import ALLOW, ASK, DENY, MCPServers, SessionServers
 from hermes_acp.mcp.specs import HTTP, STDIO, ConfiguredServers, ServerSpec, fromRequest, merged, parseConfig
+from hermes_acp.mcp import wire
 from hermes_acp.mcp.wire import MCPConnection
 from hermes_acp.session_state import SessionState
 
@@ -199,6 +200,48 @@ class ConnectionTests(SynchronousTestCase):
         self.assertEqual(json.loads(transport.value())["error"]["code"], -32800)
 
 
+    def test_aServerThatDoesNotReadIsCutOffPastTheBacklog(self) -> None:
+        """Answers written while the server's stdin is full count; past ``MAX_BACKLOG``
+        the link is told once and nothing more is written. Catching up starts over."""
+        overruns: list[int] = []
+        self.connection.onOverrun = overruns.append
+        ping = b'{"jsonrpc":"2.0","id":"p","method":"ping"}\n'
+        answer = len(b'{"jsonrpc":"2.0","id":"p","result":{}}\n')
+        self.transport.producer.pauseProducing()  # what a full pipe does
+        self.connection.dataReceived(ping * (wire.MAX_BACKLOG // answer - 1))
+        self.transport.producer.resumeProducing()
+        self.transport.producer.pauseProducing()
+        self.connection.dataReceived(ping * (wire.MAX_BACKLOG // answer - 1))
+        self.assertEqual(overruns, [])
+        self.connection.dataReceived(ping * 2)
+        self.assertEqual(len(overruns), 1)
+        self.assertGreater(overruns[0], wire.MAX_BACKLOG)
+        self.transport.clear()
+        self.connection.dataReceived(ping * 10)
+        self.connection.callRemote("tools/list", {}).addErrback(lambda f: None)
+        self.assertEqual(self.transport.value(), b"")
+        self.assertEqual(len(overruns), 1)
+
+    def test_aFloodOfBadNotificationsIsLoggedAFewTimes(self) -> None:
+        from twisted.logger import LogLevel, capturedLogs
+
+        with capturedLogs() as events:
+            self.connection.dataReceived(b'{"jsonrpc":"2.0","method":"x","params":1}\n' * 1000)
+            self.connection.dataReceived(b'{"jsonrpc":"2.0","method":"y","params":{"n":1e999}}\n' * 1000)
+        warnings = [e for e in events if e["log_level"] >= LogLevel.warn]
+        self.assertEqual(len(warnings), wire.STRAYS_LOGGED)
+        self.assertEqual(self.transport.value(), b"")
+
+    def test_ourOwnRequestsDoNotCountAsBacklog(self) -> None:
+        overruns: list[int] = []
+        self.connection.onOverrun = overruns.append
+        self.transport.producer.pauseProducing()
+        for _ in range(3):
+            self.connection.callRemote("tools/call", {"arguments": {"text": "x" * wire.MAX_BACKLOG}}).addErrback(
+                lambda f: None)
+        self.assertEqual(overruns, [])
+
+
 class DecisionTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.servers = MCPServers(None, Settings(), None, None, ConfiguredServers(Path("/nonexistent")))
@@ -253,6 +296,16 @@ class HostileServerTests(SynchronousTestCase):
         self.assertEqual(len(kept), toolset.MAX_TOOLS)
         self.assertIn("10 more", left[0])
 
+    def test_gatheredPageByPageUntilFull(self) -> None:
+        gathered = toolset.Accepted()
+        gathered.add([{"name": "a", "description": "x" * (toolset.MAX_TOOL_BYTES // 2)}])
+        self.assertFalse(gathered.full)
+        gathered.add([{"name": "b", "description": "x" * (toolset.MAX_TOOL_BYTES // 2)}, {"name": "c"}])
+        self.assertTrue(gathered.full)
+        self.assertEqual([t["name"] for t in gathered.kept], ["a"])
+        self.assertEqual(gathered.leftOut(unread=True),
+                         ["2 more (and its further pages, not read): over 128 tools or 256 KB of definitions"])
+
     def test_anArgumentNamedCtx(self) -> None:
         route = toolset.Route("mcp__s__t", "s", "t", {"name": "t"})
         seen: list[Any] = []
@@ -301,3 +354,94 @@ class HostileServerTests(SynchronousTestCase):
             stream.dataReceived(b"data: " + b"y" * 20 + b"\n")  # an event that never ends
         self.assertEqual(transport.producerState, "stopped")
         self.assertEqual(got, [b"a\nb"])
+
+
+class _Requests:
+    """A stand-in for ``twisted.web.client.Agent``: each POST waits until the test
+    answers it; cancelling one is recorded (as a real Agent closes its connection)."""
+
+    def __init__(self) -> None:
+        self.open: list[tuple[dict[str, Any], Any]] = []
+        self.cancelled: list[dict[str, Any]] = []
+
+    def request(self, method: bytes, url: bytes, headers: Any, body: Any = None) -> Any:
+        from twisted.internet.defer import Deferred
+
+        message = json.loads(body.data) if body is not None else {}
+        d: Deferred[Any] = Deferred(lambda _: self.cancelled.append(message))
+        self.open.append((message, d))
+        return d
+
+
+class HTTPChannelTests(SynchronousTestCase):
+    """The bounds of one HTTP server's POSTs: at most ``maxPosts`` open, a bounded queue,
+    answers that time out, close cancelling every one."""
+
+    def setUp(self) -> None:
+        from hermes_acp.mcp.http import HTTPChannel
+
+        self.clock = Clock()
+        self.connection = MCPConnection("web", {"ping": lambda params: {}}, {}, self.clock)
+        self.channel = HTTPChannel(ServerSpec("web", HTTP, url="http://127.0.0.1:9/mcp"), self.clock,
+                                   self.connection, 1 << 20, maxPosts=2)
+        self.requests = _Requests()
+        self.channel._agent = self.requests
+        self.connection.makeConnection(self.channel)
+
+    def test_atMostMaxPostsOpenTheRestWaitAndTimeOut(self) -> None:
+        from hermes_acp.mcp import http
+
+        self.channel._received(json.dumps([{"jsonrpc": "2.0", "id": n, "method": "ping"} for n in range(5)]).encode())
+        self.assertEqual(len(self.requests.open), 2)  # the other three answers wait
+        self.clock.advance(http.POST_TIMEOUT)
+        self.assertEqual([m["id"] for m in self.requests.cancelled], [0, 1])
+        self.assertEqual([m["id"] for m, _ in self.requests.open[2:]], [2, 3])
+        self.channel.close()
+        self.assertEqual(sorted(m["id"] for m in self.requests.cancelled), [0, 1, 2, 3])
+        self.assertEqual(len(self.requests.open), 4)  # the last one waiting was never sent
+
+    def test_batchesAreCut(self) -> None:
+        from hermes_acp.mcp import http
+
+        self.channel._received(json.dumps([{"jsonrpc": "2.0", "id": n, "method": "ping"}
+                                           for n in range(3000)]).encode())
+        self.assertEqual(len(self.channel._waiting), http.MAX_BATCH - 2)
+
+    def test_aRequestWaitingIsCancelledWithoutAWordAndTheQueueIsBounded(self) -> None:
+        from hermes_acp.mcp import http
+
+        failures: list[Any] = []
+        for _ in range(2):
+            self.connection.callRemote("tools/call", {}).addErrback(failures.append)
+        waiting = self.connection.callRemote("tools/call", {})
+        waiting.addErrback(lambda f: None)
+        waiting.cancel()
+        self.assertEqual(len(self.requests.open), 2)
+        self.assertEqual(list(self.channel._waiting), [])  # taken out; the server never heard of it
+        for _ in range(http.MAX_WAITING):
+            self.connection.callRemote("tools/call", {}).addErrback(failures.append)
+        self.assertEqual(failures, [])
+        refused: list[Any] = []
+        self.connection.callRemote("tools/call", {}).addErrback(refused.append)
+        self.assertIn("waiting; tools/call was not sent", str(refused[0].value))
+
+
+class LogMessageTests(SynchronousTestCase):
+    def test_aServersLogMessagesAreRateLimitedAndTheRestCounted(self) -> None:
+        from twisted.logger import capturedLogs
+
+        from hermes_acp.mcp import link
+
+        clock = Clock()
+        server = link.ServerLink(ServerSpec("web", HTTP, url="http://127.0.0.1:9/mcp"), clock, Settings(), ("/tmp",),
+                                 lambda changed: None)
+        note = b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}'
+        with capturedLogs() as events:
+            for _ in range(1000):
+                server.connection.lineReceived(note)
+            clock.advance(10)
+            server.connection.lineReceived(note)
+        said = [e for e in events if "says" in e.get("log_format", "")]
+        self.assertEqual(len(said), link.LOG_BURST + 1)
+        self.assertEqual(said[-1]["dropped"], f" ({1000 - link.LOG_BURST} earlier messages of it were not logged)")
+        self.assertEqual(said[0]["severity"], "info")

@@ -4,6 +4,7 @@ has no Landlock."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -145,3 +146,36 @@ def test_aSecretMadeLaterIsHiddenToo(places: dict[str, Path]) -> None:
     later.mkdir()
     (later / "id").write_text("KEY")
     assert run(policy, "cat ../outside/later-keys/id", places["work"]).returncode != 0
+
+
+@needsLandlock
+def test_runningOutOfDescriptorsIsNamedAndNotRemembered(places: dict[str, Path],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule that cannot be made because the agent is out of file descriptors fails
+    the command with that reason (not a sandbox without the rule, whose commands all
+    fail with "Permission denied"); once descriptors are free again, commands run."""
+    policy = policyOf(places)
+    real = os.open
+
+    def exhausted(path, flags, *args, **kwargs):
+        if flags & os.O_PATH:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(sandbox.os, "open", exhausted)
+    with pytest.raises(sandbox.SandboxError, match="Too many open files"):
+        run(policy, "echo never", places["work"])
+    monkeypatch.setattr(sandbox.os, "open", real)
+    done = run(policy, "echo ok", places["work"])
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "ok", "")
+
+
+def test_aProbeOutOfDescriptorsIsNotRemembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "_probed", None)
+
+    def exhausted() -> sandbox.Support:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    monkeypatch.setattr(sandbox, "_probe", exhausted)
+    assert "Too many open files" in sandbox.probe().reason
+    assert sandbox._probed is None  # asked again next time

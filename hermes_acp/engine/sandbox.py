@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from hermes_acp.engine import exhausted
 from hermes_acp.engine.sensitive import SHELL_STARTUP, hiddenPaths, inside
 
 T = TypeVar("T")
@@ -107,7 +108,10 @@ def probe() -> Support:
     """Ask the kernel (once) which Landlock ABI it offers."""
     global _probed
     if _probed is None:
-        _probed = _probe()
+        try:
+            _probed = _probe()
+        except OSError as e:  # out of descriptors or memory: asked again next time
+            return Support(0, f"the sandbox could not be set up: {e.strerror}")
     return _probed
 
 
@@ -117,6 +121,8 @@ def _probe() -> Support:
     try:
         abi = _syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
     except OSError as e:
+        if e.errno in exhausted.EXHAUSTED:
+            raise
         if e.errno == errno.ENOSYS:
             return Support(0, "this kernel has no Landlock (Linux 5.13 or later is needed)")
         if e.errno == errno.EOPNOTSUPP:
@@ -181,7 +187,9 @@ def grants(root: str, hidden: tuple[str, ...]) -> Iterator[tuple[str, bool]]:
     yield root, False
     try:
         names = os.listdir(root)
-    except OSError:
+    except OSError as e:
+        if e.errno in exhausted.EXHAUSTED:
+            raise
         return
     for name in names:
         path = os.path.join(root, name)
@@ -236,7 +244,9 @@ def restrictThisThread(policy: Policy, support: Support) -> list[str]:
 def _allow(ruleset: int, path: str, rights: int) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
+    except OSError as e:
+        if e.errno in exhausted.EXHAUSTED:
+            raise
         return  # gone since it was listed: nothing to allow
     try:
         if not os.path.isdir(path):
@@ -289,8 +299,9 @@ class _Spawner(threading.Thread):
                 _existing(p) for p in self.policy.hidden if not os.path.lexists(p)]
             self.splits = {path: _changed(path) for path in watched}
         except BaseException as e:  # noqa: BLE001 - every job is told, none waits for ever
-            self.failure = SandboxError(getattr(e, "errno", None) or errno.EPERM,
-                                        f"the sandbox could not be set up: {getattr(e, 'strerror', None) or e}")
+            self.failure = SandboxError(
+                getattr(e, "errno", None) or (errno.ENOMEM if isinstance(e, MemoryError) else errno.EPERM),
+                f"the sandbox could not be set up: {getattr(e, 'strerror', None) or str(e) or type(e).__name__}")
         self.ready.set()
         while (job := self.jobs.get()) is not _STOP:
             if self.failure is not None:
@@ -365,7 +376,11 @@ def policyFor(folders: Iterable[str], network: bool = True, extraWritable: Itera
     if not probe().available:
         return None
     home = os.path.expanduser("~")
-    temporary = (os.path.realpath(tempfile.gettempdir()),)
+    try:
+        temporary = (os.path.realpath(tempfile.gettempdir()),)
+    except FileNotFoundError:  # "no usable temporary directory": also what it says out of descriptors
+        exhausted.check()
+        raise
     caches = tuple(os.path.join(home, name) for name in TOOL_CACHES)
     writable = (*(os.path.realpath(f) for f in folders), *temporary, *caches, *extraWritable)
     startup = tuple(os.path.join(home, name) for name in SHELL_STARTUP)

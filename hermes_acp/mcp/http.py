@@ -12,15 +12,23 @@ link shakes hands again. Closing sends DELETE.
 Cancelling a request closes its event stream; in the legacy era the cancel
 notification is also posted. HTTP errors and unreachable servers fail the
 request they carried with a message that says which.
+
+A server cannot make us hold its connections: at most ``maxPosts`` POSTs are
+open at once (each is a connection), the messages beyond them wait their turn
+(``MAX_WAITING`` at most: past that a request fails at once and anything else
+is dropped), a POST that carries no request (our answer to the server's
+``ping``, a notification) is given up after ``POST_TIMEOUT``, only the first
+``MAX_BATCH`` messages of a batch are read, and closing drops every connection.
 """
 
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.defer import CancelledError, Deferred, succeed
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError, succeed
 from twisted.internet.protocol import Protocol
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
@@ -30,6 +38,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IResponse
 
 from .. import safejson
+from ..engine import exhausted
 from .specs import ServerSpec
 from .wire import MCPConnection, TransportError
 
@@ -44,8 +53,24 @@ LISTEN_AGAIN = 1.0
 LISTEN_ATTEMPTS = 5
 #: A GET stream that stayed open this long counts as working (its reopenings start over).
 LISTEN_STEADY = 30.0
+#: The most messages waiting for a free connection (then requests fail, other messages are dropped).
+MAX_WAITING = 256
+#: A POST that carries no request (an answer, a notification) gets this long to be taken.
+POST_TIMEOUT = 30.0
+#: The most messages of one JSON-RPC batch from a server that are read (the rest are dropped).
+MAX_BATCH = 64
 #: The methods whose name or URI goes into ``Mcp-Name`` (modern era).
 NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+def _hangUp(protocol: Protocol) -> Callable[[Deferred[Any]], None]:
+    """A canceller for what waits on a response body: it closes the connection."""
+
+    def cancel(d: Deferred[Any]) -> None:
+        if protocol.transport is not None:
+            protocol.transport.stopProducing()
+
+    return cancel
 
 
 class _Collect(Protocol):
@@ -55,7 +80,7 @@ class _Collect(Protocol):
         self.limit = limit
         self.parts: list[bytes] = []
         self.size = 0
-        self.done: Deferred[bytes] = Deferred()
+        self.done: Deferred[bytes] = Deferred(_hangUp(self))
 
     def dataReceived(self, data: bytes) -> None:
         self.size += len(data)
@@ -86,7 +111,7 @@ class EventStream(Protocol):
         self._data: list[bytes] = []
         self._size = 0
         self._closed = False
-        self.ended: Deferred[None] = Deferred()
+        self.ended: Deferred[None] = Deferred(_hangUp(self))
 
     def dataReceived(self, data: bytes) -> None:
         if self._closed:
@@ -171,6 +196,14 @@ class _Body(_Unpaced):
         return succeed(None)
 
 
+class _QuietPool(HTTPConnectionPool):
+    """Its connections are not logged one by one (Twisted's factories log each start and
+    stop at info: a server that makes us open many would fill the log)."""
+
+    class _factory(HTTPConnectionPool._factory):  # type: ignore[name-defined,misc]
+        noisy = False
+
+
 def _isAnswer(body: bytes, requestId: Any) -> bool:
     try:
         message = json.loads(body)
@@ -183,19 +216,26 @@ class HTTPChannel(_Unpaced):
     """The transport of one HTTP server's ``MCPConnection`` (writes are posted as they
     come: nothing to pace)."""
 
-    def __init__(self, spec: ServerSpec, reactor: Any, connection: MCPConnection, maxBody: int) -> None:
+    def __init__(self, spec: ServerSpec, reactor: Any, connection: MCPConnection, maxBody: int,
+                 maxPosts: int) -> None:
         self.spec = spec
         self.reactor = reactor
         self.connection = connection
         self.maxBody = maxBody
         self.url = spec.url.encode("ascii", "ignore")
         self.shownURL = spec.where
-        self._pool = HTTPConnectionPool(reactor, persistent=True)
+        self._pool = _QuietPool(reactor, persistent=True)
         self._agent = Agent(reactor, connectTimeout=CONNECT_TIMEOUT, pool=self._pool)
         self.sessionId: str | None = None
         #: Set by the link once the handshake agreed on one; ``modern`` for the 2026 era.
         self.protocolVersion: str | None = None
         self.modern = False
+        self.maxPosts = maxPosts
+        #: Every POST still open (sent, or its answer being read); what waits for one to end.
+        self._posts: set[Deferred[Any]] = set()
+        self._waiting: deque[tuple[bytes, dict[str, Any]]] = deque()
+        self._dropped = 0
+        self._pumping = False
         self._inFlight: dict[Any, Deferred[Any]] = {}
         self._streams: dict[Any, Protocol] = {}
         self._listening: Deferred[None] | None = None
@@ -245,24 +285,74 @@ class HTTPChannel(_Unpaced):
         if self.closed:
             return
         message = json.loads(line)
-        method = message.get("method")
-        requestId = message.get("id") if isinstance(method, str) else None
-        isRequest = isinstance(method, str) and "id" in message
-        if method == "notifications/cancelled":
-            self._abort((message.get("params") or {}).get("requestId"))
+        if message.get("method") == "notifications/cancelled":
+            requestId = (message.get("params") or {}).get("requestId")
+            if self._unqueue(requestId):
+                return  # never sent: nothing to tell
+            self._abort(requestId)
             if self.modern:
                 return  # closing the stream is the modern cancel
+        if len(self._posts) < self.maxPosts:
+            self._send(line, message)
+        elif len(self._waiting) < MAX_WAITING:
+            self._waiting.append((line, message))
+        else:
+            self._refuse(message)
+
+    def _refuse(self, message: dict[str, Any]) -> None:
+        """No connection free and too many messages waiting: a request fails, anything else is dropped."""
+        method = message.get("method")
+        if isinstance(method, str) and "id" in message:
+            self.connection.failOutgoing(message["id"], TransportError(
+                f"{self.spec.name} has {len(self._posts)} requests open and {len(self._waiting)} waiting; "
+                f"{method} was not sent"))
+            return
+        self._dropped += 1
+        if self._dropped in (1, 100) or self._dropped % 10_000 == 0:
+            log.warn("MCP server {name} is not taking our messages ({open} open, {waiting} waiting); "
+                     "{n} dropped so far", name=self.spec.name, open=len(self._posts), waiting=len(self._waiting),
+                     n=self._dropped)
+
+    def _unqueue(self, requestId: Any) -> bool:
+        """Take a request still waiting for a connection out of the queue; whether it was there."""
+        for entry in self._waiting:
+            if entry[1].get("id") == requestId and isinstance(entry[1].get("method"), str):
+                self._waiting.remove(entry)
+                return True
+        return False
+
+    def _send(self, line: bytes, message: dict[str, Any]) -> None:
+        method = message.get("method")
+        isRequest = isinstance(method, str) and "id" in message
+        requestId = message.get("id") if isRequest else None
         carried = self.sessionId
         try:
             d = self._agent.request(b"POST", self.url, self._headers(message), _Body(line))
         except Exception as e:  # a bad header name or value
-            self._failed(requestId if isRequest else None, method, Failure(e))
+            self._failed(requestId, method, Failure(e))
             return
+        self._posts.add(d)
         if isRequest:
             self._inFlight[requestId] = d
-        d.addCallback(self._answered, requestId if isRequest else None, method, carried)
-        d.addErrback(lambda f: self._failed(requestId if isRequest else None, method, f))
-        d.addBoth(lambda _: self._inFlight.pop(requestId, None) if isRequest else None)
+        d.addCallback(self._answered, requestId, method, carried)
+        if not isRequest:  # (a request's time is bounded by its caller, who cancels it)
+            d.addTimeout(POST_TIMEOUT, self.reactor)
+        d.addErrback(lambda f: self._failed(requestId, method, f))
+        d.addBoth(lambda _: self._ended(d, requestId))
+
+    def _ended(self, d: Deferred[Any], requestId: Any) -> None:
+        """One POST is over: the next message waiting takes its place."""
+        self._posts.discard(d)
+        if requestId is not None and self._inFlight.get(requestId) is d:
+            del self._inFlight[requestId]
+        if self._pumping:
+            return  # (a POST that ended at once, inside the loop below: the loop goes on)
+        self._pumping = True
+        try:
+            while self._waiting and len(self._posts) < self.maxPosts and not self.closed:
+                self._send(*self._waiting.popleft())
+        finally:
+            self._pumping = False
 
     async def _answeredAsync(self, response: IResponse, requestId: Any, method: Any, carried: str | None) -> None:
         status = response.code
@@ -283,7 +373,13 @@ class HTTPChannel(_Unpaced):
             raise self._httpError(status, response.phrase, body, method)
         kind = (response.headers.getRawHeaders("content-type") or [""])[0].split(";")[0].strip().lower()
         if kind == "text/event-stream":
-            stream = EventStream(self._received, self.maxBody)
+
+            def received(data: bytes) -> None:
+                self._received(data)
+                if requestId is not None and not self.connection.awaiting(requestId) and stream.transport:
+                    stream.transport.stopProducing()  # answered: a stream the server keeps open holds nothing
+
+            stream = EventStream(received, self.maxBody)
             if requestId is not None:
                 self._streams[requestId] = stream
             response.deliverBody(stream)
@@ -320,8 +416,8 @@ class HTTPChannel(_Unpaced):
                               status=status)
 
     def _received(self, data: bytes) -> None:
-        """One JSON-RPC message (or a batch of them) from the server; the connection
-        reads each (and refuses what ``safejson`` refuses)."""
+        """One JSON-RPC message (or a batch of them, the first ``MAX_BATCH``) from the
+        server; the connection reads each (and refuses what ``safejson`` refuses)."""
         data = data.replace(b"\r", b" ").replace(b"\n", b" ")
         if not data.lstrip().startswith(b"["):
             self.connection.lineReceived(data)
@@ -330,17 +426,26 @@ class HTTPChannel(_Unpaced):
             batch, _ = safejson.parse(data)
         except (ValueError, safejson.Refused):
             batch = None
+        if isinstance(batch, list) and len(batch) > MAX_BATCH:
+            log.warn("MCP server {name} sent a batch of {n} messages; only the first {limit} are read",
+                     name=self.spec.name, n=len(batch), limit=MAX_BATCH)
+            del batch[MAX_BATCH:]
         for item in batch if isinstance(batch, list) else [data]:
             self.connection.lineReceived(item if isinstance(item, bytes) else json.dumps(item).encode())
 
     def _failed(self, requestId: Any, method: Any, failure: Failure) -> None:
-        if failure.check(CancelledError):
+        if failure.check(CancelledError) or self.closed:
             return
-        error = failure.value if failure.check(TransportError) else TransportError(
-            f"cannot reach {self.shownURL}: {failure.getErrorMessage() or failure.type.__name__}")
+        if failure.check(TimeoutError):
+            error = TransportError(f"{self.spec.name} did not take it within {POST_TIMEOUT:g} s")
+        elif failure.check(TransportError):
+            error = failure.value
+        else:
+            shown = exhausted.orShown(failure.getErrorMessage() or failure.type.__name__)
+            error = TransportError(f"cannot reach {self.shownURL}: {shown}")
         if requestId is None:
-            log.info("MCP server {name}: {method} was not delivered: {error}", name=self.spec.name,
-                     method=method, error=str(error))
+            log.info("MCP server {name}: {what} was not delivered: {error}", name=self.spec.name,
+                     what=method or "our answer", error=str(error))
         else:
             self.connection.failOutgoing(requestId, error)
 
@@ -399,8 +504,11 @@ class HTTPChannel(_Unpaced):
         if self.closed:
             return succeed(None)
         self.closed = True
+        self._waiting.clear()
         for requestId in list(self._inFlight) + list(self._streams):
             self._abort(requestId)
+        for d in list(self._posts):
+            d.cancel()
         return Deferred.fromCoroutine(self._close())
 
     async def _close(self) -> None:

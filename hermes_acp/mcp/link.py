@@ -48,6 +48,10 @@ MAX_PAGES = 100
 END_WAIT = 1.0
 #: Progress can keep a call alive this many call timeouts at most.
 HARD_CAP_FACTOR = 10
+#: A server's log messages (``notifications/message``): this many are logged at once, then this
+#: many a second; the rest are counted, and the count is logged with the next one (or at its stop).
+LOG_BURST = 20
+LOG_RATE = 2.0
 
 _tokens = itertools.count(1)
 _ENDED = (ConnectionDone, ConnectionLost, ProcessDone, ProcessTerminated)
@@ -84,6 +88,9 @@ class ServerLink:
     _reconnecting: OneShot[None] | None = None
     _listing: Deferred[None] | None = None
     _relist: bool = False
+    _logAllowance: float = LOG_BURST
+    _loggedAt: float = 0.0
+    _logDropped: int = 0
 
     def __attrs_post_init__(self) -> None:
         self.connection = MCPConnection(
@@ -94,10 +101,12 @@ class ServerLink:
              "notifications/message": self._logMessage},
             self.reactor, self.settings.maxLine)
         self.connection.onInputEnded = self._outputClosed
+        self.connection.onOverrun = self._notReading
         if self.spec.transport == HTTP:
             from .http import HTTPChannel
 
-            self.channel = HTTPChannel(self.spec, self.reactor, self.connection, self.settings.maxLine)
+            self.channel = HTTPChannel(self.spec, self.reactor, self.connection, self.settings.maxLine,
+                                       self.settings.mcpHTTPConnections)
             self.connection.makeConnection(self.channel)
         else:
             from .stdio import StdioServer
@@ -179,6 +188,11 @@ class ServerLink:
         if self.state in (STARTING, READY):
             self.fail(self._endReason())
 
+    def _notReading(self, waiting: int) -> None:
+        """It asks and asks, and reads none of our answers: it is stopped before they fill memory."""
+        self.fail(f"it does not read what the agent writes to it ({waiting // 1024} KB of answers to its own "
+                  "requests were waiting), so it was stopped")
+
     def _outputClosed(self) -> None:
         """A stdio server closed its output: nothing it says can reach us any more. It
         fails when its process ends (with that status), or soon anyway."""
@@ -209,8 +223,8 @@ class ServerLink:
     async def _discover(self, refused: RemoteError) -> None:
         self._speakModern(True)  # the probe carries the envelope (and, over HTTP, the headers)
         try:
-            result = await self._request("server/discover", {})
-        except (RemoteError, TransportError):
+            result = await self._request("server/discover", {}, self.settings.mcpStartupTimeout)
+        except (RemoteError, TransportError, TimeoutError):  # (no answer in time: not modern either)
             self._speakModern(False)
             raise refused from None
         supported = result.get("supportedVersions") if isinstance(result, dict) else None
@@ -284,18 +298,22 @@ class ServerLink:
         if not self._hasTools:
             self.tools = []
             return
-        tools: list[dict[str, Any]] = []
+        gathered = toolset.Accepted()
         cursor: Any = None
+        unread = False
         for _ in range(MAX_PAGES):
             page = await self._withSession("tools/list", {} if cursor is None else {"cursor": cursor}, timeout)
             if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
                 raise CallFailed("its tools/list answer holds no list of tools")
-            tools += page["tools"]
-            cursor = page.get("nextCursor")
+            gathered.add(page["tools"])
+            cursor, page = page.get("nextCursor"), None
             if not isinstance(cursor, str) or not cursor:
                 break
-        kept, self.leftOut = toolset.accepted(tools)
-        self.tools = list({tool["name"]: tool for tool in kept}.values())
+            if gathered.full:  # more would only be counted: they are not read (nor held)
+                unread = True
+                break
+        self.leftOut = gathered.leftOut(unread)
+        self.tools = list({tool["name"]: tool for tool in gathered.kept}.values())
         if self.leftOut:
             log.warn("MCP server {name}: tools left out: {left}", name=self.spec.name, left="; ".join(self.leftOut))
 
@@ -379,8 +397,21 @@ class ServerLink:
             handler(params)
 
     def _logMessage(self, params: dict[str, Any]) -> None:
-        log.info("MCP server {name} says ({level}): {data}", name=self.spec.name, level=params.get("level"),
-                 data=redact(str(params.get("data"))[:2000], self.spec.secrets))
+        """Logged, at most ``LOG_RATE`` a second after a burst: a chatty server cannot flood stderr."""
+        now = self.reactor.seconds()
+        self._logAllowance = min(LOG_BURST, self._logAllowance + (now - self._loggedAt) * LOG_RATE)
+        self._loggedAt = now
+        if self._logAllowance < 1:
+            self._logDropped += 1
+            return
+        self._logAllowance -= 1
+        log.info("MCP server {name} says ({severity}): {data}{dropped}", name=self.spec.name,
+                 severity=params.get("level"), data=redact(str(params.get("data"))[:2000], self.spec.secrets),
+                 dropped=self._droppedLogs())
+
+    def _droppedLogs(self) -> str:
+        dropped, self._logDropped = self._logDropped, 0
+        return f" ({dropped} earlier messages of it were not logged)" if dropped else ""
 
     # -- stopping --------------------------------------------------------------------------
 
@@ -391,6 +422,10 @@ class ServerLink:
         return Deferred.fromCoroutine(self._shutDown())
 
     async def _shutDown(self) -> None:
+        if self._logDropped:
+            log.info("MCP server {name}: {n} more of its log messages were not logged", name=self.spec.name,
+                     n=self._logDropped)
+            self._logDropped = 0
         if self.spec.transport != HTTP:
             if self.channel.pid is not None:
                 await self.channel.stop()

@@ -130,7 +130,7 @@ class StdioServer:
                 if self.process.ended:
                     break
                 if signalNumber is None:
-                    self.process.transport.closeStdin()
+                    self.connection.closeInput()
                 else:
                     self._signalGroup(signalNumber)
                 ended = self.process.whenEnded()

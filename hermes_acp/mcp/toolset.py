@@ -97,28 +97,55 @@ def exposedName(server: str, tool: str, taken: set[str]) -> str:
     raise AssertionError("unreachable")
 
 
+@attrs.define
+class Accepted:
+    """The tool definitions the model can be offered, gathered page by page: each
+    with a name and an object schema (a model API refuses any other), within the
+    bounds of count and size (a server cannot fill the context with its tools).
+    Once ``full``, the rest are only counted, and its caller reads no more pages."""
+
+    kept: list[dict[str, Any]] = attrs.Factory(list)
+    left: list[str] = attrs.Factory(list)
+    size: int = 0
+    #: Tools past the bounds.
+    over: int = 0
+
+    @property
+    def full(self) -> bool:
+        return self.over > 0
+
+    def add(self, tools: list[Any]) -> None:
+        for tool in tools:
+            if self.full:
+                self.over += 1
+                continue
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str) or not tool["name"]:
+                self.left.append("a tool without a name")
+                continue
+            schema = tool.get("inputSchema", {})
+            if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+                self.left.append(f"{tool['name'][:80]!r}: its input schema is not an object")
+                continue
+            self.size += len(json.dumps(tool, ensure_ascii=False, default=str))
+            if len(self.kept) >= MAX_TOOLS or self.size > MAX_TOOL_BYTES:
+                self.over += 1
+                continue
+            self.kept.append(tool)
+
+    def leftOut(self, unread: bool = False) -> list[str]:
+        """A line for each tool left out; ``unread`` when pages were left unread."""
+        if not self.over:
+            return list(self.left)
+        rest = " (and its further pages, not read)" if unread else ""
+        return [*self.left, f"{self.over} more{rest}: over {MAX_TOOLS} tools or {MAX_TOOL_BYTES // 1024} KB of "
+                            "definitions"]
+
+
 def accepted(tools: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The tool definitions the model can be offered, and a line for each left out:
-    a name, an object schema (a model API refuses any other), and within the bounds
-    of count and size (a server cannot fill the context with its tools)."""
-    kept: list[dict[str, Any]] = []
-    left: list[str] = []
-    size = 0
-    for tool in tools:
-        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str) or not tool["name"]:
-            left.append("a tool without a name")
-            continue
-        schema = tool.get("inputSchema", {})
-        if not isinstance(schema, dict) or schema.get("type", "object") != "object":
-            left.append(f"{tool['name'][:80]!r}: its input schema is not an object")
-            continue
-        size += len(json.dumps(tool, ensure_ascii=False, default=str))
-        if len(kept) >= MAX_TOOLS or size > MAX_TOOL_BYTES:
-            left.append(f"{len(tools) - len(kept) - len(left)} more: over {MAX_TOOLS} tools or "
-                        f"{MAX_TOOL_BYTES // 1024} KB of definitions")
-            break
-        kept.append(tool)
-    return kept, left
+    """``Accepted`` for one list: the tools kept, and a line for each left out."""
+    gathered = Accepted()
+    gathered.add(tools)
+    return gathered.kept, gathered.leftOut()
 
 
 def routes(spec: ServerSpec, tools: list[dict[str, Any]], taken: set[str]) -> list[Route]:
