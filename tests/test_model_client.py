@@ -5,6 +5,7 @@ scripted server on loopback."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -505,6 +506,23 @@ async def test_aReplyHasATimeLimit(scriptedServer, noProxies, steps) -> None:
                       [{"role": "user", "content": "hi"}], [], Cancellation(), lambda text: None, lambda text: None)
     error = await failure(d)
     assert "HERMES_ACP_MODEL_REPLY_SECONDS" in str(error) and 1.0 <= time.monotonic() - began < 6.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_oneThreadWatchesEveryReplysTime(scriptedServer, noProxies) -> None:
+    """Replies stalled at once, one per session: one thread keeps all their time bounds (a
+    thread each would add one per session waiting on the model), each ends at its bound, and
+    no deadline is left behind."""
+    server, url = scriptedServer
+    server.default.responses += [[{"text": "slow"}, {"stall": True}]] * 6
+    ds = [deferToThread(client(url, ReplyLimits(seconds=1.5)).complete, "scripted-model", [{"role": "user", "content": "hi"}], [], Cancellation(),
+                        lambda text: None, lambda text: None) for _ in range(6)]
+    await server.whenStalled(6).addTimeout(10, reactor)
+    watchdogs = [t for t in threading.enumerate() if t.name == "hermes-model-watchdog"]
+    errors = [await failure(d) for d in ds]
+    assert len(watchdogs) == 1
+    assert all("HERMES_ACP_MODEL_REPLY_SECONDS" in str(e) for e in errors)
+    assert len(chat_http.DEADLINES) == 0
 
 
 @pytest_twisted.ensureDeferred
