@@ -5,6 +5,7 @@ scripted server on loopback."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -523,6 +524,21 @@ async def test_oneThreadWatchesEveryReplysTime(scriptedServer, noProxies) -> Non
     assert len(watchdogs) == 1
     assert all("HERMES_ACP_MODEL_REPLY_SECONDS" in str(e) for e in errors)
     assert len(chat_http.DEADLINES) == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_toolCallsOfNoBytesCountToo(scriptedServer, noProxies) -> None:
+    """A reply of tool calls that carry only an index (no name, no arguments: nothing of the
+    reply's bytes) is bounded all the same, and quickly: each call counts."""
+    server, url = scriptedServer
+    events = [{"index": 0, "delta": {"tool_calls": [{"index": i} for i in range(n, n + 1000)]}}
+             for n in range(0, 20_000, 1000)]
+    server.default.responses.append([{"raw": "".join(f"data: {json.dumps({'choices': [e]})}\n\n" for e in events)}])
+    began = time.monotonic()
+    d = deferToThread(client(url, ReplyLimits(maxReply=256 * 1024)).complete, "scripted-model",
+                      [{"role": "user", "content": "hi"}], [], Cancellation(), lambda text: None, lambda text: None)
+    assert "HERMES_ACP_MODEL_MAX_REPLY" in str(await failure(d))
+    assert time.monotonic() - began < 5.0
 
 
 @pytest_twisted.ensureDeferred

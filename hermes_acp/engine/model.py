@@ -71,10 +71,17 @@ class ModelReply:
     reasoningField: str = "reasoning_content"
 
 
+#: What one tool call of a reply counts against ``ReplyLimits.maxReply`` besides its name and
+#: arguments: each becomes a card and a result, whatever its size (a reply of calls of no bytes
+#: would otherwise be unbounded).
+CALL_BYTES = 1024
+
+
 @attrs.frozen
 class ReplyLimits:
     """How big and how long one reply may be: bytes of one server-sent event (or line, or a
-    whole JSON answer), bytes of its text, reasoning and tool arguments together, and seconds
+    whole JSON answer), bytes of its text, reasoning and tool calls together (``CALL_BYTES``
+    each besides their names and arguments), and seconds
     from the request to its end (retries included). Over any, the reply ends with a
     ``ModelError`` that names the bound and the variable that raises it."""
 
@@ -88,7 +95,7 @@ class ReplyLimits:
                           "Raise HERMES_ACP_MODEL_MAX_EVENT if the endpoint really sends such events.")
 
     def replyError(self) -> ModelError:
-        return ModelError(f"The model's reply passed {_size(self.maxReply)} of text, reasoning and tool arguments, "
+        return ModelError(f"The model's reply passed {_size(self.maxReply)} of text, reasoning and tool calls, "
                           "the limit of HERMES_ACP_MODEL_MAX_REPLY; it was stopped. "
                           "Raise HERMES_ACP_MODEL_MAX_REPLY to allow longer replies.")
 
@@ -114,6 +121,8 @@ class _Accumulator:
     reasoning: list[str] = attrs.field(factory=list)
     refusal: list[str] = attrs.field(factory=list)
     calls: list[dict[str, Any]] = attrs.field(factory=list)
+    #: The latest call of each index (the one its next fragments extend).
+    latest: dict[int, dict[str, Any]] = attrs.field(factory=dict)
     finish: str | None = None
     usage: dict[str, Any] | None = None
     delivered: bool = False
@@ -156,7 +165,10 @@ class _Accumulator:
     def _grow(self, text: str) -> None:
         """Count ``text`` into the reply before it is kept or shown: the delta that would
         pass the bound is neither."""
-        self.size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        self._count(len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")))
+
+    def _count(self, size: int) -> None:
+        self.size += size
         if self.size > self.limits.maxReply:
             raise self.limits.replyError()
 
@@ -178,10 +190,11 @@ class _Accumulator:
         index = call.get("index")
         if not isinstance(index, int):
             index = len(self.calls) - (0 if callId else 1)
-        slot = next((c for c in reversed(self.calls) if c["index"] == index), None)
+        slot = self.latest.get(index)
         # Some servers send every complete call at index 0; a new id means a new call.
         if slot is None or (callId and slot["id"] and callId != slot["id"]):
-            slot = {"index": index, "id": "", "name": "", "arguments": ""}
+            self._count(CALL_BYTES)  # a call costs its card and its result, even one of no bytes
+            slot = self.latest[index] = {"index": index, "id": "", "name": "", "arguments": ""}
             self.calls.append(slot)
         slot["id"] = callId or slot["id"]
         slot["name"] += name
