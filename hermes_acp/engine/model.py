@@ -81,9 +81,9 @@ CALL_BYTES = 1024
 class ReplyLimits:
     """How big and how long one reply may be: bytes of one server-sent event (or line, or a
     whole JSON answer), bytes of its text, reasoning and tool calls together (``CALL_BYTES``
-    each besides their names and arguments), and seconds
-    from the request to its end (retries included). Over any, the reply ends with a
-    ``ModelError`` that names the bound and the variable that raises it."""
+    a call besides its name and arguments), and seconds from the request to its end (retries
+    included). Over any, the reply ends with a ``ModelError`` that names the bound and the
+    variable that raises it."""
 
     maxEvent: int = DEFAULT_MODEL_MAX_EVENT
     maxReply: int = DEFAULT_MODEL_MAX_REPLY
