@@ -5,9 +5,11 @@ scripted server on loopback."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -21,7 +23,7 @@ from twisted.web.server import Site
 from hermes_acp.config import Endpoint
 from hermes_acp.engine import chat_http
 from hermes_acp.engine.cancel import Cancellation
-from hermes_acp.engine.model import ModelClient, ModelError, ReplyLimits, listModels
+from hermes_acp.engine.model import ModelClient, ModelError, ReplyLimits, _Accumulator, listModels
 
 from .scripted_model import FRAMINGS, ScriptedModel
 from .test_e2e_tls import selfSigned
@@ -539,6 +541,31 @@ async def test_toolCallsOfNoBytesCountToo(scriptedServer, noProxies) -> None:
                       [{"role": "user", "content": "hi"}], [], Cancellation(), lambda text: None, lambda text: None)
     assert "HERMES_ACP_MODEL_MAX_REPLY" in str(await failure(d))
     assert time.monotonic() - began < 5.0
+
+
+def test_aReplyOfTinyFragmentsStaysSmallAndQuick() -> None:
+    """A reply comes a token or two at a time: what the client keeps of it weighs about what it
+    holds (half a million two-byte strings in a list took 30 MB for 1 MB of text), and a tool call's
+    arguments grow in linear time (growing a string took 36 s for 1 MiB of 4-byte fragments)."""
+    accumulator = _Accumulator(lambda text: None, lambda text: None, ReplyLimits(maxReply=1024 * 1024))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ModelError, match="HERMES_ACP_MODEL_MAX_REPLY"):
+            for n in itertools.count():
+                accumulator.absorb({"choices": [{"index": 0, "delta": {"content": str(10 + n % 90)}}]})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024, peak
+    accumulator = _Accumulator(lambda text: None, lambda text: None)
+    began = time.monotonic()
+    accumulator.absorb({"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "id": "w", "function": {"name": "write_file", "arguments": ""}}]}}]})
+    fragment = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "abcd"}}]}}]}
+    for _ in range(256 * 1024):
+        accumulator.absorb(fragment)
+    [call] = accumulator.reply().toolCalls
+    assert call.arguments == "abcd" * 256 * 1024 and time.monotonic() - began < 10.0
 
 
 @pytest_twisted.ensureDeferred
