@@ -34,7 +34,7 @@ DEFAULT_MAX_TOOL_CALLS = 32
 DEFAULT_TOOL_PARALLEL = 4
 DEFAULT_TOOL_THREADS = 16
 #: One model reply: the largest server-sent event (or line, or whole JSON answer) in bytes, the
-#: most text, reasoning and tool arguments in bytes, and the longest time in seconds.
+#: most text, reasoning and tool calls in bytes (``engine.model.CALL_BYTES``), the longest time in seconds.
 DEFAULT_MODEL_MAX_EVENT = 8 * 1024 * 1024
 DEFAULT_MODEL_MAX_REPLY = 32 * 1024 * 1024
 DEFAULT_MODEL_REPLY_SECONDS = 3600.0

@@ -5,7 +5,11 @@ scripted server on loopback."""
 
 from __future__ import annotations
 
+import itertools
+import json
+import threading
 import time
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -19,7 +23,7 @@ from twisted.web.server import Site
 from hermes_acp.config import Endpoint
 from hermes_acp.engine import chat_http
 from hermes_acp.engine.cancel import Cancellation
-from hermes_acp.engine.model import ModelClient, ModelError, ReplyLimits, listModels
+from hermes_acp.engine.model import ModelClient, ModelError, ReplyLimits, _Accumulator, listModels
 
 from .scripted_model import FRAMINGS, ScriptedModel
 from .test_e2e_tls import selfSigned
@@ -505,6 +509,63 @@ async def test_aReplyHasATimeLimit(scriptedServer, noProxies, steps) -> None:
                       [{"role": "user", "content": "hi"}], [], Cancellation(), lambda text: None, lambda text: None)
     error = await failure(d)
     assert "HERMES_ACP_MODEL_REPLY_SECONDS" in str(error) and 1.0 <= time.monotonic() - began < 6.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_oneThreadWatchesEveryReplysTime(scriptedServer, noProxies) -> None:
+    """Replies stalled at once, one per session: one thread keeps all their time bounds (a
+    thread each would add one per session waiting on the model), each ends at its bound, and
+    no deadline is left behind."""
+    server, url = scriptedServer
+    server.default.responses += [[{"text": "slow"}, {"stall": True}]] * 6
+    ds = [deferToThread(client(url, ReplyLimits(seconds=1.5)).complete, "scripted-model", [{"role": "user", "content": "hi"}], [], Cancellation(),
+                        lambda text: None, lambda text: None) for _ in range(6)]
+    await server.whenStalled(6).addTimeout(10, reactor)
+    watchdogs = [t for t in threading.enumerate() if t.name == "hermes-model-watchdog"]
+    errors = [await failure(d) for d in ds]
+    assert len(watchdogs) == 1
+    assert all("HERMES_ACP_MODEL_REPLY_SECONDS" in str(e) for e in errors)
+    assert len(chat_http.DEADLINES) == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_toolCallsOfNoBytesCountToo(scriptedServer, noProxies) -> None:
+    """A reply of tool calls that carry only an index (no name, no arguments: nothing of the
+    reply's bytes) is bounded all the same, and quickly: each call counts."""
+    server, url = scriptedServer
+    events = [{"index": 0, "delta": {"tool_calls": [{"index": i} for i in range(n, n + 1000)]}}
+             for n in range(0, 20_000, 1000)]
+    server.default.responses.append([{"raw": "".join(f"data: {json.dumps({'choices': [e]})}\n\n" for e in events)}])
+    began = time.monotonic()
+    d = deferToThread(client(url, ReplyLimits(maxReply=256 * 1024)).complete, "scripted-model",
+                      [{"role": "user", "content": "hi"}], [], Cancellation(), lambda text: None, lambda text: None)
+    assert "HERMES_ACP_MODEL_MAX_REPLY" in str(await failure(d))
+    assert time.monotonic() - began < 5.0
+
+
+def test_aReplyOfTinyFragmentsStaysSmallAndQuick() -> None:
+    """A reply comes a token or two at a time: what the client keeps of it weighs about what it
+    holds (half a million two-byte strings in a list took 30 MB for 1 MB of text), and a tool call's
+    arguments grow in linear time (growing a string took 36 s for 1 MiB of 4-byte fragments)."""
+    accumulator = _Accumulator(lambda text: None, lambda text: None, ReplyLimits(maxReply=1024 * 1024))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ModelError, match="HERMES_ACP_MODEL_MAX_REPLY"):
+            for n in itertools.count():
+                accumulator.absorb({"choices": [{"index": 0, "delta": {"content": str(10 + n % 90)}}]})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024, peak
+    accumulator = _Accumulator(lambda text: None, lambda text: None)
+    began = time.monotonic()
+    accumulator.absorb({"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "id": "w", "function": {"name": "write_file", "arguments": ""}}]}}]})
+    fragment = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "abcd"}}]}}]}
+    for _ in range(256 * 1024):
+        accumulator.absorb(fragment)
+    [call] = accumulator.reply().toolCalls
+    assert call.arguments == "abcd" * 256 * 1024 and time.monotonic() - began < 10.0
 
 
 @pytest_twisted.ensureDeferred

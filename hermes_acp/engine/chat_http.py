@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import logging
 import os
 import select
 import socket
@@ -20,7 +21,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -28,6 +29,8 @@ import attrs
 from hermes_acp import __version__
 from hermes_acp.engine import sse
 from hermes_acp.engine.secrets import redactURL
+
+log = logging.getLogger(__name__)
 
 USER_AGENT = f"hermes-acp/{__version__}"
 #: Idle connections kept per endpoint, how long one may idle before it is dropped rather than
@@ -228,6 +231,54 @@ class Pool:
 POOL = Pool()
 
 
+class Deadlines:
+    """Calls due at a time, for every exchange of the process, from one thread (started with
+    the first): a thread per exchange would add one for each session waiting on the model.
+    A call runs in that thread and must not block (``Exchange.abort`` shuts a socket)."""
+
+    def __init__(self) -> None:
+        self._due: dict[object, tuple[float, Callable[[], None]]] = {}
+        self._changed = threading.Condition()
+        self._started = False
+
+    def add(self, seconds: float, then: Callable[[], None]) -> object:
+        """Call ``then`` in ``seconds``; the key that ``cancel`` takes."""
+        key = object()
+        with self._changed:
+            if not self._started:
+                threading.Thread(target=self._run, name="hermes-model-watchdog", daemon=True).start()
+                self._started = True
+            self._due[key] = (time.monotonic() + max(0.0, seconds), then)
+            self._changed.notify()
+        return key
+
+    def cancel(self, key: object) -> None:
+        """``then`` is not called, unless it already is being called."""
+        with self._changed:
+            self._due.pop(key, None)
+
+    def __len__(self) -> int:
+        with self._changed:
+            return len(self._due)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                now = time.monotonic()
+                calls = [self._due.pop(key)[1] for key, (when, _) in list(self._due.items()) if when <= now]
+                if not calls:
+                    self._changed.wait(min((when for when, _ in self._due.values()), default=now + 3600) - now)
+                    continue
+            for call in calls:
+                try:
+                    call()
+                except Exception:  # noqa: BLE001 - the other deadlines still come
+                    log.exception("a model request's deadline failed")
+
+
+DEADLINES = Deadlines()
+
+
 class Aborted(Exception):
     """``Exchange.abort`` was called."""
 
@@ -264,7 +315,7 @@ class Exchange:
         self._released = False
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._watchdog: threading.Timer | None = None
+        self._watchdog: object | None = None
 
     def abort(self) -> None:
         with self._lock:
@@ -279,16 +330,14 @@ class Exchange:
         self.expired = True
         self.abort()
 
-    def _watch(self, seconds: float, then: Any) -> None:
-        """Call ``then`` in ``seconds`` (from a timer thread), instead of the call set before."""
+    def _watch(self, seconds: float, then: Callable[[], None]) -> None:
+        """Call ``then`` in ``seconds`` (``DEADLINES``' thread), instead of the call set before."""
         self._unwatch()
-        timer = self._watchdog = threading.Timer(max(0.0, seconds), then)
-        timer.name, timer.daemon = "hermes-model-watchdog", True
-        timer.start()
+        self._watchdog = DEADLINES.add(seconds, then)
 
     def _unwatch(self) -> None:
         if self._watchdog is not None:
-            self._watchdog.cancel()
+            DEADLINES.cancel(self._watchdog)
             self._watchdog = None
 
     def _bind(self, connection: http.client.HTTPConnection) -> None:

@@ -71,12 +71,19 @@ class ModelReply:
     reasoningField: str = "reasoning_content"
 
 
+#: What one tool call of a reply counts against ``ReplyLimits.maxReply`` besides its name and
+#: arguments: each becomes a card and a result, whatever its size (a reply of calls of no bytes
+#: would otherwise be unbounded).
+CALL_BYTES = 1024
+
+
 @attrs.frozen
 class ReplyLimits:
     """How big and how long one reply may be: bytes of one server-sent event (or line, or a
-    whole JSON answer), bytes of its text, reasoning and tool arguments together, and seconds
-    from the request to its end (retries included). Over any, the reply ends with a
-    ``ModelError`` that names the bound and the variable that raises it."""
+    whole JSON answer), bytes of its text, reasoning and tool calls together (``CALL_BYTES``
+    a call besides its name and arguments), and seconds from the request to its end (retries
+    included). Over any, the reply ends with a ``ModelError`` that names the bound and the
+    variable that raises it."""
 
     maxEvent: int = DEFAULT_MODEL_MAX_EVENT
     maxReply: int = DEFAULT_MODEL_MAX_REPLY
@@ -88,7 +95,7 @@ class ReplyLimits:
                           "Raise HERMES_ACP_MODEL_MAX_EVENT if the endpoint really sends such events.")
 
     def replyError(self) -> ModelError:
-        return ModelError(f"The model's reply passed {_size(self.maxReply)} of text, reasoning and tool arguments, "
+        return ModelError(f"The model's reply passed {_size(self.maxReply)} of text, reasoning and tool calls, "
                           "the limit of HERMES_ACP_MODEL_MAX_REPLY; it was stopped. "
                           "Raise HERMES_ACP_MODEL_MAX_REPLY to allow longer replies.")
 
@@ -102,6 +109,27 @@ def _size(count: int) -> str:
     return f"{count / 1048576:g} MiB ({count} bytes)" if count >= 1048576 else f"{count} bytes"
 
 
+class _Pieces:
+    """Text that arrives in fragments (a token or two each), kept joined a thousand at a time:
+    a string grown by each fragment would be copied each time (quadratic), and a list of
+    millions of small strings weighs some 60 bytes each, thirty times what they hold."""
+
+    JOIN = 1024
+
+    def __init__(self) -> None:
+        self._chunks: list[str] = []
+        self._fragments: list[str] = []
+
+    def add(self, text: str) -> None:
+        self._fragments.append(text)
+        if len(self._fragments) >= self.JOIN:
+            self._chunks.append("".join(self._fragments))
+            self._fragments.clear()
+
+    def __str__(self) -> str:
+        return "".join(self._chunks) + "".join(self._fragments)
+
+
 @attrs.define
 class _Accumulator:
     """Builds a ``ModelReply`` from stream chunks; what it keeps is bounded (``ReplyLimits.maxReply``)."""
@@ -110,10 +138,12 @@ class _Accumulator:
     onReasoning: Callable[[str], None]
     limits: ReplyLimits = ReplyLimits()
     size: int = 0
-    text: list[str] = attrs.field(factory=list)
-    reasoning: list[str] = attrs.field(factory=list)
-    refusal: list[str] = attrs.field(factory=list)
+    text: _Pieces = attrs.field(factory=_Pieces)
+    reasoning: _Pieces = attrs.field(factory=_Pieces)
+    refusal: _Pieces = attrs.field(factory=_Pieces)
     calls: list[dict[str, Any]] = attrs.field(factory=list)
+    #: The latest call of each index (the one its next fragments extend).
+    latest: dict[int, dict[str, Any]] = attrs.field(factory=dict)
     finish: str | None = None
     usage: dict[str, Any] | None = None
     delivered: bool = False
@@ -156,13 +186,16 @@ class _Accumulator:
     def _grow(self, text: str) -> None:
         """Count ``text`` into the reply before it is kept or shown: the delta that would
         pass the bound is neither."""
-        self.size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        self._count(len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")))
+
+    def _count(self, size: int) -> None:
+        self.size += size
         if self.size > self.limits.maxReply:
             raise self.limits.replyError()
 
-    def _emit(self, parts: list[str], callback: Callable[[str], None], text: str) -> None:
+    def _emit(self, parts: _Pieces, callback: Callable[[str], None], text: str) -> None:
         self._grow(text)
-        parts.append(text)
+        parts.add(text)
         self.delivered = True
         callback(text)
 
@@ -178,24 +211,23 @@ class _Accumulator:
         index = call.get("index")
         if not isinstance(index, int):
             index = len(self.calls) - (0 if callId else 1)
-        slot = next((c for c in reversed(self.calls) if c["index"] == index), None)
+        slot = self.latest.get(index)
         # Some servers send every complete call at index 0; a new id means a new call.
         if slot is None or (callId and slot["id"] and callId != slot["id"]):
-            slot = {"index": index, "id": "", "name": "", "arguments": ""}
+            self._count(CALL_BYTES)  # a call costs its card and its result, even one of no bytes
+            slot = self.latest[index] = {"index": index, "id": "", "name": _Pieces(), "arguments": _Pieces()}
             self.calls.append(slot)
         slot["id"] = callId or slot["id"]
-        slot["name"] += name
-        slot["arguments"] += arguments
+        slot["name"].add(name)
+        slot["arguments"].add(arguments)
 
     def reply(self, finish: str | None = None) -> ModelReply:
-        calls = tuple(
-            ToolCallRequest(c["id"] or f"call_{i}_{id(self):x}", c["name"], c["arguments"])
-            for i, c in enumerate(self.calls)
-            if c["name"]
-        )
+        named = ((i, c, str(c["name"])) for i, c in enumerate(self.calls))
+        calls = tuple(ToolCallRequest(c["id"] or f"call_{i}_{id(self):x}", name, str(c["arguments"]))
+                      for i, c, name in named if name)
         return ModelReply(
-            "".join(self.text), "".join(self.reasoning), calls, finish or self.finish,
-            self.usage, "".join(self.refusal), self.reasoningField,
+            str(self.text), str(self.reasoning), calls, finish or self.finish,
+            self.usage, str(self.refusal), self.reasoningField,
         )
 
 
