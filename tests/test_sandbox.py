@@ -118,6 +118,20 @@ def test_manyPoliciesNeverStrandAJob(places: dict[str, Path]) -> None:
         assert runConfined(policy, lambda: index) == index
 
 
+@needsLandlock
+def test_anIdleSpawnerEnds(places: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spawner with no work for SPAWNER_IDLE seconds ends and leaves the table (sessions
+    that came and went leave no threads); the next job of its policy gets a new one."""
+    monkeypatch.setattr(sandbox, "SPAWNER_IDLE", 0.2)
+    policy = Policy((str(places["work"] / "idle"),))
+    assert runConfined(policy, lambda: 1) == 1
+    first = sandbox._spawners[policy]
+    first.join(10)
+    assert not first.is_alive() and policy not in sandbox._spawners
+    assert runConfined(policy, lambda: 2) == 2
+    assert sandbox._spawners[policy] is not first
+
+
 def test_unavailableSandboxSaysWhy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sandbox, "_probed", sandbox.Support(0, "no Landlock in this test"))
     with pytest.raises(sandbox.SandboxError, match="no Landlock in this test"):

@@ -58,8 +58,11 @@ _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
 #: Devices every program expects to write to.
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx")
 _DEVICE_FOLDERS = ("/dev/pts", "/dev/shm")
-#: Spawner threads kept at once; the least recently used one ends first.
+#: Spawner threads kept at once; the least recently used one ends first. One that had no job
+#: for ``SPAWNER_IDLE`` seconds ends too (the next command of its policy starts another), so
+#: sessions that came and went leave no threads behind.
 MAX_SPAWNERS = 32
+SPAWNER_IDLE = 60.0
 
 
 class SandboxError(OSError):
@@ -303,13 +306,26 @@ class _Spawner(threading.Thread):
                 getattr(e, "errno", None) or (errno.ENOMEM if isinstance(e, MemoryError) else errno.EPERM),
                 f"the sandbox could not be set up: {getattr(e, 'strerror', None) or str(e) or type(e).__name__}")
         self.ready.set()
-        while (job := self.jobs.get()) is not _STOP:
+        while (job := self._next()) is not _STOP:
             if self.failure is not None:
                 job.error = self.failure
                 job.done.set()
             else:
                 job.run()
 
+
+    def _next(self) -> Any:
+        """The next job; ``_STOP`` once idle for ``SPAWNER_IDLE`` seconds. Jobs are queued
+        under ``_spawnersLock``, so none can arrive after the spawner left the table."""
+        while True:
+            try:
+                return self.jobs.get(timeout=SPAWNER_IDLE)
+            except queue.Empty:
+                with _spawnersLock:
+                    if self.jobs.empty():
+                        if _spawners.get(self.policy) is self:
+                            del _spawners[self.policy]
+                        return _STOP
 
     def stale(self) -> bool:
         return self.ready.is_set() and any(_changed(path) != seen for path, seen in self.splits.items())
