@@ -363,3 +363,29 @@ def test_theSafeEnvironmentTurnsProgramsOff(repository, key: str) -> None:
         os.close(primary)
         os.close(secondary)
     assert not mark.exists()
+
+
+def test_aKeyPlantedAfterTheGuardReadTheConfigurationStillRunsNothing(repository, monkeypatch) -> None:
+    """The guard read a clean configuration; a parallel call then plants an fsmonitor (here in
+    an included workspace file). The command still runs with the safe settings: a second look
+    at the configuration must not take them away."""
+    from hermes_acp.engine import readonly
+
+    from .conftest import ToolBench
+
+    included, mark = repository / "inc", repository / "MARK"
+    included.write_text("")
+    _git(repository, "config", "include.path", str(included))
+    looked = readonly.gitRunsPrograms
+
+    def plantedAfter(cwd: str) -> str | None:
+        found = looked(cwd)
+        included.write_text(f"[core]\n\tfsmonitor = touch {mark}; false\n")
+        return found
+
+    monkeypatch.setattr(readonly, "gitRunsPrograms", plantedAfter)
+    bench = ToolBench(str(repository))
+    bench.agent.sandbox = None
+    outcome = bench.call("terminal", command="git status")
+    assert not outcome.failed and bench.observer.commands == []
+    assert not mark.exists()

@@ -269,19 +269,36 @@ _PROGRAMS: dict[str, _Check] = {
 def isReadOnly(command: str, cwd: str | None = None) -> bool:
     """Whether ``command`` (run in ``cwd``) runs only known read-only programs,
     each in a read-only way, and names none of the user's secrets nor a folder
-    that holds one (``engine.sensitive``: reading one always asks)."""
+    that holds one (``engine.sensitive``: reading one always asks); a git only
+    where the repository's configuration makes it run no program."""
+    where = cwd or os.getcwd()
+    commands = _readOnlyCommands(command, where)
+    return commands is not None and (not any(words[0] == "git" for words in commands)
+                                     or gitRunsPrograms(where) is None)
+
+
+def safeEnvironment(command: str, cwd: str) -> Mapping[str, str] | None:
+    """What a command that runs without the sandbox adds to its environment:
+    :data:`GIT_SAFE_ENV` when it is read-only as written (whatever the repository's
+    configuration says by now: one planted since the guard read it must not turn
+    the safe settings off), else nothing (a git the user let run keeps its hooks)."""
+    return GIT_SAFE_ENV if _readOnlyCommands(command, cwd) is not None else None
+
+
+def _readOnlyCommands(command: str, where: str) -> list[list[str]] | None:
+    """The words of ``command``'s simple commands when, as written, it runs only
+    read-only programs in a read-only way and names no secret; else None."""
     commands = _commands(command)
     if not commands:
-        return False
+        return None
     if not all(words[0] in _PROGRAMS and _PROGRAMS[words[0]](words[1:]) for words in commands):
-        return False
-    where = cwd or os.getcwd()
+        return None
     operands = {os.path.join(where, path) for words in commands for path in map(_named, words[1:]) if path}
     hidden = hiddenPaths()
     if any(secretKind(path) or any(inside(secret, os.path.realpath(path)) for secret in hidden)
            for path in operands):
-        return False
-    return not any(words[0] == "git" for words in commands) or gitRunsPrograms(where) is None
+        return None
+    return commands
 
 
 def _named(word: str) -> str:
