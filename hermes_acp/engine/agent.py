@@ -594,7 +594,9 @@ class _Conversation:
         elif outcome.kind == "summarised":
             agent.summaryFailures = 0
         why = outcome.error or outcome.summaryFailure
-        log.info("compaction %s (%s): %s%s, %d -> %d tokens in %.3f s%s", compactionId, reason, outcome.status,
+        # One that went as planned is routine (the editor shows it): ``debug``.
+        level = logging.INFO if outcome.status == "failed" or why else logging.DEBUG
+        log.log(level, "compaction %s (%s): %s%s, %d -> %d tokens in %.3f s%s", compactionId, reason, outcome.status,
                  f" ({outcome.kind})" if outcome.kind else "", outcome.before, outcome.after,
                  time.monotonic() - began, f": {why}" if why else "")
         _notify(observer.compactionEnded, compactionId, outcome.status, shown, outcome.error,
