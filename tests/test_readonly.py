@@ -242,7 +242,9 @@ def test_longCommandsAreFast() -> None:
 
 @pytest.mark.parametrize("command", ["cat /root/.ssh/id_rsa", "grep KEY .env", "head server.pem",
                                      "ls /tmp && cat /home/u/.aws/credentials",
-                                     "grep --file=/home/u/.ssh/id_rsa -r .", "diff --from-file=.env a"])
+                                     "grep --file=/home/u/.ssh/id_rsa -r .", "diff --from-file=.env a",
+                                     "file -m/home/u/.ssh/id_rsa /dev/null", "grep -rf/home/u/.ssh/id_rsa .",
+                                     "file -m.env x"])
 def test_secretOperandsAreNotReadOnly(command: str) -> None:
     assert not isReadOnly(command)
 

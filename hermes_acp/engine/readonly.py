@@ -39,8 +39,9 @@ read-only. The command word must be a bare name on the list (no ``/``; a
   :data:`GIT_SAFE_ENV`, which turns the fsmonitor, hooks and pagers off whatever the
   configuration says by the time it runs.
 
-An operand (or an option's ``=value``) that names a secret (``~/.ssh/id_rsa``,
-a ``.env`` file, ...) disqualifies too. A long option counts by any abbreviation
+An operand (or an option's ``=value``, or a value joined to a short option:
+``file -m/home/u/.ssh/id_rsa`` prints the key line by line in its warnings) that
+names a secret (``~/.ssh/id_rsa``, a ``.env`` file, ...) disqualifies too. A long option counts by any abbreviation
 getopt would take (``--out`` is ``--output``). A ``NAME=value`` prefix (``GIT_DIR=x
 git status``, ``LESSOPEN=... cat``, ``PAGER=...``) is not a command word on the list,
 so such a command is never read-only. Left out on purpose, each because it can run
@@ -293,7 +294,7 @@ def _readOnlyCommands(command: str, where: str) -> list[list[str]] | None:
         return None
     if not all(words[0] in _PROGRAMS and _PROGRAMS[words[0]](words[1:]) for words in commands):
         return None
-    operands = {os.path.join(where, path) for words in commands for path in map(_named, words[1:]) if path}
+    operands = {os.path.join(where, path) for words in commands for word in words[1:] for path in _named(word)}
     hidden = hiddenPaths()
     if any(secretKind(path) or any(inside(secret, os.path.realpath(path)) for secret in hidden)
            for path in operands):
@@ -301,8 +302,21 @@ def _readOnlyCommands(command: str, where: str) -> list[list[str]] | None:
     return commands
 
 
-def _named(word: str) -> str:
-    """The path a word may name: an operand, or the value of ``--option=value``."""
+#: How many letters of a cluster of short options may come before a value joined to it.
+_CLUSTER = 16
+
+
+def _named(word: str) -> list[str]:
+    """The paths a word may name: an operand, the value of ``--option=value``, or
+    a value joined to short options (``-rf/path``: any letter of the cluster may
+    take the rest; the value starts at the latest after the first non-letter)."""
     if not word.startswith("-"):
-        return word
-    return word.partition("=")[2] if word.startswith("--") else ""
+        return [word]
+    if word.startswith("--"):
+        return [value] if (value := word.partition("=")[2]) else []
+    named = []
+    for i in range(2, min(len(word), _CLUSTER + 2)):
+        named.append(word[i:])
+        if not word[i].isalnum():
+            break
+    return named
