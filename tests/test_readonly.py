@@ -391,3 +391,27 @@ def test_aKeyPlantedAfterTheGuardReadTheConfigurationStillRunsNothing(repository
     outcome = bench.call("terminal", command="git status")
     assert not outcome.failed and bench.observer.commands == []
     assert not mark.exists()
+
+
+def test_readingTheConfigurationIsNotReapedByAnotherThread(repository) -> None:
+    """The agent reaps the adopted processes it did not start (``processes.reapAdopted``,
+    from any thread): the configuration's reader is one of the agent's own, so its exit
+    status stays its own, and a configuration git cannot read still asks."""
+    import threading
+
+    from hermes_acp.engine import processes
+
+    (repository / ".git" / "config").write_text("[core\n")
+    done = threading.Event()
+
+    def reaping() -> None:
+        while not done.is_set():
+            processes.reapAdopted()
+
+    reaper = threading.Thread(target=reaping)
+    reaper.start()
+    try:
+        assert not any(isReadOnly("git status", str(repository)) for _ in range(40))
+    finally:
+        done.set()
+        reaper.join(10)

@@ -227,19 +227,30 @@ def gitRunsPrograms(cwd: str) -> str | None:
 
     git itself reads the configuration (``git config --list --show-scope``, which
     runs no program), so includes, ``config.worktree`` and a ``.git`` file that
-    points elsewhere count exactly as git counts them."""
+    points elsewhere count exactly as git counts them. It is started as the
+    agent's own (``processes.spawn``): no other thread reaps its exit status."""
+    from hermes_acp.engine import processes
     from hermes_acp.engine.secrets import childEnvironment
 
     try:
-        listed = subprocess.run(
-            ["git", "--no-pager", "config", "--list", "--show-scope", "-z"], cwd=cwd,
-            env={**childEnvironment(), **GIT_SAFE_ENV}, stdin=subprocess.DEVNULL, capture_output=True,
-            timeout=_GIT_CONFIG_TIMEOUT, check=False)
-    except (OSError, subprocess.SubprocessError) as e:
+        git, mark = processes.spawn(
+            ["git", "--no-pager", "config", "--list", "--show-scope", "-z"], cwd,
+            {**childEnvironment(), **GIT_SAFE_ENV}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL)
+    except OSError as e:
         return f"git's configuration could not be read ({type(e).__name__})"
-    if listed.returncode != 0:
+    try:
+        stdout, _ = git.communicate(timeout=_GIT_CONFIG_TIMEOUT)
+    except subprocess.TimeoutExpired as e:
+        processes.end(git, mark)
+        git.communicate()
+        return f"git's configuration could not be read ({type(e).__name__})"
+    finally:
+        git.wait()
+        processes.release(git)
+    if git.returncode != 0:
         return "git's configuration could not be read"
-    fields = listed.stdout.decode("utf-8", "replace").split("\0")
+    fields = stdout.decode("utf-8", "replace").split("\0")
     for scope, entry in zip(fields[0::2], fields[1::2]):
         key, _, value = entry.partition("\n")
         if scope in _USER_SCOPES or not GIT_COMMAND_KEYS.fullmatch(key.lower()):
