@@ -21,10 +21,10 @@ behind still carries.
 
 While the agent lives, the agent writes on the pipe each process it starts
 (``PID STARTTIME``, the start time telling a reused pid apart; ``-PID`` once it
-has collected its exit status), and the watchdog looks at the agent's children
-for processes it adopted: about once a second while such a process lives, and
-at each ``-PID`` (what a command leaves is adopted when it ends: a command done
-within the second would otherwise leave them unseen). At end-of-file the watchdog
+has collected its exit status), and each process it adopted that still runs
+when one of its own ends (what a command leaves is adopted as it ends); the
+watchdog also looks, about once a second and only while such a process lives,
+at the agent's children for processes it adopted. At end-of-file the watchdog
 stops (SIGSTOP, so nothing forks any more) every process it finds, pass after
 pass until a pass finds no new one, then kills them all (SIGKILL) and exits.
 It finds:
@@ -314,8 +314,6 @@ def watch(agent: int, prefix: str, limit: int, fd: int) -> None:
             pending = pending[:MAX_LINE]
             for line in lines:
                 _read(line, known)
-            if any(line.startswith(b"-") for line in lines):
-                looked = 0.0  # a process ended: what it left the agent adopted just now; look at once
         if hasProc and time.monotonic() - looked >= POLL:
             looked = time.monotonic()
             _adopted(agent, known, skip)
