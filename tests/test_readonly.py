@@ -244,7 +244,7 @@ def test_longCommandsAreFast() -> None:
                                      "ls /tmp && cat /home/u/.aws/credentials",
                                      "grep --file=/home/u/.ssh/id_rsa -r .", "diff --from-file=.env a",
                                      "file -m/home/u/.ssh/id_rsa /dev/null", "grep -rf/home/u/.ssh/id_rsa .",
-                                     "file -m.env x"])
+                                     "file -m.env x", "git show HEAD:.env", "git show :id_rsa"])
 def test_secretOperandsAreNotReadOnly(command: str) -> None:
     assert not isReadOnly(command)
 

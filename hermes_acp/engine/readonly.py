@@ -318,11 +318,13 @@ _CLUSTER = 16
 
 
 def _named(word: str) -> list[str]:
-    """The paths a word may name: an operand, the value of ``--option=value``, or
-    a value joined to short options (``-rf/path``: any letter of the cluster may
-    take the rest; the value starts at the latest after the first non-letter)."""
+    """The paths a word may name: an operand (and, after a colon, the path of
+    git's ``REV:PATH``: ``git show HEAD:.env`` prints a committed secret), the
+    value of ``--option=value``, or a value joined to short options (``-rf/path``:
+    any letter of the cluster may take the rest; the value starts at the latest
+    after the first non-letter)."""
     if not word.startswith("-"):
-        return [word]
+        return [word, path] if (path := word.partition(":")[2]) else [word]  # git's REV:PATH
     if word.startswith("--"):
         return [value] if (value := word.partition("=")[2]) else []
     named = []
