@@ -326,6 +326,12 @@ class EditorClient(RecordingClient):
         return None
 
 
+def liveOutputs(found: list[dict], card: dict) -> list[str]:
+    """What the card showed while its command ran (the updates before its status), as JSON."""
+    return [json.dumps(u["content"]) for u in found
+            if u.get("toolCallId") == card["toolCallId"] and u.get("content") and "status" not in u]
+
+
 @pytest_twisted.ensureDeferred
 async def test_commandOutputShowsAsItComes(scriptedServer, tmp_path) -> None:
     """A command that runs here (in the sandbox, even for an editor with terminals)
@@ -351,8 +357,7 @@ async def test_commandOutputShowsAsItComes(scriptedServer, tmp_path) -> None:
     assert problems == []
     assert not [c for c in client.calls if c[0] == "terminal"]  # the sandbox ran it, not the editor
     [card] = [c for c in toolCalls(found).values() if c["kind"] == "execute"]
-    shown = [json.dumps(u["content"]) for u in found
-             if u.get("toolCallId") == card["toolCallId"] and u.get("content") and "status" not in u]
+    shown = liveOutputs(found, card)
     assert any("line1" in s and "line6" not in s for s in shown), shown  # seen before the command ended
     assert card["status"] == "completed" and "line6" in json.dumps(card["content"])
     with sqlite3.connect(os.path.join(home, "state.db"), timeout=5) as db:
@@ -384,8 +389,7 @@ async def test_commandOutputAsItComesHasNoSecret(scriptedServer, tmp_path) -> No
     found, problems = await onLoop(scenario())
     assert problems == []
     [card] = [c for c in toolCalls(found).values() if c["kind"] == "execute"]
-    shown = [json.dumps(u["content"]) for u in found
-             if u.get("toolCallId") == card["toolCallId"] and u.get("content") and "status" not in u]
+    shown = liveOutputs(found, card)
     assert any("api_key" in s and "end" not in s for s in shown), shown  # seen while it ran
     assert key not in json.dumps(found)
 
