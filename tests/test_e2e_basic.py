@@ -102,3 +102,42 @@ async def test_routineWorkIsQuietOnStderr(scriptedServer, tmp_path, entry) -> No
     assert (tmp_path / "a.txt").exists() and not (tmp_path / "b.txt").exists()
     assert len(client.permissionRequests) == 2
     assert stderr.read_bytes() == b""
+
+
+@pytest_twisted.ensureDeferred
+async def test_mcpServersAndCompactionAreQuietOnStderr(scriptedServer, httpMCP, tmp_path) -> None:
+    """A session with MCP servers (stdio and HTTP) whose tools are called, on a small window
+    that a compaction (with the model's summary) keeps working, writes nothing to stderr at
+    the default level: a server ready and a compaction done are routine."""
+    from .mcp_e2e import call, http, scripted
+    from .test_e2e_compaction import files, reading
+
+    model, url = scriptedServer
+    model.window = model.windows["scripted-model"] = 8000
+    turns = 6
+    model.addRule("echo it", [call("e", "mcp__srv__echo", text="hi"), call("w", "mcp__web__echo", text="hi"),
+                              [{"text": "echoed"}]])
+    _, webURL = httpMCP({})
+    reading(model, turns)
+    files(tmp_path, turns)
+    server, _ = scripted(tmp_path, "srv")
+    stderr = tmp_path / "stderr"
+
+    async def scenario():
+        with open(stderr, "wb") as sink:
+            client = RecordingClient(permission=answers("allow_once", "allow_once"))
+            async with connect(client, env=modelEnv(url), stderr=sink) as (conn, _, wire, process):
+                await initialized(conn)
+                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[server, http("web", webURL)])).session_id
+                stops = [(await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("echo it")]), 30)).stop_reason]
+                for n in range(turns):
+                    prompt = [text(f"turn {n} please")]
+                    stops.append((await asyncio.wait_for(conn.prompt(session_id=sid, prompt=prompt), 30)).stop_reason)
+            return stops, await asyncio.wait_for(process.wait(), 15), wire.problems()
+
+    stops, code, problems = await onLoop(scenario())
+    assert (stops, code, problems) == (["end_turn"] * (turns + 1), 0, [])
+    assert model.summaryRequests, "a compaction asked for a summary"
+    echoed = [m["content"] for m in model.chatRequests[2]["messages"] if m["role"] == "tool"]
+    assert len(echoed) == 2 and all("hi" in e for e in echoed), echoed
+    assert stderr.read_text() == ""

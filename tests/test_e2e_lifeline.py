@@ -23,7 +23,7 @@ from .e2e import text
 from .mcp_e2e import scripted
 from .sdkclient import RecordingClient, connect, initialized, onLoop, until
 from .test_e2e_safety import Machine, approve, terminal
-from .test_lifeline import sleeping
+from .test_lifeline import sleeping, unique
 
 SUPPORT = sandbox.probe()
 
@@ -111,3 +111,39 @@ async def test_nothingOutlivesTheAgent(scriptedServer, tmp_path: Path, death: st
         for pid, what in zip(found.get("pids", []), [seconds] * 6 + ["600"]):
             if sleeping(pid, what):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest_twisted.ensureDeferred
+async def test_aProcessThatShedEveryMarkAndWasLeftBehindEnds(scriptedServer, tmp_path: Path) -> None:
+    """A finished command left a process that shed every mark: a session of its own, an
+    empty environment and a lower ``RLIMIT_RTTIME``. The agent, a subreaper, adopted it
+    when the command ended; killed later, between turns, it leaves nothing running."""
+    import sys
+
+    server, url = scriptedServer
+    machine = Machine(tmp_path)
+    seconds = unique(321)
+    pidFile = machine.work / "shed.pid"
+    shed = (f"import os, resource; resource.setrlimit(resource.RLIMIT_RTTIME, (5, 5)); "
+            f"open('{pidFile}', 'w').write(str(os.getpid())); os.execv('/bin/sleep', ['sleep', '{seconds}'])")
+    command = f"(env -i setsid {sys.executable} -c \"{shed}\" > /dev/null 2>&1 &); echo left"
+    server.default.responses += [terminal(command), [{"text": "done"}]]
+    found: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with connect(RecordingClient(permission=approve),
+                           env=machine.env(url, HERMES_ACP_SANDBOX="off")) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(machine.work), mcp_servers=[])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("go")]), 30)
+            found["pid"] = await pidIn(pidFile)
+            await until(lambda: sleeping(found["pid"], seconds), 30, "the process to sleep")
+            process.kill()
+            await asyncio.wait_for(process.wait(), 60)
+
+    try:
+        await onLoop(scenario())
+        await onLoop(until(lambda: not sleeping(found["pid"], seconds), 30, "the left process to end"))
+    finally:
+        if "pid" in found and sleeping(found["pid"], seconds):
+            os.kill(found["pid"], signal.SIGKILL)

@@ -26,7 +26,7 @@ from acp.schema import (
 
 from hermes_acp.commands import COMMANDS
 
-from .e2e import agentText, commandRunning, modelEnv, text, toolCalls, uniqueSleep, updates
+from .e2e import agentText, answers, commandRunning, modelEnv, text, toolCalls, uniqueSleep, updates
 from .scripted_model import FRAMINGS
 from .sdkclient import RecordingClient, connect, initialized, onLoop, rawNotify, settled, until
 
@@ -326,6 +326,12 @@ class EditorClient(RecordingClient):
         return None
 
 
+def liveOutputs(found: list[dict], card: dict) -> list[str]:
+    """What the card showed while its command ran (the updates before its status), as JSON."""
+    return [json.dumps(u["content"]) for u in found
+            if u.get("toolCallId") == card["toolCallId"] and u.get("content") and "status" not in u]
+
+
 @pytest_twisted.ensureDeferred
 async def test_commandOutputShowsAsItComes(scriptedServer, tmp_path) -> None:
     """A command that runs here (in the sandbox, even for an editor with terminals)
@@ -351,13 +357,41 @@ async def test_commandOutputShowsAsItComes(scriptedServer, tmp_path) -> None:
     assert problems == []
     assert not [c for c in client.calls if c[0] == "terminal"]  # the sandbox ran it, not the editor
     [card] = [c for c in toolCalls(found).values() if c["kind"] == "execute"]
-    shown = [json.dumps(u["content"]) for u in found
-             if u.get("toolCallId") == card["toolCallId"] and u.get("content") and "status" not in u]
+    shown = liveOutputs(found, card)
     assert any("line1" in s and "line6" not in s for s in shown), shown  # seen before the command ended
     assert card["status"] == "completed" and "line6" in json.dumps(card["content"])
     with sqlite3.connect(os.path.join(home, "state.db"), timeout=5) as db:
         journal = [p for (p,) in db.execute("SELECT payload FROM acp_journal WHERE session_id = ?", (sid,))]
     assert not any("line1" in p and "line6" not in p for p in journal)
+
+
+@pytest_twisted.ensureDeferred
+async def test_commandOutputAsItComesHasNoSecret(scriptedServer, tmp_path) -> None:
+    """The output shown while a command runs is redacted as its final output is: the
+    agent's key, printed by a project file, never reaches the editor."""
+    server, url = scriptedServer
+    key = "test-key-not-secret"  # modelEnv's HERMES_API_KEY
+    (tmp_path / "settings.txt").write_text(f"api_key = {key}\n")
+    command = "cat settings.txt; sleep 1.5; echo end"
+    server.default.responses += [
+        [{"tool_calls": [{"id": "t", "name": "terminal", "arguments": {"command": command}}]}],
+        [{"text": "done"}],
+    ]
+    client = RecordingClient(permission=answers("allow_once"))
+
+    async def scenario():
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text("show settings")])
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == []
+    [card] = [c for c in toolCalls(found).values() if c["kind"] == "execute"]
+    shown = liveOutputs(found, card)
+    assert any("api_key" in s and "end" not in s for s in shown), shown  # seen while it ran
+    assert key not in json.dumps(found)
 
 
 @pytest_twisted.ensureDeferred

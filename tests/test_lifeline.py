@@ -160,3 +160,16 @@ def test_noCommandRunsWithoutAWatchdog() -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == [
         "refused: cannot start the agent's watchdog: No such file or directory", "then: 0 True"]
+
+
+def test_theMarkKeepsTheUsersSoftLimit() -> None:
+    """A user's own soft ``RLIMIT_RTTIME`` (a realtime budget) stays what it was: the mark
+    is the hard limit, which is what every descendant carries and cannot raise."""
+    script = ("import resource, sys; from hermes_acp.engine import lifeline\n"
+              "R = resource.RLIMIT_RTTIME\n"
+              "resource.setrlimit(R, (200000, resource.getrlimit(R)[1]))\n"
+              "mark = lifeline.Lifeline('HERMES_ACP_COMMAND=x.')._markLimit()\n"
+              "print(mark, *resource.getrlimit(R))\n")
+    mark, soft, hard = map(int, subprocess.run([sys.executable, "-c", script], capture_output=True, check=True,
+                                               timeout=30).stdout.split())
+    assert mark > 1 << 40 and (soft, hard) == (200000, mark)

@@ -242,7 +242,9 @@ def test_longCommandsAreFast() -> None:
 
 @pytest.mark.parametrize("command", ["cat /root/.ssh/id_rsa", "grep KEY .env", "head server.pem",
                                      "ls /tmp && cat /home/u/.aws/credentials",
-                                     "grep --file=/home/u/.ssh/id_rsa -r .", "diff --from-file=.env a"])
+                                     "grep --file=/home/u/.ssh/id_rsa -r .", "diff --from-file=.env a",
+                                     "file -m/home/u/.ssh/id_rsa /dev/null", "grep -rf/home/u/.ssh/id_rsa .",
+                                     "file -m.env x", "git show HEAD:.env", "git show :id_rsa"])
 def test_secretOperandsAreNotReadOnly(command: str) -> None:
     assert not isReadOnly(command)
 
@@ -363,3 +365,53 @@ def test_theSafeEnvironmentTurnsProgramsOff(repository, key: str) -> None:
         os.close(primary)
         os.close(secondary)
     assert not mark.exists()
+
+
+def test_aKeyPlantedAfterTheGuardReadTheConfigurationStillRunsNothing(repository, monkeypatch) -> None:
+    """The guard read a clean configuration; a parallel call then plants an fsmonitor (here in
+    an included workspace file). The command still runs with the safe settings: a second look
+    at the configuration must not take them away."""
+    from hermes_acp.engine import readonly
+
+    from .conftest import ToolBench
+
+    included, mark = repository / "inc", repository / "MARK"
+    included.write_text("")
+    _git(repository, "config", "include.path", str(included))
+    looked = readonly.gitRunsPrograms
+
+    def plantedAfter(cwd: str) -> str | None:
+        found = looked(cwd)
+        included.write_text(f"[core]\n\tfsmonitor = touch {mark}; false\n")
+        return found
+
+    monkeypatch.setattr(readonly, "gitRunsPrograms", plantedAfter)
+    bench = ToolBench(str(repository))
+    bench.agent.sandbox = None
+    outcome = bench.call("terminal", command="git status")
+    assert not outcome.failed and bench.observer.commands == []
+    assert not mark.exists()
+
+
+def test_readingTheConfigurationIsNotReapedByAnotherThread(repository) -> None:
+    """The agent reaps the adopted processes it did not start (``processes.reapAdopted``,
+    from any thread): the configuration's reader is one of the agent's own, so its exit
+    status stays its own, and a configuration git cannot read still asks."""
+    import threading
+
+    from hermes_acp.engine import processes
+
+    (repository / ".git" / "config").write_text("[core\n")
+    done = threading.Event()
+
+    def reaping() -> None:
+        while not done.is_set():
+            processes.reapAdopted()
+
+    reaper = threading.Thread(target=reaping)
+    reaper.start()
+    try:
+        assert not any(isReadOnly("git status", str(repository)) for _ in range(40))
+    finally:
+        done.set()
+        reaper.join(10)

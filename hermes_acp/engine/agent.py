@@ -31,6 +31,7 @@ from hermes_acp.engine.instructions import projectInstructions
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ReplyLimits, ToolCallRequest
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy, policyFor
+from hermes_acp.engine.secrets import redact, secretValues
 from hermes_acp.engine.result import TurnResult, TurnUsage
 from hermes_acp.engine.tools.builtin import selectTools
 from hermes_acp.engine.tools.registry import (
@@ -342,7 +343,7 @@ class AIAgent:
             todos=self.todos, locks=self._locks, searchSessions=self.sessionSearch,
             sandbox=self.sandbox, limits=self.limits,
             terminalStarted=lambda terminalId: _notify(observer.terminalStarted, callId, terminalId),
-            commandOutput=lambda output: _notify(observer.commandOutput, callId, output),
+            commandOutput=lambda output: _notify(observer.commandOutput, callId, redact(output, secretValues())),
             delegate=lambda name, arguments: _delegated(observer.callTool(callId, name, arguments)),
         )
 
@@ -594,7 +595,9 @@ class _Conversation:
         elif outcome.kind == "summarised":
             agent.summaryFailures = 0
         why = outcome.error or outcome.summaryFailure
-        log.info("compaction %s (%s): %s%s, %d -> %d tokens in %.3f s%s", compactionId, reason, outcome.status,
+        # One that went as planned is routine (the editor shows it): ``debug``.
+        level = logging.INFO if outcome.status == "failed" or why else logging.DEBUG
+        log.log(level, "compaction %s (%s): %s%s, %d -> %d tokens in %.3f s%s", compactionId, reason, outcome.status,
                  f" ({outcome.kind})" if outcome.kind else "", outcome.before, outcome.after,
                  time.monotonic() - began, f": {why}" if why else "")
         _notify(observer.compactionEnded, compactionId, outcome.status, shown, outcome.error,

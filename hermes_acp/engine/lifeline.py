@@ -11,7 +11,7 @@ It holds the read end of a pipe whose write end only the agent holds
 (``O_CLOEXEC``: no command inherits it), so the pipe reaches end-of-file
 exactly when the agent is gone, however it went.
 
-Before the watchdog starts, the agent sets its own ``RLIMIT_RTTIME`` (the CPU
+Before the watchdog starts, the agent sets its own hard ``RLIMIT_RTTIME`` (the CPU
 time a *real-time* scheduled process may use without blocking; ordinary
 processes never meet it) to a value of its own: an odd, huge number that
 every process it starts inherits, and that neither ``env -i``, ``setsid``
@@ -21,9 +21,10 @@ behind still carries.
 
 While the agent lives, the agent writes on the pipe each process it starts
 (``PID STARTTIME``, the start time telling a reused pid apart; ``-PID`` once it
-has collected its exit status), and the watchdog looks, about once a second
-and only while such a process lives, at the agent's children for processes
-it adopted. At end-of-file the watchdog
+has collected its exit status), and each process it adopted that still runs
+when one of its own ends (what a command leaves is adopted as it ends); the
+watchdog also looks, about once a second and only while such a process lives,
+at the agent's children for processes it adopted. At end-of-file the watchdog
 stops (SIGSTOP, so nothing forks any more) every process it finds, pass after
 pass until a pass finds no new one, then kills them all (SIGKILL) and exits.
 It finds:
@@ -110,18 +111,19 @@ class Lifeline:
         self.limit: int | None = None  # the agent's RLIMIT_RTTIME mark (0: none)
 
     def _markLimit(self) -> int:
-        """Set (once) the agent's ``RLIMIT_RTTIME`` to a value of its own, below
-        the one it inherited (a process may lower its hard limit, never raise it);
-        0 where that cannot be done."""
+        """Set (once) the agent's hard ``RLIMIT_RTTIME`` to a value of its own, below
+        the one it inherited (a process may lower its hard limit, never raise it),
+        and the soft one no higher (a lower soft limit, the user's realtime budget,
+        stays); 0 where that cannot be done."""
         if self.limit is None:
             self.limit = 0
             try:
                 number = resource.RLIMIT_RTTIME
-                hard = resource.getrlimit(number)[1]
+                soft, hard = resource.getrlimit(number)
                 top = 1 << 50 if hard == resource.RLIM_INFINITY else min(hard, 1 << 50)
                 value = (top - 2 - random.randrange(1 << 30)) | 1
                 if value > 1:
-                    resource.setrlimit(number, (value, value))
+                    resource.setrlimit(number, (value if soft == resource.RLIM_INFINITY else min(soft, value), value))
                     self.limit = value
             except (AttributeError, ValueError, OSError):  # no RLIMIT_RTTIME (macOS)
                 pass

@@ -286,11 +286,17 @@ def endAll() -> None:
 
 def reapAdopted() -> None:
     """Collect the exit status of adopted processes that have ended (never of
-    the agent's own children: their owners wait for them)."""
+    the agent's own children: their owners wait for them), and tell the
+    watchdog about those that run on: one that shed every mark is found by
+    nothing else if the agent dies before the watchdog looked."""
     with _lock:
+        running = []
         for pid in children(os.getpid()):
             if pid not in _registered:
                 try:
-                    os.waitpid(pid, os.WNOHANG)
+                    if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                        running.append(pid)
                 except ChildProcessError:
                     pass
+        if running:
+            _lifeline.tell(running)

@@ -39,8 +39,9 @@ read-only. The command word must be a bare name on the list (no ``/``; a
   :data:`GIT_SAFE_ENV`, which turns the fsmonitor, hooks and pagers off whatever the
   configuration says by the time it runs.
 
-An operand (or an option's ``=value``) that names a secret (``~/.ssh/id_rsa``,
-a ``.env`` file, ...) disqualifies too. A long option counts by any abbreviation
+An operand (or an option's ``=value``, or a value joined to a short option:
+``file -m/home/u/.ssh/id_rsa`` prints the key line by line in its warnings) that
+names a secret (``~/.ssh/id_rsa``, a ``.env`` file, ...) disqualifies too. A long option counts by any abbreviation
 getopt would take (``--out`` is ``--output``). A ``NAME=value`` prefix (``GIT_DIR=x
 git status``, ``LESSOPEN=... cat``, ``PAGER=...``) is not a command word on the list,
 so such a command is never read-only. Left out on purpose, each because it can run
@@ -226,19 +227,30 @@ def gitRunsPrograms(cwd: str) -> str | None:
 
     git itself reads the configuration (``git config --list --show-scope``, which
     runs no program), so includes, ``config.worktree`` and a ``.git`` file that
-    points elsewhere count exactly as git counts them."""
+    points elsewhere count exactly as git counts them. It is started as the
+    agent's own (``processes.spawn``): no other thread reaps its exit status."""
+    from hermes_acp.engine import processes
     from hermes_acp.engine.secrets import childEnvironment
 
     try:
-        listed = subprocess.run(
-            ["git", "--no-pager", "config", "--list", "--show-scope", "-z"], cwd=cwd,
-            env={**childEnvironment(), **GIT_SAFE_ENV}, stdin=subprocess.DEVNULL, capture_output=True,
-            timeout=_GIT_CONFIG_TIMEOUT, check=False)
-    except (OSError, subprocess.SubprocessError) as e:
+        git, mark = processes.spawn(
+            ["git", "--no-pager", "config", "--list", "--show-scope", "-z"], cwd,
+            {**childEnvironment(), **GIT_SAFE_ENV}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL)
+    except OSError as e:
         return f"git's configuration could not be read ({type(e).__name__})"
-    if listed.returncode != 0:
+    try:
+        stdout, _ = git.communicate(timeout=_GIT_CONFIG_TIMEOUT)
+    except subprocess.TimeoutExpired as e:
+        processes.end(git, mark)
+        git.communicate()
+        return f"git's configuration could not be read ({type(e).__name__})"
+    finally:
+        git.wait()
+        processes.release(git)
+    if git.returncode != 0:
         return "git's configuration could not be read"
-    fields = listed.stdout.decode("utf-8", "replace").split("\0")
+    fields = stdout.decode("utf-8", "replace").split("\0")
     for scope, entry in zip(fields[0::2], fields[1::2]):
         key, _, value = entry.partition("\n")
         if scope in _USER_SCOPES or not GIT_COMMAND_KEYS.fullmatch(key.lower()):
@@ -269,23 +281,55 @@ _PROGRAMS: dict[str, _Check] = {
 def isReadOnly(command: str, cwd: str | None = None) -> bool:
     """Whether ``command`` (run in ``cwd``) runs only known read-only programs,
     each in a read-only way, and names none of the user's secrets nor a folder
-    that holds one (``engine.sensitive``: reading one always asks)."""
+    that holds one (``engine.sensitive``: reading one always asks); a git only
+    where the repository's configuration makes it run no program."""
+    where = cwd or os.getcwd()
+    commands = _readOnlyCommands(command, where)
+    return commands is not None and (not any(words[0] == "git" for words in commands)
+                                     or gitRunsPrograms(where) is None)
+
+
+def safeEnvironment(command: str, cwd: str) -> Mapping[str, str] | None:
+    """What a command that runs without the sandbox adds to its environment:
+    :data:`GIT_SAFE_ENV` when it is read-only as written (whatever the repository's
+    configuration says by now: one planted since the guard read it must not turn
+    the safe settings off), else nothing (a git the user let run keeps its hooks)."""
+    return GIT_SAFE_ENV if _readOnlyCommands(command, cwd) is not None else None
+
+
+def _readOnlyCommands(command: str, where: str) -> list[list[str]] | None:
+    """The words of ``command``'s simple commands when, as written, it runs only
+    read-only programs in a read-only way and names no secret; else None."""
     commands = _commands(command)
     if not commands:
-        return False
+        return None
     if not all(words[0] in _PROGRAMS and _PROGRAMS[words[0]](words[1:]) for words in commands):
-        return False
-    where = cwd or os.getcwd()
-    operands = {os.path.join(where, path) for words in commands for path in map(_named, words[1:]) if path}
+        return None
+    operands = {os.path.join(where, path) for words in commands for word in words[1:] for path in _named(word)}
     hidden = hiddenPaths()
     if any(secretKind(path) or any(inside(secret, os.path.realpath(path)) for secret in hidden)
            for path in operands):
-        return False
-    return not any(words[0] == "git" for words in commands) or gitRunsPrograms(where) is None
+        return None
+    return commands
 
 
-def _named(word: str) -> str:
-    """The path a word may name: an operand, or the value of ``--option=value``."""
+#: How many letters of a cluster of short options may come before a value joined to it.
+_CLUSTER = 16
+
+
+def _named(word: str) -> list[str]:
+    """The paths a word may name: an operand (and, after a colon, the path of
+    git's ``REV:PATH``: ``git show HEAD:.env`` prints a committed secret), the
+    value of ``--option=value``, or a value joined to short options (``-rf/path``:
+    any letter of the cluster may take the rest; the value starts at the latest
+    after the first non-letter)."""
     if not word.startswith("-"):
-        return word
-    return word.partition("=")[2] if word.startswith("--") else ""
+        return [word, path] if (path := word.partition(":")[2]) else [word]  # git's REV:PATH
+    if word.startswith("--"):
+        return [value] if (value := word.partition("=")[2]) else []
+    named = []
+    for i in range(2, min(len(word), _CLUSTER + 2)):
+        named.append(word[i:])
+        if not word[i].isalnum():
+            break
+    return named

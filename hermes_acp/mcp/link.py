@@ -137,7 +137,7 @@ class ServerLink:
             self.channel.listen()
         if self.state == STARTING:
             self.state = READY
-            log.info("MCP server {name} ready: {era} era ({version}), {n} tool(s)", name=self.spec.name,
+            log.debug("MCP server {name} ready: {era} era ({version}), {n} tool(s)", name=self.spec.name,
                      era=self.era, version=self.version, n=len(self.tools))
             self.onChange(self)
 

@@ -50,7 +50,7 @@ def runTerminal(ctx: ToolContext, command: str, timeout: int, workdir: str | Non
     if ctx.cancelEvent.is_set():  # cancelled while it was being approved: it must not run at all
         raise ToolError("the command was not run: the user cancelled the turn", {"command": command})
     timeout = min(timeout, MAX_TIMEOUT)
-    env = readonly.GIT_SAFE_ENV if policy is None and readonly.isReadOnly(command, cwd) else None
+    env = readonly.safeEnvironment(command, cwd) if policy is None else None
     try:
         result = ctx.workspace.runCommand(command, cwd, float(timeout), ctx.cancelEvent,
                                           onStarted=ctx.terminalStarted, policy=policy, limits=ctx.limits, env=env,
