@@ -152,6 +152,8 @@ class TurnEvents(Protocol):
 
     def askRead(self, callId: str, path: str, reason: str) -> Deferred[str]: ...
 
+    def askPlan(self, callId: str, plan: str) -> Deferred[str]: ...
+
     def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> Deferred[tuple[str, bool, dict[str, Any]]]: ...
 
     def compactionStarted(self, compactionId: str, reason: str) -> None: ...
@@ -199,6 +201,10 @@ class BridgedObserver:
 
     def approveRead(self, callId: str, path: str, reason: str) -> str:
         answer: str = self.bridge.call(self.turn.askRead, callId, path, reason)
+        return answer
+
+    def approvePlan(self, callId: str, plan: str) -> str:
+        answer: str = self.bridge.call(self.turn.askPlan, callId, plan)
         return answer
 
     def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:

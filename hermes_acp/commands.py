@@ -18,7 +18,7 @@ from . import __version__
 from .catalog import ModelCatalog
 from .client import ClientInfo
 from .config import Endpoint, Settings, stateDatabase
-from .engine.access import EDIT_MODES
+from .engine.access import EDIT_MODES, PLAN
 from .interfaces import ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import JSONRPCError
 from .mcp.registry import MCPServers
@@ -32,7 +32,8 @@ CATALOG_WAIT = 3.0
 COMMANDS: dict[str, tuple[str, str | None]] = {
     "help": ("List the slash commands", None),
     "model": ("Show or switch the model", "model name to switch to"),
-    "mode": ("Show or switch the edit mode", "default, accept_edits or dont_ask"),
+    "mode": ("Show or switch the edit mode", "default, accept_edits, dont_ask or plan"),
+    "plan": ("Enter plan mode: the agent reads and plans, changes nothing, and asks you to approve its plan", None),
     "tools": ("List the tools the agent can use", None),
     "mcp": ("List this session's MCP servers, their state and tools", None),
     "context": ("Show how much of the context window the conversation uses", None),
@@ -126,6 +127,12 @@ class Commands:
         lines = [f"Current mode: `{state.mode}`", ""]
         lines += [f"- `{m}`{' (current)' if m == state.mode else ''}: {MODE_INFO[m][1]}" for m in EDIT_MODES]
         return "\n".join(lines)
+
+    async def _plan(self, state: SessionState, argument: str) -> str:
+        reply = await self._mode(state, PLAN)
+        if argument:  # nothing the user typed is dropped without a word
+            reply += "\n\nThe text after `/plan` was not sent to the model: send the task as your next prompt."
+        return reply
 
     async def _tools(self, state: SessionState, argument: str) -> str:
         tools = {**self.options.agentFor(state).activeTools(), **self.mcp.toolsFor(state)[0]}

@@ -58,6 +58,10 @@ class ITurnObserver(Interface):
         """Ask the user whether the model may read ``path`` (``reason`` says why it
         asks: a secret, or outside the workspace); an answer of ``ANSWERS``."""
 
+    def approvePlan(callId: str, plan: str) -> str:
+        """Show the user the plan the model made in plan mode and ask whether to implement
+        it (``engine.planning``); an answer of ``ANSWERS``."""
+
     def terminalStarted(callId: str, terminalId: str) -> None:
         """The editor made a terminal for the call's command."""
 

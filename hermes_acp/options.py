@@ -22,6 +22,7 @@ MODE_INFO = {
     "default": ("Default", "Ask before every file edit, every read outside the workspace and every dangerous command."),
     "accept_edits": ("Accept Edits", "Edit files inside the workspace without asking; secrets and protected files still ask."),
     "dont_ask": ("Don't Ask", "Edit and read files without asking; secrets, protected files and dangerous commands still ask."),
+    "plan": ("Plan", "Read, search and run read-only commands, change nothing; end with a plan to approve."),
 }
 THOUGHT_LEVELS = {
     "default": "The model's default reasoning",

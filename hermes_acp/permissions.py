@@ -41,6 +41,11 @@ _NAMES = {
         REJECT_ONCE: "Reject",
         REJECT_ALWAYS: "Always reject this tool in this session",
     },
+    "plan": {  # plan mode's end (``engine.planning``): no "always" answers
+        ALLOW_ONCE: "Yes, implement it (ask before each edit)",
+        ALLOW_ALWAYS: "Yes, implement it and accept edits",
+        REJECT_ONCE: "No, keep planning",
+    },
     "execute": {
         ALLOW_ONCE: "Run once",
         ALLOW_ALWAYS: "Always allow this command in this session",
@@ -51,9 +56,10 @@ _NAMES = {
 
 
 def permissionOptions(kind: str) -> list[dict[str, str]]:
-    """All four option kinds; the option id is the kind."""
+    """The option kinds the question offers (all four but for a plan); the option id is the kind."""
     names = _NAMES.get(kind, _NAMES["execute"])
-    return [{"optionId": k, "name": names[k], "kind": k} for k in (ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE, REJECT_ALWAYS)]
+    return [{"optionId": k, "name": names[k], "kind": k}
+            for k in (ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE, REJECT_ALWAYS) if k in names]
 
 
 def readOutcome(result: Any, offered: list[dict[str, str]]) -> str:

@@ -96,6 +96,23 @@ def planEntries(todos: list[dict[str, Any]]) -> list[dict[str, str]]:
     return entries
 
 
+#: A plan's steps as the editor's plan shows them: its list items (numbered, bulleted or
+#: checkboxes) that are not indented under another; at most this many, this long each.
+_STEP = re.compile(r"^ {0,3}(?:[-*+]|\d{1,3}[.)])\s+(?:\[[ xX]\]\s+)?(\S.*)$")
+MAX_PLAN_STEPS, MAX_STEP_CHARS = 50, 500
+
+
+def planSteps(plan: str) -> list[dict[str, str]]:
+    """The plan of plan mode (Markdown) as ACP plan entries, all pending: one per step,
+    or the whole plan as one entry when it has no list."""
+    steps = [m.group(1).strip() for m in map(_STEP.match, plan.splitlines()) if m]
+    if len(steps) > MAX_PLAN_STEPS:
+        steps = steps[:MAX_PLAN_STEPS - 1] + [f"… and {len(steps) - MAX_PLAN_STEPS + 1} more steps"]
+    steps = steps or [plan.strip()]
+    return [{"content": truncateMiddle(step, MAX_STEP_CHARS), "priority": "medium", "status": "pending"}
+            for step in steps]
+
+
 @implementer(IRenderer)
 @attrs.frozen
 class Renderer:
@@ -194,6 +211,8 @@ class Renderer:
         if isinstance(extras.get("content"), list):  # already ACP content (an MCP tool's result)
             return extras["content"]
         content: list[dict[str, Any]] = []
+        if name == "exit_plan_mode" and isinstance(extras.get("plan"), str):  # the plan stays in its card
+            return [textContent(extras["plan"]), textContent(f"_{text.removeprefix('Error: ')}_")]
         if "newText" in extras and "path" in extras and not failed:
             content.append(self.diff(extras))
         if extras.get("terminalId"):

@@ -41,7 +41,7 @@ from .commands import Commands, slashCommand
 from .config import Endpoint
 from .engine import exhausted
 from .engine.approval import ALLOWED, CANCELLED, refusal
-from .engine.access import EditProposal, modeAfter
+from .engine.access import PLAN, EditProposal, modeAfter, modeAfterPlan, planRefusal
 from .interfaces import IEngineAgent, IPermissionBroker, IRenderer, ISessionOptions, ISessionStore, IUpdateChannel
 from .intake import checkPrompt, promptText, toModelContent
 from .jsonrpc import AuthRequired, InternalError, JSONRPCError
@@ -51,7 +51,7 @@ from .mcp.toolset import Route
 from .mcp.wire import CallFailed
 from .oneshot import OneShot
 from .params import field
-from .render import CONTENT_LIMIT, fenced, planEntries, textContent, truncateMiddle
+from .render import CONTENT_LIMIT, fenced, planEntries, planSteps, textContent, truncateMiddle
 from .session_state import SessionState
 from .store import timestamp
 from .updates import usageUpdate
@@ -471,6 +471,25 @@ class Turn:
         detail = {"path": path, "reason": reason}
         return self._ask(self.renderer.permissionToolCall(toolCallId, name, arguments, detail), "read")
 
+    def askPlan(self, callId: str, plan: str) -> Deferred[str]:
+        """The plan of plan mode: shown as the editor's plan and in the call's card, then
+        asked about; an answer that leaves plan mode switches the mode here, at once
+        (like ``_editAnswered``), before the engine hears it."""
+        toolCallId, name, arguments = self.cards[callId]
+        send = self.services.updates.send
+        send(self.session, {"sessionUpdate": "plan", "entries": planSteps(plan)})
+        send(self.session, {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
+                            "content": [textContent(plan)]})
+        detail = {"text": plan, "title": "Ready to implement this plan?", "kind": "switch_mode"}
+        d = self._ask(self.renderer.permissionToolCall(toolCallId, name, arguments, detail), "plan")
+        return d.addCallback(self._planAnswered)
+
+    def _planAnswered(self, answer: str) -> str:
+        mode = modeAfterPlan(answer)
+        if mode != PLAN and self.session.mode == PLAN:
+            self.services.options.setMode(self.session, mode)
+        return answer
+
     def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> Deferred[tuple[str, bool, dict[str, Any]]]:
         """An MCP tool's call: asked about where that is the rule, then run; its
         progress shows in its card; a cancel of the turn cancels it."""
@@ -481,6 +500,8 @@ class Turn:
         route = self.routes.get(name)
         if route is None:
             return toolset.failure(f"{name} is not a tool of this turn")
+        if session.mode == PLAN and not route.readOnly:
+            return toolset.failure(planRefusal(route.title))
         verdict = mcp.decision(session, route)
         if verdict == ASK:
             toolCallId, _, shown = self.cards[callId]

@@ -19,7 +19,7 @@ class RecordingObserver:
     function of the question)."""
 
     def __init__(self, commandAnswer: Any = REJECT_ONCE, editAnswer: Any = REJECT_ONCE,
-                 readAnswer: Any = ALLOW_ONCE, toolAnswer: Any = None) -> None:
+                 readAnswer: Any = ALLOW_ONCE, toolAnswer: Any = None, planAnswer: Any = REJECT_ONCE) -> None:
         self.lock = threading.Lock()
         self.texts: list[str] = []
         self.thoughts: list[str] = []
@@ -27,6 +27,7 @@ class RecordingObserver:
         self.commands: list[tuple[str, str, str]] = []
         self.edits: list[tuple[str, Any]] = []
         self.reads: list[tuple[str, str, str]] = []
+        self.plans: list[tuple[str, str]] = []
         self.terminals: list[tuple[str, str]] = []
         self.outputs: list[tuple[str, str]] = []
         #: (call id, how many events came before it started running)
@@ -38,6 +39,7 @@ class RecordingObserver:
         self.toolAnswer = toolAnswer or (lambda name, arguments: (f"ran {name}", False, {}))
         self.commandAnswer = commandAnswer
         self.editAnswer = editAnswer
+        self.planAnswer = planAnswer
         self.readAnswer = readAnswer
         self.gotText = threading.Event()
         self.startedTool = threading.Event()
@@ -76,6 +78,11 @@ class RecordingObserver:
         with self.lock:
             self.reads.append((callId, path, reason))
         return _answer(self.readAnswer, path)
+
+    def approvePlan(self, callId: str, plan: str) -> str:
+        with self.lock:
+            self.plans.append((callId, plan))
+        return _answer(self.planAnswer, plan)
 
     def terminalStarted(self, callId: str, terminalId: str) -> None:
         self.terminals.append((callId, terminalId))

@@ -117,8 +117,9 @@ class CheckTests(SynchronousTestCase):
     def test_checkMode(self) -> None:
         """set_mode takes only known modes; the error names modeId."""
         self.assertEqual(checkMode("accept_edits"), "accept_edits")
+        self.assertEqual(checkMode("plan"), "plan")
         with self.assertRaises(InvalidParams) as caught:
-            checkMode("plan")
+            checkMode("yolo")
         self.assertEqual(caught.exception.data, {"field": "modeId"})
 
 

@@ -16,12 +16,21 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
-from hermes_acp.engine.approval import ALLOW_ALWAYS, ALLOWED, REJECT_ALWAYS, Verdict, ask, refusal
+from hermes_acp.engine.approval import ALLOW_ALWAYS, ALLOW_ONCE, ALLOWED, REJECT_ALWAYS, Verdict, ask, refusal
 from hermes_acp.engine.sensitive import inside, protectedKind, secretKind
 
 # default: ask for every edit; accept_edits: edits inside the workspace go
 # through; dont_ask: every edit goes through. Protected paths always ask.
-EDIT_MODES = ("default", "accept_edits", "dont_ask")
+# plan: no edit at all, nothing asked (``engine.planning``); reads as in default.
+PLAN = "plan"
+EDIT_MODES = ("default", "accept_edits", "dont_ask", PLAN)
+
+
+def planRefusal(what: str) -> str:
+    """What the model hears when plan mode refuses ``what`` (an edit, a command, a tool)."""
+    return (f"Blocked in plan mode: {what} could change the workspace, so it was not done (nothing was "
+            "changed, the user was not asked). Do not retry it: read, search and run read-only commands, "
+            "then present your complete plan with exit_plan_mode.")
 
 
 def modeAfter(mode: str, answer: str) -> str:
@@ -31,6 +40,13 @@ def modeAfter(mode: str, answer: str) -> str:
     The session's owner applies it when the answer arrives (the engine never
     changes its own mode: a mode the user set in the meantime would be lost)."""
     return "accept_edits" if answer == ALLOW_ALWAYS and mode == "default" else mode
+
+
+def modeAfterPlan(answer: str) -> str:
+    """The session's mode once the user answered the plan of plan mode
+    (``engine.planning``): implement with edits asked, implement and accept edits,
+    or (any other answer) go on planning."""
+    return {ALLOW_ONCE: "default", ALLOW_ALWAYS: "accept_edits"}.get(answer, PLAN)
 
 @attrs.frozen
 class EditProposal:
@@ -67,6 +83,8 @@ class PathApprovals:
     def decide(self, proposal: EditProposal, question: Callable[[EditProposal], str] | None) -> Verdict:
         """Allow the edit, or ask ``question(proposal)`` when the policy says so."""
         path = os.path.realpath(proposal.path)
+        if self.mode == PLAN:
+            return Verdict(False, planRefusal(f"{proposal.toolName} of {proposal.path}"))
         with self._lock:
             if path in self.refusedPaths:
                 return Verdict(False, f"Edit refused: the user refused edits to {proposal.path} "

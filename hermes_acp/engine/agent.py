@@ -21,13 +21,15 @@ from zope.interface import implementer
 
 from hermes_acp import safejson
 from hermes_acp.config import DEFAULT_MAX_TOOL_CALLS, DEFAULT_TOOL_PARALLEL, DEFAULT_TOOL_THREADS, Endpoint
-from hermes_acp.engine.access import PathApprovals
+from hermes_acp.engine.access import PLAN, PathApprovals
+from hermes_acp.engine.approval import Verdict, ask
 from hermes_acp.engine.cancel import CANCELLED as _WOKEN
 from hermes_acp.engine.cancel import Cancellation
 from hermes_acp.engine.compaction import (
     CHARS_PER_TOKEN, SYNTHETIC_KEY, Budget, Cancelled, Compactor, Estimator, Outcome, charCount, isSummary,
 )
 from hermes_acp.engine.instructions import projectInstructions
+from hermes_acp.engine.planning import EXIT_PLAN, NOTE, judgeCommand
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ReplyLimits, ToolCallRequest
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy, policyFor
@@ -256,8 +258,12 @@ class AIAgent:
     def editMode(self) -> str:
         return self.pathApprovals.mode
 
+    @property
+    def planning(self) -> bool:
+        return self.pathApprovals.mode == PLAN
+
     def setEditMode(self, mode: str) -> None:
-        """"default", "accept_edits" or "dont_ask" (see ``hermes_acp.engine.access``)."""
+        """"default", "accept_edits", "dont_ask" or "plan" (see ``hermes_acp.engine.access``)."""
         self.pathApprovals.mode = mode
 
     def interrupt(self) -> None:
@@ -321,6 +327,8 @@ class AIAgent:
         tools = selectTools(self.tools)
         if self.sessionSearch is None and self.tools is None:
             tools.pop("session_search")
+        if self.planning:
+            tools[EXIT_PLAN.name] = EXIT_PLAN
         return tools
 
     def modelClient(self) -> ModelClient:
@@ -333,10 +341,14 @@ class AIAgent:
         """What the tool call ``callId`` of a run may use: its questions go to that
         run's observer, under that call's id (a tool thread that outlives a
         cancelled run asks that run, never the next)."""
+        def approveCommand(command: str, confined: bool, escalation: str | None, cwd: str) -> Verdict:
+            decide = lambda: self.commandApprovals.decide(  # noqa: E731
+                command, lambda c, reason: observer.approveCommand(callId, c, reason), confined, escalation, cwd)
+            return judgeCommand(command, escalation, cwd, decide) if self.planning else decide()
+
         return ToolContext(
             cwd=self.cwd, workspace=workspace, cancelEvent=cancelEvent,
-            approveCommand=lambda command, confined, escalation, cwd: self.commandApprovals.decide(
-                command, lambda c, reason: observer.approveCommand(callId, c, reason), confined, escalation, cwd),
+            approveCommand=approveCommand,
             approveEdit=lambda proposal: self.pathApprovals.decide(proposal, lambda p: observer.approveEdit(callId, p)),
             approveRead=lambda path: self.pathApprovals.decideRead(
                 path, lambda p, reason: observer.approveRead(callId, p, reason)),
@@ -345,6 +357,7 @@ class AIAgent:
             terminalStarted=lambda terminalId: _notify(observer.terminalStarted, callId, terminalId),
             commandOutput=lambda output: _notify(observer.commandOutput, callId, redact(output, secretValues())),
             delegate=lambda name, arguments: _delegated(observer.callTool(callId, name, arguments)),
+            approvePlan=(lambda plan: ask(lambda p: observer.approvePlan(callId, p), plan)) if self.planning else None,
         )
 
 
@@ -430,6 +443,8 @@ class _Conversation:
     continuations: int = 0
     cutText: str = ""
     cost: float | None = None
+    #: A tool call ended the run (``ToolOutcome.endsTurn``): it stops after this reply's calls.
+    ending: bool = False
 
     def result(self, stopReason: str, failure: ModelError | None = None) -> TurnResult:
         return TurnResult(self.finalText, self.new, self.usage, stopReason, failure, self.lastPromptTokens,
@@ -451,8 +466,9 @@ class _Conversation:
 
     def _system(self) -> dict[str, Any]:
         agent = self.agent
-        return {"role": "system", "content": agent.systemPrompt
-                or defaultSystemPrompt(agent.cwd, agent.additionalDirectories, projectInstructions(agent.cwd).text)}
+        content = agent.systemPrompt or defaultSystemPrompt(agent.cwd, agent.additionalDirectories,
+                                                            projectInstructions(agent.cwd).text)
+        return {"role": "system", "content": f"{content}\n\n{NOTE}" if agent.planning else content}
 
     def _tools(self) -> dict[str, Tool]:
         """The agent's tools and the run's extra ones (an extra never shadows a built-in)."""
@@ -471,9 +487,14 @@ class _Conversation:
         options = {k: v for k, v in (("max_tokens", agent.maxTokens), ("reasoning_effort", agent.reasoningEffort)) if v}
         retry: dict[str, Any] = {}  # options of the one request that asks again for a cut tool call
         shown = ""  # text the editor already has of that cut reply
+        planning = agent.planning
         for step in range(1, agent.maxIterations + 1):
             if self.cancellation.cancelled:
                 return self.result(CANCELLED)
+            if agent.planning != planning:  # the user approved a plan (or switched modes) mid-turn
+                planning, system, tools = agent.planning, self._system(), self._tools()
+                schemas = [tool.schema() for tool in tools.values()]
+                fixed = charCount([system, schemas])
             sent = fixed + _sentChars(self.live)
             tokens = agent.estimator.tokens(sent)
             if agent.contextWindow and tokens > self._budget().threshold and tokens >= self.compactAgainAt:
@@ -529,6 +550,8 @@ class _Conversation:
                 return self.result(stop)
             for message in self._runTools(step, calls, tools):
                 self.remember(message)
+            if self.ending:
+                return self.result(END_TURN)
         return self.result(MAX_TURN_REQUESTS)
 
     def compactNow(self, focus: str) -> TurnResult:
@@ -743,4 +766,5 @@ class _Conversation:
         _notify(self.observer.toolStarted, callId, call.name, shown, extras)
 
     def _ended(self, callId: str, call: ToolCallRequest, outcome: ToolOutcome) -> None:
+        self.ending = self.ending or outcome.endsTurn
         _notify(self.observer.toolEnded, callId, call.name, outcome.text, outcome.failed, outcome.extras)

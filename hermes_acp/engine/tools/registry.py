@@ -40,6 +40,8 @@ class ToolOutcome:
     text: str
     extras: dict[str, Any] = attrs.field(factory=dict)
     failed: bool = False
+    #: The run ends after this reply's calls (the user chose to keep planning, say).
+    endsTurn: bool = False
 
 
 @attrs.define(eq=False)
@@ -84,6 +86,9 @@ class ToolContext:
     #: MCP server's) through the turn that owns this call.
     delegate: Callable[[str, dict[str, Any]], ToolOutcome] = lambda name, arguments: ToolOutcome(
         f"Error: {name} cannot run here", failed=True)
+    #: ``approvePlan(plan)``: show the plan and ask the user (an answer of ``ANSWERS``);
+    #: None outside plan mode (``engine.planning``).
+    approvePlan: Callable[[str], str] | None = None
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
