@@ -97,15 +97,18 @@ def planEntries(todos: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 #: A plan's steps as the editor's plan shows them: its list items (numbered, bulleted or
-#: checkboxes) that are not indented under another; at most this many, this long each.
-_STEP = re.compile(r"^ {0,3}(?:[-*+]|\d{1,3}[.)])\s+(?:\[[ xX]\]\s+)?(\S.*)$")
+#: checkboxes) of the outermost level, not those nested under them; at most this many,
+#: this long each.
+_STEP = re.compile(r"^( *)(?:[-*+]|\d{1,3}[.)])\s+(?:\[[ xX]\]\s+)?(\S.*)$")
 MAX_PLAN_STEPS, MAX_STEP_CHARS = 50, 500
 
 
 def planSteps(plan: str) -> list[dict[str, str]]:
     """The plan of plan mode (Markdown) as ACP plan entries, all pending: one per step,
     or the whole plan as one entry when it has no list."""
-    steps = [m.group(1).strip() for m in map(_STEP.match, plan.splitlines()) if m]
+    items = [(len(m.group(1)), m.group(2).strip()) for m in map(_STEP.match, plan.splitlines()) if m]
+    outer = min((indent for indent, _ in items), default=0)
+    steps = [step for indent, step in items if indent == outer]
     if len(steps) > MAX_PLAN_STEPS:
         steps = steps[:MAX_PLAN_STEPS - 1] + [f"… and {len(steps) - MAX_PLAN_STEPS + 1} more steps"]
     steps = steps or [plan.strip()]
