@@ -156,3 +156,38 @@ async def test_keepPlanningEndsTheTurnInPlanMode(scriptedServer, tmp_path, answe
     card = toolCalls(found)[client.permissionRequests[0][1].tool_call_id]
     assert card["status"] == "failed"
     assert "still in plan mode" in card["content"][1]["content"]["text"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_mcpToolsInPlanModeOnlyWhenKnownToRead(scriptedServer, tmp_path) -> None:
+    """In plan mode a trusted server's read-only tool runs; the same server's other tool,
+    and an untrusted server's read-only claim, are refused without a question and never
+    reach their servers."""
+    from . import mcp_scripted
+    from .mcp_e2e import call, scripted, toolMessages
+
+    model, url = scriptedServer
+    readOnly = {"annotations": {"readOnlyHint": True}}
+    trusted, trustedLog = scripted(tmp_path, "trusted", tools=[mcp_scripted.tool("look", **readOnly),
+                                                               mcp_scripted.tool("change")])
+    stranger, strangerLog = scripted(tmp_path, "stranger", tools=[mcp_scripted.tool("look", **readOnly)])
+    model.default.responses += [call("a", "mcp__trusted__look", text="t"), call("b", "mcp__trusted__change", text="c"),
+                                call("c", "mcp__stranger__look", text="s"), [{"text": "planned"}]]
+    client = RecordingClient(permission=answers())
+
+    async def scenario():
+        async with connect(client, env=modelEnv(url, HERMES_ACP_MCP_TRUSTED="trusted")) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[trusted, stranger])).session_id
+            await conn.set_session_mode(session_id=sid, mode_id="plan")
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("look around")]), 30)
+            return wire.problems()
+
+    problems = await onLoop(scenario())
+    assert problems == []
+    assert client.permissionRequests == []
+    told = toolMessages(model.chatRequests[-1])
+    assert "Blocked in plan mode" not in told[0]
+    assert "Blocked in plan mode" in told[1] and "Blocked in plan mode" in told[2]
+    assert "tools/call" in trustedLog.read_text() and "change" not in trustedLog.read_text().split("tools/call", 1)[1]
+    assert "tools/call" not in strangerLog.read_text()
