@@ -48,6 +48,7 @@ def modeAfterPlan(answer: str) -> str:
     or (any other answer) go on planning."""
     return {ALLOW_ONCE: "default", ALLOW_ALWAYS: "accept_edits"}.get(answer, PLAN)
 
+
 @attrs.frozen
 class EditProposal:
     """An edit about to be written: ``oldText`` is None for a new file."""
@@ -82,9 +83,9 @@ class PathApprovals:
 
     def decide(self, proposal: EditProposal, question: Callable[[EditProposal], str] | None) -> Verdict:
         """Allow the edit, or ask ``question(proposal)`` when the policy says so."""
-        path = os.path.realpath(proposal.path)
         if self.mode == PLAN:
             return Verdict(False, planRefusal(f"{proposal.toolName} of {proposal.path}"))
+        path = os.path.realpath(proposal.path)
         with self._lock:
             if path in self.refusedPaths:
                 return Verdict(False, f"Edit refused: the user refused edits to {proposal.path} "

@@ -29,7 +29,7 @@ from hermes_acp.engine.compaction import (
     CHARS_PER_TOKEN, SYNTHETIC_KEY, Budget, Cancelled, Compactor, Estimator, Outcome, charCount, isSummary,
 )
 from hermes_acp.engine.instructions import projectInstructions
-from hermes_acp.engine.planning import EXIT_PLAN, NOTE, judgeCommand
+from hermes_acp.engine.planning import EXIT_PLAN, NOTE, commandRefused
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ReplyLimits, ToolCallRequest
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy, policyFor
@@ -342,9 +342,9 @@ class AIAgent:
         run's observer, under that call's id (a tool thread that outlives a
         cancelled run asks that run, never the next)."""
         def approveCommand(command: str, confined: bool, escalation: str | None, cwd: str) -> Verdict:
-            decide = lambda: self.commandApprovals.decide(  # noqa: E731
+            refused = commandRefused(command, escalation, cwd) if self.planning else None
+            return refused or self.commandApprovals.decide(
                 command, lambda c, reason: observer.approveCommand(callId, c, reason), confined, escalation, cwd)
-            return judgeCommand(command, escalation, cwd, decide) if self.planning else decide()
 
         return ToolContext(
             cwd=self.cwd, workspace=workspace, cancelEvent=cancelEvent,

@@ -11,8 +11,6 @@ or keeps planning, which ends the turn so the user can say what to change.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from hermes_acp.engine import readonly
 from hermes_acp.engine.access import planRefusal
 from hermes_acp.engine.approval import ALLOW_ALWAYS, ALLOW_ONCE, CANCELLED, REJECT_ONCE, Verdict, refusal
@@ -31,12 +29,12 @@ NOTE = (
 )
 
 
-def judgeCommand(command: str, escalation: str | None, cwd: str, decide: Callable[[], Verdict]) -> Verdict:
-    """A command in plan mode: one the guard knows only reads goes on to the usual ``decide``
-    (a read of a secret still asks); anything else, or leaving the sandbox, is refused."""
+def commandRefused(command: str, escalation: str | None, cwd: str) -> Verdict | None:
+    """A command in plan mode: refused unless the guard knows it only reads and it stays in the
+    sandbox (None: it goes on to the guard as in any mode, so a read of a secret still asks)."""
     if escalation is not None or not readonly.isReadOnly(command, cwd):
         return Verdict(False, planRefusal("this command"))
-    return decide()
+    return None
 
 
 def _told(answer: str) -> tuple[str, bool]:
