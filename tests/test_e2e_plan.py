@@ -34,7 +34,10 @@ def toolNames(request: dict[str, Any]) -> set[str]:
     return {tool["function"]["name"] for tool in request.get("tools", [])}
 
 
-async def planTurn(tmp_path, url, client, enter: str) -> tuple[Any, list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+Updates = list[dict[str, Any]]
+
+
+async def planTurn(tmp_path, url, client, enter: str) -> tuple[Any, Updates, list[str], Updates]:
     """A session put in plan mode by ``enter`` (``set_mode``, ``config`` or ``/plan``), then
     one prompt; the prompt's answer, the session's updates, the frames' problems and the
     updates the way in sent."""
