@@ -48,6 +48,16 @@ def test_exitPlanModeOnlyInPlanMode(bench) -> None:
     assert "empty" in planCall(bench, "   ").text
 
 
+def test_aSecondPlanAfterApprovalDoesNotAsk(bench) -> None:
+    """Two plans in one reply: once the first is approved (the mode switched, as the turn
+    does before the answer returns), the second finds plan mode over."""
+    bench.agent.setEditMode("plan")
+    bench.observer.planAnswer = lambda plan: (bench.agent.setEditMode("default"), "allow_once")[1]
+    assert not planCall(bench, "1. first").failed
+    second = planCall(bench, "1. second")
+    assert second.failed and "not in plan mode" in second.text and len(bench.observer.plans) == 1
+
+
 @pytest.mark.parametrize(("answer", "told", "ends", "mode"), [
     ("allow_once", "default mode", False, "default"),
     ("allow_always", "accepts edits", False, "accept_edits"),

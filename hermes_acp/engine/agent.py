@@ -236,6 +236,7 @@ class AIAgent:
     pathApprovals: PathApprovals = attrs.field(init=False)
     _locks: PathLocks = attrs.field(factory=PathLocks, init=False)
     _runLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _planLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _run: Cancellation | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -357,8 +358,15 @@ class AIAgent:
             terminalStarted=lambda terminalId: _notify(observer.terminalStarted, callId, terminalId),
             commandOutput=lambda output: _notify(observer.commandOutput, callId, redact(output, secretValues())),
             delegate=lambda name, arguments: _delegated(observer.callTool(callId, name, arguments)),
-            approvePlan=(lambda plan: ask(lambda p: observer.approvePlan(callId, p), plan)) if self.planning else None,
+            approvePlan=lambda plan: self._approvePlan(plan, lambda p: observer.approvePlan(callId, p)),
         )
+
+    def _approvePlan(self, plan: str, question: Callable[[str], str]) -> str | None:
+        """Ask about the plan while the session is in plan mode (None: it is not). One plan at a
+        time: the answer switches the mode before the question returns, so a second plan of the
+        same reply finds plan mode over instead of asking again."""
+        with self._planLock:
+            return ask(question, plan) if self.planning else None
 
 
 def _delegated(answer: tuple[str, bool, dict[str, Any]]) -> ToolOutcome:

@@ -56,14 +56,14 @@ def _told(answer: str) -> tuple[str, bool]:
 
 def exitPlanMode(ctx: ToolContext, plan: str) -> ToolOutcome:
     plan = plan.strip()
-    if ctx.approvePlan is None:
-        raise ToolError(f"{EXIT_PLAN_MODE} is only for plan mode, and the session is not in plan mode "
-                        "(the user may have switched modes): go on with the task as the current mode allows")
     if not plan:
         raise ToolError("plan is empty: send the complete plan as Markdown")
     if len(plan) > MAX_PLAN_CHARS:
         raise ToolError(f"plan is {len(plan):,} characters; the most is {MAX_PLAN_CHARS:,}: shorten it")
     answer = ctx.approvePlan(plan)
+    if answer is None:
+        raise ToolError(f"{EXIT_PLAN_MODE} is only for plan mode, and the session is not in plan mode (the user "
+                        "approved a plan or switched modes): go on with the task as the current mode allows")
     text, ends = _told(answer)
     return ToolOutcome(text, {"plan": plan, "answer": answer}, failed=answer not in (ALLOW_ONCE, ALLOW_ALWAYS),
                        endsTurn=ends)

@@ -87,8 +87,8 @@ class ToolContext:
     delegate: Callable[[str, dict[str, Any]], ToolOutcome] = lambda name, arguments: ToolOutcome(
         f"Error: {name} cannot run here", failed=True)
     #: ``approvePlan(plan)``: show the plan and ask the user (an answer of ``ANSWERS``);
-    #: None outside plan mode (``engine.planning``).
-    approvePlan: Callable[[str], str] | None = None
+    #: None when the session is not in plan mode (``engine.planning``).
+    approvePlan: Callable[[str], str | None] = lambda plan: None
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
