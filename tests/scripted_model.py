@@ -65,6 +65,7 @@ from hermes_acp.engine.compaction import SUMMARY_PROMPT
 from hermes_acp.engine.titles import TITLE_PROMPT
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTCP, IReactorTime
+from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
@@ -156,8 +157,10 @@ class _Playback:
             "prompt_tokens": promptTokens, "completion_tokens": 1, "total_tokens": promptTokens + 1}
         request.notifyFinish().addBoth(self._gone)
 
-    def _gone(self, _: object) -> None:
+    def _gone(self, result: object) -> None:
         self.gone = True
+        if isinstance(result, Failure):  # the connection was lost before the end
+            self.server.abandoned += 1
         if self.delayed is not None and self.delayed.active():
             self.delayed.cancel()
 
@@ -368,6 +371,7 @@ class ScriptedModel(Resource):
         self.strictModels = strictModels
         self.requests: list[Recorded] = []
         self.stalls = 0  # how many times a response reached a ``stall`` step
+        self.abandoned = 0  # responses whose client went away before their end
         self.window = window
         self.overflows = 0  # requests refused for being over the window
         self.summaries = Script(list(summaries or []), True) if summaries is not None else None

@@ -149,3 +149,35 @@ async def test_titleRequestNeverDelaysTheAnswer(scriptedServer, tmp_path) -> Non
     print("timings", timings)
     # Generous bounds (a shared machine): the stalled title would make these 600 s.
     assert timings["first"] < 10 and timings["second"] < 10 and timings["exit"] < 15
+
+
+@pytest.mark.parametrize("action", ["cancel", "close"])
+@pytest_twisted.ensureDeferred
+async def test_cancelOrCloseDropsTheTitleRequest(scriptedServer, tmp_path, action) -> None:
+    """``session/cancel`` or ``session/close`` while the title's reply stalls: the agent
+    hangs up on it at once, and nothing is sent for it."""
+    server, url = scriptedServer
+    server.default.responses.append([{"text": "Hello."}])
+    server.titles.responses.append([{"stall": True}])
+
+    async def scenario():
+        async with connect(env=modelEnv(url, HERMES_ACP_TITLE_SECONDS="600")) as (conn, client, wire, process):
+            await initialized(conn)
+            sessionId = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sessionId, prompt=[text("say hello")])
+            await until(lambda: server.stalls == 1, 30, "the title request")
+            began = time.monotonic()
+            if action == "cancel":
+                await conn.cancel(session_id=sessionId)
+            else:
+                await conn.close_session(session_id=sessionId)
+            await until(lambda: server.abandoned == 1, 10, "the title request to be dropped")
+            dropped = time.monotonic() - began
+            listed = await conn.list_sessions()
+            return dropped, titles(wire, sessionId), [s.title for s in listed.sessions], wire.problems()
+
+    dropped, shown, listed, problems = await onLoop(scenario())
+    assert problems == []
+    assert shown == listed == ["say hello"]
+    print("dropped after", dropped)
+    assert dropped < 5  # generous: a shared machine; the stall would hold it for 600 s
