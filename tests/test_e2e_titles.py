@@ -96,13 +96,19 @@ async def test_userTitleWinsOverLateModelTitle(scriptedServer, tmp_path) -> None
 ], ids=["error", "garbage", "dropped"])
 @pytest_twisted.ensureDeferred
 async def test_failedTitleKeepsFirstLine(scriptedServer, tmp_path, reply) -> None:
-    """A title request that fails or answers nothing usable changes nothing; it is not retried."""
+    """A title request that fails or answers nothing usable changes nothing; it is not
+    retried; it is routine, so the log (at the default level) says nothing of it."""
     server, url = scriptedServer
     server.default.responses.extend([[{"text": "Done."}], [{"text": "Again."}]])
     server.titles.responses.append(reply)
+    log = tmp_path / "agent.log"
 
     async def scenario():
-        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+        with open(log, "wb") as stderr:
+            return await run(stderr)
+
+    async def run(stderr):
+        async with connect(env=modelEnv(url), stderr=stderr) as (conn, client, wire, process):
             await initialized(conn)
             sessionId = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
             await conn.prompt(session_id=sessionId, prompt=[text("fix the flaky test")])
@@ -116,6 +122,7 @@ async def test_failedTitleKeepsFirstLine(scriptedServer, tmp_path, reply) -> Non
     assert problems == []
     assert shown == listed == ["fix the flaky test"]
     assert len(server.titleRequests) == 1
+    assert log.read_text() == ""
 
 
 @pytest_twisted.ensureDeferred
