@@ -69,7 +69,8 @@ class SessionNamer:
             log.debug("title of session {id} was set meanwhile; the model's is dropped", id=session.sessionId)
         else:
             session.title, session.autoTitle = result, False
-            self.updates.send(session, {"sessionUpdate": "session_info_update", "title": result, "updatedAt": timestamp()})
+            update = {"sessionUpdate": "session_info_update", "title": result, "updatedAt": timestamp()}
+            self.updates.send(session, update)
             self.store.save(session)
 
     def drop(self, sessionId: str) -> None:

@@ -264,10 +264,11 @@ class Turn:
             session.title, session.autoTitle = _title(text), True
             services.updates.send(session, {"sessionUpdate": "session_info_update", "title": session.title,
                                             "updatedAt": timestamp()})
+            # A better title in the background, never delaying the answer; not for a failed or cancelled turn.
             if services.namer is not None and endpoint is not None and failure is None and not self.cancelled:
                 answer = "\n".join(m["content"] for m in messages if m.get("role") == "assistant"
                                  and isinstance(m.get("content"), str))
-                services.namer.ask(session, endpoint, text, answer)  # after the answer; a failed or cancelled turn is not asked
+                services.namer.ask(session, endpoint, text, answer)
         if failure is not None:  # the editor shows the error; a later replay shows this line
             services.store.journalUpdate(session, {"sessionUpdate": "agent_message_chunk", "messageId": f"{self.turnId}-failed",
                                                    "content": {"type": "text", "text": f"\n\n_{failure.message}_\n"}})

@@ -14,10 +14,9 @@ import re
 import unicodedata
 from typing import TYPE_CHECKING
 
-from hermes_acp.engine.cancel import Cancellation
-
 if TYPE_CHECKING:
     from hermes_acp.config import Endpoint
+    from hermes_acp.engine.cancel import Cancellation
 
 #: The most characters of a title (the first prompt line's stand-in is cut the same way).
 TITLE_LENGTH = 60
