@@ -9,6 +9,7 @@ import asyncio
 import tempfile
 import time
 
+import acp
 import pytest
 import pytest_twisted
 from hermes_acp.engine.titles import MAX_TOKENS, TITLE_PROMPT
@@ -188,3 +189,26 @@ async def test_cancelOrCloseDropsTheTitleRequest(scriptedServer, tmp_path, actio
     assert shown == listed == ["say hello"]
     print("dropped after", dropped)
     assert dropped < 5  # generous: a shared machine; the stall would hold it for 600 s
+
+
+@pytest_twisted.ensureDeferred
+async def test_failedFirstTurnIsNotNamed(scriptedServer, tmp_path) -> None:
+    """A first turn the model failed keeps its first line, and a later good turn asks nothing."""
+    server, url = scriptedServer
+    server.default.responses.extend([[{"status": 400, "error": "bad request"}], [{"text": "Fine now."}]])
+    server.titles.responses.append([{"text": "Never asked"}])
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            await initialized(conn)
+            sessionId = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            with pytest.raises(acp.RequestError):
+                await conn.prompt(session_id=sessionId, prompt=[text("first try")])
+            await conn.prompt(session_id=sessionId, prompt=[text("second try")])
+            await asyncio.sleep(1)  # a title request would have come by now
+            return titles(wire, sessionId), wire.problems()
+
+    shown, problems = await onLoop(scenario())
+    assert problems == []
+    assert shown == ["first try"]
+    assert server.titleRequests == []
