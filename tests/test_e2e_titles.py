@@ -1,7 +1,8 @@
 """Sessions have names: after the first exchange the model's title arrives as a
 ``session_info_update``, is saved and listed; the first prompt line stays when the title
-request fails or answers garbage; ``/title`` wins over a late model title; the title
-request never delays a prompt's answer."""
+request fails or answers garbage, and when the first turn failed; ``/title`` wins over a
+late model title; the title request never delays a prompt's answer, and a cancel, a close
+or the agent's exit drops it at once."""
 
 from __future__ import annotations
 
