@@ -30,6 +30,7 @@ from .jsonrpc import AuthRequired, InvalidParams, JSONRPCConnection, Reply
 from .lifecycle import Lifecycle
 from .mcp.registry import MCPServers
 from .mcp.specs import ConfiguredServers, configFile
+from .naming import SessionNamer
 from .options import SessionOptions
 from .params import field, lenientObject
 from .permissions import PermissionBroker
@@ -96,7 +97,7 @@ class ACPServer:
         prompts = Prompts(TurnServices(
             reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
             lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
-            connection.callRemote, mcp,
+            connection.callRemote, mcp, SessionNamer(self.workers.run, updates, store, self.settings.titleSeconds),
         ))  # fmt: skip
         lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp)
 

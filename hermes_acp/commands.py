@@ -173,7 +173,7 @@ class Commands:
     async def _title(self, state: SessionState, argument: str) -> str:
         if not argument:
             return f"Title: {state.title or '(none yet)'}"
-        state.title = argument[:200]
+        state.title, state.autoTitle = argument[:200], False  # the user's title wins over the model's
         self.updates.send(state, {"sessionUpdate": "session_info_update", "title": state.title, "updatedAt": timestamp()})
         await self.store.save(state)
         return f"Title set: {state.title}"

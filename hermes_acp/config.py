@@ -38,6 +38,7 @@ DEFAULT_TOOL_THREADS = 16
 DEFAULT_MODEL_MAX_EVENT = 8 * 1024 * 1024
 DEFAULT_MODEL_MAX_REPLY = 32 * 1024 * 1024
 DEFAULT_MODEL_REPLY_SECONDS = 3600.0
+DEFAULT_TITLE_SECONDS = 15.0
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -281,6 +282,8 @@ class Settings:
     modelMaxEvent: int = DEFAULT_MODEL_MAX_EVENT
     modelMaxReply: int = DEFAULT_MODEL_MAX_REPLY
     modelReplySeconds: float = DEFAULT_MODEL_REPLY_SECONDS
+    #: How long the request for a session's title may take (it never delays a turn).
+    titleSeconds: float = DEFAULT_TITLE_SECONDS
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -308,4 +311,5 @@ class Settings:
             modelMaxEvent=envInt(env, "HERMES_ACP_MODEL_MAX_EVENT", DEFAULT_MODEL_MAX_EVENT, minimum=1024),
             modelMaxReply=envInt(env, "HERMES_ACP_MODEL_MAX_REPLY", DEFAULT_MODEL_MAX_REPLY, minimum=1024),
             modelReplySeconds=envSeconds(env, "HERMES_ACP_MODEL_REPLY_SECONDS", DEFAULT_MODEL_REPLY_SECONDS),
+            titleSeconds=envSeconds(env, "HERMES_ACP_TITLE_SECONDS", DEFAULT_TITLE_SECONDS),
         )

@@ -24,6 +24,9 @@ class SessionState:
     mode: str = "default"
     config: dict[str, Any] = attrs.field(factory=dict)
     title: str | None = None
+    #: The title is the first prompt line's stand-in, which the model's title may replace
+    #: (``hermes_acp.naming``); ``/title`` clears it. Not saved: only a first turn asks.
+    autoTitle: bool = False
     createdAt: str = attrs.field(factory=timestamp)
     updatedAt: str = attrs.field(default=attrs.Factory(lambda self: self.createdAt, takes_self=True))
     history: list[dict[str, Any]] = attrs.field(factory=list)

@@ -49,6 +49,7 @@ from .mcp import toolset
 from .mcp.registry import ASK, DENY, MCPServers
 from .mcp.toolset import Route
 from .mcp.wire import CallFailed
+from .naming import SessionNamer
 from .oneshot import OneShot
 from .params import field
 from .render import CONTENT_LIMIT, fenced, planEntries, planSteps, textContent, truncateMiddle
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-TITLE_LENGTH = 60
 #: An MCP call's progress is shown at most this often (seconds).
 PROGRESS_EVERY = 0.1
 CRASHED = "Internal error: the turn stopped unexpectedly; the agent's log has the details"
@@ -121,6 +121,8 @@ class TurnServices:
     callRemote: Callable[..., Deferred[Any]]
     #: The sessions' MCP servers: their tools, and the calls of them.
     mcp: MCPServers
+    #: Asks the model for a session's title after its first exchange (None: never).
+    namer: SessionNamer | None = None
 
 
 @attrs.define(eq=False)
@@ -217,8 +219,7 @@ class Turn:
         compact = command[1] if command is not None and command[0] == "compact" else None
         if compact is not None:
             command = None  # a turn of the engine, with its own kind of run
-        if command is None:
-            services.requireEndpoint()
+        endpoint = services.requireEndpoint() if command is None else None
         await services.store.beginTurn(session)
         for block in self.blocks:
             update = {"sessionUpdate": "user_message_chunk", "content": block, "messageId": f"{self.turnId}-user"}
@@ -260,9 +261,14 @@ class Turn:
                 services.catalog.learnWindow(session.model, result.window)
             services.updates.send(session, usageUpdate(session, services.catalog))
         if session.title is None and text and command is None and compact is None:
-            session.title = _title(text)
+            session.title, session.autoTitle = _title(text), True
             services.updates.send(session, {"sessionUpdate": "session_info_update", "title": session.title,
                                             "updatedAt": timestamp()})
+            # A better title in the background, never delaying the answer; not for a failed or cancelled turn.
+            if services.namer is not None and endpoint is not None and failure is None and not self.cancelled:
+                answer = "\n".join(m["content"] for m in messages if m.get("role") == "assistant"
+                                 and isinstance(m.get("content"), str))
+                services.namer.ask(session, endpoint, text, answer)
         if failure is not None:  # the editor shows the error; a later replay shows this line
             services.store.journalUpdate(session, {"sessionUpdate": "agent_message_chunk", "messageId": f"{self.turnId}-failed",
                                                    "content": {"type": "text", "text": f"\n\n_{failure.message}_\n"}})
@@ -547,8 +553,9 @@ class Turn:
 
 
 def _title(text: str) -> str:
-    first = text.strip().splitlines()[0].strip()
-    return first if len(first) <= TITLE_LENGTH else first[: TITLE_LENGTH - 1] + "…"
+    from .engine.titles import capped
+
+    return capped(text.strip().splitlines()[0].strip())
 
 
 @attrs.define(eq=False)
@@ -627,6 +634,8 @@ class Prompts:
             log.debug("session/cancel for unknown or idle session {id!r}", id=sessionId)
             return
         queue.cancel()
+        if self.services.namer is not None:
+            self.services.namer.drop(sessionId)
 
     async def cancelAll(self, session: SessionState) -> None:
         """Cancel everything in the session and wait until every turn has answered
@@ -637,6 +646,8 @@ class Prompts:
     def cancelEverything(self) -> Deferred[None]:
         """Cancel every turn of every session (stdin closed, shutdown); fires once
         they have all answered."""
+        if self.services.namer is not None:
+            self.services.namer.dropAll()
         return _answered([turn for queue in list(self.queues.values()) for turn in queue.cancel()])
 
     def forget(self, session: SessionState) -> None:
@@ -644,6 +655,8 @@ class Prompts:
         queue = self.queues.pop(session.sessionId, None)
         if queue is not None:
             queue.cancel()
+        if self.services.namer is not None:
+            self.services.namer.drop(session.sessionId)
 
 
 def _answered(turns: list[Turn]) -> Deferred[None]:

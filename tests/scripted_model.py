@@ -36,6 +36,9 @@ script. A script that runs out answers HTTP 500, unless it repeats. The agent's
 compaction requests (their system prompt is ``compaction.SUMMARY_PROMPT``) have a
 script of their own, ``summaries`` (by default each answers a short numbered
 summary); ``chatRequests`` leaves them out and ``summaryRequests`` has them.
+So do its title requests (system prompt ``titles.TITLE_PROMPT``): ``titles`` is their
+script, and without one they are refused (HTTP 500: the session keeps its first prompt
+line as its title); ``titleRequests`` has them.
 
 With ``window`` set, the server counts a request's tokens (``tokensOf``: 4
 characters a token) like a provider with that context window: a request over it
@@ -59,8 +62,10 @@ from typing import Any
 
 import attrs
 from hermes_acp.engine.compaction import SUMMARY_PROMPT
+from hermes_acp.engine.titles import TITLE_PROMPT
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTCP, IReactorTime
+from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
@@ -108,8 +113,16 @@ def latestUserText(body: Any) -> str:
 
 
 def isSummaryRequest(body: Any) -> bool:
+    return _systemPrompt(body) == SUMMARY_PROMPT
+
+
+def isTitleRequest(body: Any) -> bool:
+    return _systemPrompt(body) == TITLE_PROMPT
+
+
+def _systemPrompt(body: Any) -> Any:
     messages = body.get("messages") or []
-    return bool(messages) and messages[0].get("role") == "system" and messages[0].get("content") == SUMMARY_PROMPT
+    return messages[0].get("content") if messages and messages[0].get("role") == "system" else None
 
 
 def tokensOf(body: Any) -> int:
@@ -144,8 +157,10 @@ class _Playback:
             "prompt_tokens": promptTokens, "completion_tokens": 1, "total_tokens": promptTokens + 1}
         request.notifyFinish().addBoth(self._gone)
 
-    def _gone(self, _: object) -> None:
+    def _gone(self, result: object) -> None:
         self.gone = True
+        if isinstance(result, Failure):  # the connection was lost before the end
+            self.server.abandoned += 1
         if self.delayed is not None and self.delayed.active():
             self.delayed.cancel()
 
@@ -338,6 +353,7 @@ class ScriptedModel(Resource):
         clock: IReactorTime | None = None,
         window: int | None = None,
         summaries: list[Response] | None = None,
+        titles: list[Response] | None = None,
     ) -> None:
         super().__init__()
         if clock is None:
@@ -355,10 +371,12 @@ class ScriptedModel(Resource):
         self.strictModels = strictModels
         self.requests: list[Recorded] = []
         self.stalls = 0  # how many times a response reached a ``stall`` step
+        self.abandoned = 0  # responses whose client went away before their end
         self.window = window
         self.overflows = 0  # requests refused for being over the window
         self.summaries = Script(list(summaries or []), True) if summaries is not None else None
         self.summaryCount = 0
+        self.titles = Script(list(titles or []), repeat)
         #: False: answer one JSON document even when the request asks for a stream.
         self.streaming = True
         #: "chunked" or "close" (HTTP/1.0, the body ends with the connection); ``holdOpen``:
@@ -382,6 +400,7 @@ class ScriptedModel(Resource):
             spec.get("repeat", False),
             clock,
             spec.get("window"),
+            titles=spec.get("titles"),
         )
         model.windows.update(spec.get("windows", {}))
         model.setFraming(spec.get("framing", "chunked"))
@@ -425,13 +444,19 @@ class ScriptedModel(Resource):
 
     @property
     def chatRequests(self) -> list[Any]:
-        """The bodies of the chat completion requests, oldest first (compaction requests left out)."""
-        return [r.body for r in self.requests if r.path.endswith("/chat/completions") and not isSummaryRequest(r.body)]
+        """The bodies of the chat completion requests, oldest first (compaction and title requests left out)."""
+        return [r.body for r in self.requests if r.path.endswith("/chat/completions")
+                and not isSummaryRequest(r.body) and not isTitleRequest(r.body)]
 
     @property
     def summaryRequests(self) -> list[Any]:
         """The bodies of the agent's compaction (summary) requests, oldest first."""
         return [r.body for r in self.requests if r.path.endswith("/chat/completions") and isSummaryRequest(r.body)]
+
+    @property
+    def titleRequests(self) -> list[Any]:
+        """The bodies of the agent's title requests, oldest first."""
+        return [r.body for r in self.requests if r.path.endswith("/chat/completions") and isTitleRequest(r.body)]
 
     def _record(self, request: Request, body: Any) -> None:
         headers = {k.decode().lower(): v[-1].decode() for k, v in request.requestHeaders.getAllRawHeaders()}
@@ -483,6 +508,8 @@ class ScriptedModel(Resource):
             self.summaryCount += 1
             steps = self.summaries.next() if self.summaries is not None else [
                 {"text": f"## Goal\nScripted summary {self.summaryCount}."}]
+        elif isTitleRequest(body):
+            steps = self.titles.next()
         else:
             script = next((s for match, s in self.rules if match in text), self.default)
             steps = script.next()
