@@ -96,7 +96,7 @@ class ACPServer:
         prompts = Prompts(TurnServices(
             reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
             lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
-            connection.callRemote, mcp,
+            connection.callRemote, mcp, client, self.settings.permissionTimeout,
         ))  # fmt: skip
         lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp)
 

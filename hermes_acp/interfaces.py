@@ -58,6 +58,11 @@ class ITurnObserver(Interface):
         """Ask the user whether the model may read ``path`` (``reason`` says why it
         asks: a secret, or outside the workspace); an answer of ``ANSWERS``."""
 
+    def askUser(callId: str, question: str, choices: list[str]) -> tuple[str, str]:
+        """Ask the user ``question`` (``choices``: answers to pick from, besides their own
+        words; none: free text) for the call; (an action of ``engine.tools.clarify``, the
+        answer or why there is none)."""
+
     def terminalStarted(callId: str, terminalId: str) -> None:
         """The editor made a terminal for the call's command."""
 
@@ -138,6 +143,11 @@ class IPermissionBroker(Interface):
         Returns a Deferred firing with one of ``engine.approval.ANSWERS``; anything but
         an allow denies. Requests for one session are serialized.
         """
+
+    def choose(sessionId: str, toolCall: dict[str, Any], options: list[dict[str, str]]) -> Deferred[str]:
+        """Ask the user to pick one of ``options`` (permission options) about
+        ``toolCall``, in the same queue and under the same timeout as the other
+        questions; fires with the chosen ``optionId``, or cancelled, timeout or failed."""
 
     def forget(sessionId: str) -> None:
         """The session is gone: drop its queue of questions."""

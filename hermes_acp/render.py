@@ -61,6 +61,15 @@ def _oneLine(text: str, limit: int = TITLE_LIMIT) -> str:
     return first + ("…" if more else "")
 
 
+def _questionAndAnswer(extras: dict[str, Any]) -> str:
+    """A ``clarify`` card: the question and what became of it (kept for the replay)."""
+    answers = {"accepted": f"**Answer:** {extras.get('answer', '')}", "declined": "_The user declined to answer._",
+               "cancelled": "_The user dismissed the question._",
+               "deferred": "_Asked in the conversation: the next prompt answers it._"}
+    said = answers.get(str(extras.get("action")), f"_No answer: {extras.get('answer') or 'nobody answered'}._")
+    return f"**Question:** {extras['question']}\n\n{said}"
+
+
 def _commandStatus(text: str, failed: bool, extras: dict[str, Any]) -> str:
     """How a command ended: its exit code, the signal that ended it, or the error."""
     if failed:
@@ -198,7 +207,9 @@ class Renderer:
             content.append(self.diff(extras))
         if extras.get("terminalId"):
             content.append({"type": "terminal", "terminalId": extras["terminalId"]})
-        if name == "terminal" and "output" in extras:
+        if name == "clarify" and "question" in extras and not failed:
+            content.append(textContent(_questionAndAnswer(extras)))
+        elif name == "terminal" and "output" in extras:
             body = str(extras["output"])
             shown = fenced(truncateMiddle(body, CONTENT_LIMIT)) if body.strip() else "(no output)"
             content.append(textContent(f"{shown}\n{_commandStatus(text, failed, extras)}"))

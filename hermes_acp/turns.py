@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from twisted.internet import defer
 from twisted.internet.defer import CancelledError, Deferred, fail, gatherResults, succeed
 from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import Logger
@@ -38,10 +39,12 @@ from twisted.python.failure import Failure
 from .bridge import SUMMARY_CHUNK, BridgedObserver, EventBridge
 from .catalog import ModelCatalog
 from .commands import Commands, slashCommand
-from .config import Endpoint
+from .client import ClientInfo
+from .config import DEFAULT_PERMISSION_TIMEOUT, Endpoint
 from .engine import exhausted
-from .engine.approval import ALLOWED, CANCELLED, refusal
+from .engine.approval import ALLOWED, CANCELLED, FAILED, TIMEOUT, refusal
 from .engine.access import EditProposal, modeAfter
+from .engine.tools import clarify
 from .interfaces import IEngineAgent, IPermissionBroker, IRenderer, ISessionOptions, ISessionStore, IUpdateChannel
 from .intake import checkPrompt, promptText, toModelContent
 from .jsonrpc import AuthRequired, InternalError, JSONRPCError
@@ -51,6 +54,7 @@ from .mcp.toolset import Route
 from .mcp.wire import CallFailed
 from .oneshot import OneShot
 from .params import field
+from .questions import choiceOptions, formRequest, noAnswer, readChoice, readForm
 from .render import CONTENT_LIMIT, fenced, planEntries, textContent, truncateMiddle
 from .session_state import SessionState
 from .store import timestamp
@@ -121,6 +125,10 @@ class TurnServices:
     callRemote: Callable[..., Deferred[Any]]
     #: The sessions' MCP servers: their tools, and the calls of them.
     mcp: MCPServers
+    #: What the editor offers (how a question to the user is asked).
+    client: ClientInfo = attrs.field(factory=ClientInfo)
+    #: How long a question to the user waits for its answer (HERMES_ACP_PERMISSION_TIMEOUT).
+    askTimeout: float = DEFAULT_PERMISSION_TIMEOUT
 
 
 @attrs.define(eq=False)
@@ -470,6 +478,37 @@ class Turn:
         toolCallId, name, arguments = self.cards[callId]
         detail = {"path": path, "reason": reason}
         return self._ask(self.renderer.permissionToolCall(toolCallId, name, arguments, detail), "read")
+
+    def askUser(self, callId: str, question: str, choices: list[str]) -> Deferred[tuple[str, str]]:
+        """A ``clarify`` question, in the form the editor takes: a form (``elicitation/create``)
+        under the call's card; else a permission request with the choices as options; else
+        (free text wanted) the question ends the turn as the agent's message, so the user's
+        next prompt answers it. A cancel of the turn or the timeout ends the wait at once."""
+        return Deferred.fromCoroutine(self._askUser(callId, question, choices))
+
+    async def _askUser(self, callId: str, question: str, choices: list[str]) -> tuple[str, str]:
+        services, sessionId, timeout = self.services, self.session.sessionId, self.services.askTimeout
+        if self.cancelled or self.phase == ANSWERED:
+            return clarify.NO_ANSWER, noAnswer(CANCELLED, timeout)
+        toolCallId, name, arguments = self.cards[callId]
+        if services.client.elicitation("form"):
+            d = self.request("elicitation/create", formRequest(sessionId, toolCallId, question, choices), timeout)
+            try:
+                return readForm(await d, choices)
+            except CancelledError:  # the turn's cancel; the timeout fails with TimeoutError
+                return clarify.NO_ANSWER, noAnswer(CANCELLED, timeout)
+            except defer.TimeoutError:
+                return clarify.NO_ANSWER, noAnswer(TIMEOUT, timeout)
+            except Exception as e:
+                log.warn("elicitation/create in session {id} failed: {e}", id=sessionId, e=e)
+                return clarify.NO_ANSWER, noAnswer(FAILED, timeout)
+        if choices:
+            toolCall = self.renderer.permissionToolCall(toolCallId, name, arguments, {"text": question})
+            d = services.permissions.choose(sessionId, toolCall, choiceOptions(choices))
+            self._track(d)
+            return readChoice(await d, choices, timeout)
+        self.sendText("agent_message_chunk", question)
+        return clarify.DEFERRED, ""
 
     def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> Deferred[tuple[str, bool, dict[str, Any]]]:
         """An MCP tool's call: asked about where that is the rule, then run; its

@@ -34,6 +34,7 @@ from hermes_acp.engine.sandbox import Policy, policyFor
 from hermes_acp.engine.secrets import redact, secretValues
 from hermes_acp.engine.result import TurnResult, TurnUsage
 from hermes_acp.engine.tools.builtin import selectTools
+from hermes_acp.engine.tools.clarify import Answer
 from hermes_acp.engine.tools.registry import (
     PathLocks, SessionSearch, Tool, ToolContext, ToolError, ToolOutcome, checkArguments, parseArguments, runTool,
 )
@@ -345,6 +346,7 @@ class AIAgent:
             terminalStarted=lambda terminalId: _notify(observer.terminalStarted, callId, terminalId),
             commandOutput=lambda output: _notify(observer.commandOutput, callId, redact(output, secretValues())),
             delegate=lambda name, arguments: _delegated(observer.callTool(callId, name, arguments)),
+            askUser=lambda question, choices: Answer(*observer.askUser(callId, question, choices)),
         )
 
 
@@ -424,6 +426,8 @@ class _Conversation:
     #: the request size under which no compaction is tried again after one failed in this run.
     replaced: bool = False
     overflows: int = 0
+    #: A call of the last reply ended the turn (a question the next prompt answers).
+    endsTurn: bool = False
     learnedWindow: int | None = None
     compactAgainAt: int = 0
     #: Replies the output limit cut that the turn went on from, and the text so far of a cut answer.
@@ -529,6 +533,8 @@ class _Conversation:
                 return self.result(stop)
             for message in self._runTools(step, calls, tools):
                 self.remember(message)
+            if self.endsTurn:
+                return self.result(END_TURN)
         return self.result(MAX_TURN_REQUESTS)
 
     def compactNow(self, focus: str) -> TurnResult:
@@ -650,6 +656,7 @@ class _Conversation:
             ready.append(_Call(index, callId, call, tool, context, checked))
         if ready:
             self._dispatch(ready, outcomes)
+        self.endsTurn = any(outcome.endsTurn for outcome in outcomes.values())
         return [
             {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": self._budgeted(outcomes[index].text)}
             for index, call in enumerate(calls)

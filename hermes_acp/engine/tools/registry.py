@@ -40,6 +40,9 @@ class ToolOutcome:
     text: str
     extras: dict[str, Any] = attrs.field(factory=dict)
     failed: bool = False
+    #: The turn ends after this reply's calls, without asking the model again (a
+    #: question that the user's next prompt answers).
+    endsTurn: bool = False
 
 
 @attrs.define(eq=False)
@@ -84,6 +87,9 @@ class ToolContext:
     #: MCP server's) through the turn that owns this call.
     delegate: Callable[[str, dict[str, Any]], ToolOutcome] = lambda name, arguments: ToolOutcome(
         f"Error: {name} cannot run here", failed=True)
+    #: ``askUser(question, choices)``: ask the user through the turn that owns this
+    #: call; a ``clarify.Answer`` (nobody to ask: no answer).
+    askUser: Callable[[str, list[str]], Any] = lambda question, choices: _nobodyToAsk()
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
@@ -100,6 +106,12 @@ class ToolContext:
         """``path`` relative to the session's folder when it is inside it."""
         relative = os.path.relpath(path, self.cwd)
         return path if relative.startswith("..") else relative
+
+
+def _nobodyToAsk() -> Any:
+    from hermes_acp.engine.tools.clarify import NO_ANSWER, Answer
+
+    return Answer(NO_ANSWER, "nobody can answer questions here")
 
 
 @attrs.frozen

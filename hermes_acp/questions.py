@@ -1,0 +1,93 @@
+"""The ACP forms of a question to the user (``clarify``): an ``elicitation/create``
+form, or a permission request whose options are the choices; and the editor's
+answer, read as untrusted input into a ``clarify`` answer.
+
+Pure functions: the turn (``turns.Turn.askUser``) does the sending.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .engine.approval import CANCELLED as PERMISSION_CANCELLED
+from .engine.approval import FAILED, TIMEOUT
+from .engine.tools.clarify import ACCEPTED, CANCELLED, DECLINED, MAX_ANSWER_CHARS, NO_ANSWER
+
+#: The permission option that answers nothing.
+DECLINE_OPTION = "decline"
+_CHOICE_PREFIX = "choice-"
+
+
+def formRequest(sessionId: str, toolCallId: str, question: str, choices: list[str]) -> dict[str, Any]:
+    """``elicitation/create`` params: the choices as an enum beside free text, or free
+    text alone (then required: an empty form answers nothing)."""
+    text = {"type": "string", "title": "Your answer" if not choices else "Or answer in your own words",
+            "maxLength": MAX_ANSWER_CHARS}
+    if choices:
+        schema = {"type": "object", "properties": {
+            "choice": {"type": "string", "title": "Choose", "enum": list(choices)}, "text": text}}
+    else:
+        schema = {"type": "object", "properties": {"text": {**text, "minLength": 1}}, "required": ["text"]}
+    return {"sessionId": sessionId, "toolCallId": toolCallId, "mode": "form", "message": question,
+            "requestedSchema": schema}
+
+
+def _bounded(text: str) -> str:
+    text = text.strip()
+    if len(text) > MAX_ANSWER_CHARS:
+        cut = len(text) - MAX_ANSWER_CHARS
+        text = f"{text[:MAX_ANSWER_CHARS]}\n[… {cut:,} more characters of the answer were cut]"
+    return text
+
+
+def readForm(result: Any, choices: list[str]) -> tuple[str, str]:
+    """The editor's ``elicitation/create`` answer as (action, text); anything the form
+    did not ask for, or a choice that was not offered, is no answer (and says so)."""
+    action = result.get("action") if isinstance(result, dict) else None
+    if action == "decline":
+        return DECLINED, ""
+    if action == "cancel":
+        return CANCELLED, ""
+    if action != "accept":
+        return NO_ANSWER, "the editor's answer to the question was not understood"
+    content = result.get("content")
+    content = {} if content is None else content  # null is the same as absent
+    if not isinstance(content, dict):
+        return NO_ANSWER, "the editor's answer to the question was not understood"
+    choice, text = content.get("choice"), content.get("text")
+    if choice is not None and (not isinstance(choice, str) or choice not in choices):
+        return NO_ANSWER, "the editor answered with a choice that was not offered"
+    if text is not None and not isinstance(text, str):
+        return NO_ANSWER, "the editor's answer was not text"
+    parts = [part for part in (choice, _bounded(text or "")) if part]
+    if not parts:
+        return NO_ANSWER, "the user submitted the question without an answer"
+    return ACCEPTED, "; ".join(parts)
+
+
+def choiceOptions(choices: list[str]) -> list[dict[str, str]]:
+    """Permission options for the choices (free text has no place in a permission request)."""
+    options = [{"optionId": f"{_CHOICE_PREFIX}{n}", "name": choice, "kind": "allow_once"}
+               for n, choice in enumerate(choices)]
+    return options + [{"optionId": DECLINE_OPTION, "name": "Don't answer", "kind": "reject_once"}]
+
+
+def readChoice(optionId: str, choices: list[str], timeout: float) -> tuple[str, str]:
+    """A permission answer (an option id the broker checked was offered, or one of its
+    failures) as (action, text)."""
+    if optionId.startswith(_CHOICE_PREFIX):
+        return ACCEPTED, choices[int(optionId[len(_CHOICE_PREFIX):])]
+    if optionId == DECLINE_OPTION:
+        return DECLINED, ""
+    return NO_ANSWER, noAnswer(optionId, timeout)
+
+
+def noAnswer(reason: str, timeout: float) -> str:
+    """Why there is no answer, in the words the model reads."""
+    if reason == TIMEOUT:
+        return f"nobody answered within {timeout:g} seconds"
+    if reason == PERMISSION_CANCELLED:
+        return "the question was withdrawn: the turn was cancelled"
+    if reason == FAILED:
+        return "the editor could not ask the question"
+    return reason
