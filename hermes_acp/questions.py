@@ -1,6 +1,7 @@
 """The ACP forms of a question to the user (``clarify``): an ``elicitation/create``
 form, or a permission request whose options are the choices; and the editor's
-answer, read as untrusted input into a ``clarify`` answer.
+answer, read as untrusted input into a ``clarify`` answer. Likewise an MCP server's
+question, checked before it reaches the editor and its answer before it goes back.
 
 Pure functions: the turn (``turns.Turn.askUser``) does the sending.
 """
@@ -8,10 +9,13 @@ Pure functions: the turn (``turns.Turn.askUser``) does the sending.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
+from . import safejson
 from .engine.approval import CANCELLED as PERMISSION_CANCELLED
 from .engine.approval import FAILED, TIMEOUT
 from .engine.tools.clarify import ACCEPTED, CANCELLED, DECLINED, MAX_ANSWER_CHARS, NO_ANSWER
+from .jsonrpc import InvalidParams
 
 #: The permission option that answers nothing.
 DECLINE_OPTION = "decline"
@@ -91,3 +95,68 @@ def noAnswer(reason: str, timeout: float) -> str:
     if reason == FAILED:
         return "the editor could not ask the question"
     return reason
+
+
+# -- an MCP server's question ----------------------------------------------------------------
+
+#: The field types an ACP form takes (``ElicitationSchema``: flat, one of these per field).
+_FIELD_TYPES = {"string", "number", "integer", "boolean", "array"}
+_VALUE_TYPES = (str, int, float, bool)
+
+
+def serverQuestion(sessionId: str, toolCallId: str, server: str, params: Any, modes: tuple[str, ...],
+                   maxBytes: int) -> dict[str, Any]:
+    """An MCP server's ``elicitation/create`` as the editor's: checked and bounded first
+    (``InvalidParams`` says what is wrong, to the server), and its message marked as the
+    server's, so it never passes for the agent's own question."""
+    if not isinstance(params, dict):
+        raise InvalidParams("elicitation/create: params must be an object")
+    size = len(safejson.encode(params))
+    if size > maxBytes:
+        raise InvalidParams(f"elicitation/create: the request is {size} bytes; this client forwards at most "
+                            f"{maxBytes} (HERMES_ACP_MCP_ELICITATION_BYTES)")
+    mode, message = params.get("mode", "form"), params.get("message")
+    if mode not in modes:
+        raise InvalidParams(f"elicitation/create: mode {mode!r} is not supported here (supported: {', '.join(modes)})")
+    if not isinstance(message, str) or not message.strip():
+        raise InvalidParams("elicitation/create: message must be a non-empty string")
+    request: dict[str, Any] = {"sessionId": sessionId, "toolCallId": toolCallId, "mode": mode,
+                               "message": f"The MCP server “{server}” asks (not the agent): {message.strip()}"}
+    if mode == "url":
+        url, elicitationId = params.get("url"), params.get("elicitationId")
+        if not isinstance(url, str) or urlsplit(url).scheme not in ("https", "http") or not urlsplit(url).netloc:
+            raise InvalidParams("elicitation/create: url must be an http(s) URL")
+        if not isinstance(elicitationId, str) or not elicitationId:
+            raise InvalidParams("elicitation/create: elicitationId must be a non-empty string")
+        return {**request, "url": url, "elicitationId": elicitationId}
+    schema = params.get("requestedSchema")
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict) or schema.get("type", "object") != "object":
+        raise InvalidParams("elicitation/create: requestedSchema must be an object schema with properties")
+    for name, field in properties.items():
+        if not isinstance(field, dict) or field.get("type") not in _FIELD_TYPES:
+            raise InvalidParams(f"elicitation/create: field {name!r} must be a flat string, number, integer, "
+                                "boolean or array field")
+    required = schema.get("required")
+    if required is not None and (not isinstance(required, list) or not set(required) <= set(properties)):
+        raise InvalidParams("elicitation/create: required must list fields of the schema")
+    return {**request, "requestedSchema": schema}
+
+
+def serverAnswer(result: Any) -> dict[str, Any]:
+    """The editor's answer, checked before it goes to the server: accept (with its
+    values: strings, numbers, booleans, lists of strings), decline, or cancel; anything
+    else is a cancel."""
+    action = result.get("action") if isinstance(result, dict) else None
+    if action in ("decline", "cancel"):
+        return {"action": action}
+    if action != "accept":
+        return {"action": "cancel"}
+    content = result.get("content")
+    if content is None:
+        return {"action": "accept"}
+    if not isinstance(content, dict) or not all(
+            isinstance(value, _VALUE_TYPES) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+            for value in content.values()):
+        return {"action": "cancel"}
+    return {"action": "accept", "content": content}

@@ -54,7 +54,7 @@ from .mcp.toolset import Route
 from .mcp.wire import CallFailed
 from .oneshot import OneShot
 from .params import field
-from .questions import choiceOptions, formRequest, noAnswer, readChoice, readForm
+from .questions import choiceOptions, formRequest, noAnswer, readChoice, readForm, serverAnswer, serverQuestion
 from .render import CONTENT_LIMIT, fenced, planEntries, textContent, truncateMiddle
 from .session_state import SessionState
 from .store import timestamp
@@ -530,7 +530,8 @@ class Turn:
                 return toolset.failure(f"{route.title} was not run: {refusal(answer)}")
         elif verdict == DENY:
             return toolset.failure(f"{route.title} was not run: the user rejected this tool for the session")
-        d = None if self.cancelled else mcp.call(session, route, arguments, lambda params: self.progress(callId, params))
+        d = None if self.cancelled else mcp.call(session, route, arguments, lambda params: self.progress(callId, params),
+                                                 lambda params: self.serverAsks(callId, route.server, params))
         if d is None:
             return toolset.failure("interrupted by the user before it ran" if self.cancelled
                                    else f"{route.title} is not available any more: its server stopped or dropped it")
@@ -541,6 +542,21 @@ class Turn:
             return toolset.failure("interrupted by the user before it finished")
         except CallFailed as e:
             return toolset.failure(str(e), route.secrets)
+
+    def serverAsks(self, callId: str, server: str, params: Any) -> Deferred[dict[str, Any]]:
+        """An MCP server's ``elicitation/create`` during the call: checked, marked as the
+        server's, sent under the call's card; the editor's answer (checked) goes back. A
+        cancel of the turn or the timeout answers the server "cancel"."""
+        card = self.cards.get(callId)
+        if card is None or self.cancelled or self.phase == ANSWERED:
+            return succeed({"action": "cancel"})
+        client, session = self.services.client, self.session
+        modes = tuple(mode for mode in ("form", "url") if client.elicitation(mode))
+        request = serverQuestion(session.sessionId, card[0], server, params, modes,
+                                 self.services.mcp.settings.mcpElicitationBytes)
+        d = self.request("elicitation/create", request, self.services.askTimeout)
+        d.addCallback(serverAnswer)
+        return d.addErrback(lambda failure: {"action": "cancel"})
 
     def progress(self, callId: str, params: dict[str, Any]) -> None:
         """A ``notifications/progress`` of the call: shown in its card."""
