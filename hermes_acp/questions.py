@@ -71,7 +71,8 @@ def readForm(result: Any, choices: list[str]) -> tuple[str, str]:
 
 def choiceOptions(choices: list[str]) -> list[dict[str, str]]:
     """Permission options for the choices (free text has no place in a permission request)."""
-    options = [{"optionId": f"{_CHOICE_PREFIX}{n}", "name": choice, "kind": "allow_once"}
+    options = [{"optionId": f"{_CHOICE_PREFIX}{n}", "name": choice, "kind": "allow_once",
+                "_meta": {"hermes-acp": {"answer": True}}}  # an answer, not a permission: for clients that auto-allow
                for n, choice in enumerate(choices)]
     return options + [{"optionId": DECLINE_OPTION, "name": "Don't answer", "kind": "reject_once"}]
 
@@ -89,7 +90,7 @@ def readChoice(optionId: str, choices: list[str], timeout: float) -> tuple[str, 
 def noAnswer(reason: str, timeout: float) -> str:
     """Why there is no answer, in the words the model reads."""
     if reason == TIMEOUT:
-        return f"nobody answered within {timeout:g} seconds"
+        return f"nobody answered within {timeout:g} second{'' if timeout == 1 else 's'}"
     if reason == PERMISSION_CANCELLED:
         return "the question was withdrawn: the turn was cancelled"
     if reason == FAILED:

@@ -25,6 +25,7 @@ KINDS = {
     "session_search": "search",
     "terminal": "execute",
     "todo": "think",
+    "clarify": "think",
 }
 #: Cap on text shown in a tool call's content and on rawOutput.
 CONTENT_LIMIT = 16 * 1024

@@ -503,7 +503,8 @@ class Turn:
                 log.warn("elicitation/create in session {id} failed: {e}", id=sessionId, e=e)
                 return clarify.NO_ANSWER, noAnswer(FAILED, timeout)
         if choices:
-            toolCall = self.renderer.permissionToolCall(toolCallId, name, arguments, {"text": question})
+            toolCall = self.renderer.permissionToolCall(toolCallId, name, arguments,
+                                                       {"text": question, "title": "Ask the user"})
             d = services.permissions.choose(sessionId, toolCall, choiceOptions(choices))
             self._track(d)
             return readChoice(await d, choices, timeout)

@@ -125,7 +125,7 @@ async def test_theTimeoutIsNoAnswer(scriptedServer, tmp_path) -> None:
                                                  HERMES_ACP_PERMISSION_TIMEOUT="1"))
     assert wire.problems() == []
     assert response.stop_reason == "end_turn"
-    assert toldModel(server)["user_response"] == "[no answer: nobody answered within 1 seconds]"
+    assert toldModel(server)["user_response"] == "[no answer: nobody answered within 1 second]"
 
 
 @pytest_twisted.ensureDeferred
