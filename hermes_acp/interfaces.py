@@ -60,7 +60,7 @@ class ITurnObserver(Interface):
 
     def askUser(callId: str, question: str, choices: list[str]) -> tuple[str, str]:
         """Ask the user ``question`` (``choices``: answers to pick from, besides their own
-        words; none: free text) for the call; (an action of ``engine.tools.clarify``, the
+        words; none: free text) for the call; (an action of ``engine.asking``, the
         answer or why there is none)."""
 
     def terminalStarted(callId: str, terminalId: str) -> None:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from . import safejson
 from .engine.approval import CANCELLED as PERMISSION_CANCELLED
 from .engine.approval import FAILED, TIMEOUT
-from .engine.tools.clarify import ACCEPTED, CANCELLED, DECLINED, MAX_ANSWER_CHARS, NO_ANSWER
+from .engine.asking import ACCEPTED, CANCELLED, DECLINED, MAX_ANSWER_CHARS, NO_ANSWER
 from .jsonrpc import InvalidParams
 
 #: The permission option that answers nothing.

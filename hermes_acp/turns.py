@@ -44,7 +44,7 @@ from .config import DEFAULT_PERMISSION_TIMEOUT, Endpoint
 from .engine import exhausted
 from .engine.approval import ALLOWED, CANCELLED, FAILED, TIMEOUT, refusal
 from .engine.access import EditProposal, modeAfter
-from .engine.tools import clarify
+from .engine import asking
 from .interfaces import IEngineAgent, IPermissionBroker, IRenderer, ISessionOptions, ISessionStore, IUpdateChannel
 from .intake import checkPrompt, promptText, toModelContent
 from .jsonrpc import AuthRequired, InternalError, JSONRPCError
@@ -489,19 +489,19 @@ class Turn:
     async def _askUser(self, callId: str, question: str, choices: list[str]) -> tuple[str, str]:
         services, sessionId, timeout = self.services, self.session.sessionId, self.services.askTimeout
         if self.cancelled or self.phase == ANSWERED:
-            return clarify.NO_ANSWER, noAnswer(CANCELLED, timeout)
+            return asking.NO_ANSWER, noAnswer(CANCELLED, timeout)
         toolCallId, name, arguments = self.cards[callId]
         if services.client.elicitation("form"):
             d = self.request("elicitation/create", formRequest(sessionId, toolCallId, question, choices), timeout)
             try:
                 return readForm(await d, choices)
             except CancelledError:  # the turn's cancel; the timeout fails with TimeoutError
-                return clarify.NO_ANSWER, noAnswer(CANCELLED, timeout)
+                return asking.NO_ANSWER, noAnswer(CANCELLED, timeout)
             except defer.TimeoutError:
-                return clarify.NO_ANSWER, noAnswer(TIMEOUT, timeout)
+                return asking.NO_ANSWER, noAnswer(TIMEOUT, timeout)
             except Exception as e:
                 log.warn("elicitation/create in session {id} failed: {e}", id=sessionId, e=e)
-                return clarify.NO_ANSWER, noAnswer(FAILED, timeout)
+                return asking.NO_ANSWER, noAnswer(FAILED, timeout)
         if choices:
             toolCall = self.renderer.permissionToolCall(toolCallId, name, arguments,
                                                        {"text": question, "title": "Ask the user"})
@@ -509,7 +509,7 @@ class Turn:
             self._track(d)
             return readChoice(await d, choices, timeout)
         self.sendText("agent_message_chunk", question)
-        return clarify.DEFERRED, ""
+        return asking.DEFERRED, ""
 
     def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> Deferred[tuple[str, bool, dict[str, Any]]]:
         """An MCP tool's call: asked about where that is the rule, then run; its

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 
-from hermes_acp.engine.tools.clarify import ACCEPTED, CANCELLED, DECLINED, DEFERRED, MAX_ANSWER_CHARS, NO_ANSWER
+from hermes_acp.engine.asking import ACCEPTED, CANCELLED, DECLINED, DEFERRED, MAX_ANSWER_CHARS, NO_ANSWER
 from hermes_acp.questions import choiceOptions, formRequest, readChoice, readForm
 
 from .test_engine_agent import OBSERVERS, call, makeAgent, run, toolResults, tools, workspace  # noqa: F401

@@ -34,7 +34,7 @@ from hermes_acp.engine.sandbox import Policy, policyFor
 from hermes_acp.engine.secrets import redact, secretValues
 from hermes_acp.engine.result import TurnResult, TurnUsage
 from hermes_acp.engine.tools.builtin import selectTools
-from hermes_acp.engine.tools.clarify import Answer
+from hermes_acp.engine.asking import Answer
 from hermes_acp.engine.tools.registry import (
     PathLocks, SessionSearch, Tool, ToolContext, ToolError, ToolOutcome, checkArguments, parseArguments, runTool,
 )

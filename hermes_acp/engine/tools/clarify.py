@@ -2,31 +2,18 @@
 result (``{question, choices_offered, user_response}``).
 
 The engine only asks (``ToolContext.askUser``, bound to the call); how the question
-reaches the user is the ACP layer's choice. Its answer is an ``Answer``: what the
-user did, in the words the model reads.
+reaches the user is the ACP layer's choice. Its answer is an ``engine.asking.Answer``:
+what the user did, told to the model in plain words.
 """
 
 from __future__ import annotations
 
-import attrs
-
+from hermes_acp.engine.asking import ACCEPTED, CANCELLED, DECLINED, DEFERRED, Answer
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
 
-#: The user answered (``text``); declined to; dismissed the question; nobody answered
-#: (``text`` says why: the turn was cancelled, the wait timed out...); or the question
-#: became the turn's last message, so the user's next prompt answers it.
-ACCEPTED, DECLINED, CANCELLED, NO_ANSWER, DEFERRED = "accepted", "declined", "cancelled", "no_answer", "deferred"
 MAX_CHOICES = 4
 MAX_QUESTION_CHARS = 4000
 MAX_CHOICE_CHARS = 200
-#: The longest answer the model is given (the editor's answer is untrusted input).
-MAX_ANSWER_CHARS = 4000
-
-
-@attrs.frozen
-class Answer:
-    action: str
-    text: str = ""
 
 
 def checkedChoices(choices: list[object] | None) -> list[str]:

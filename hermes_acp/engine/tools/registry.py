@@ -14,6 +14,7 @@ import attrs
 
 from hermes_acp import safejson
 from hermes_acp.engine.approval import Verdict
+from hermes_acp.engine.asking import NOBODY, Answer
 from hermes_acp.engine.access import EditProposal
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy
@@ -89,7 +90,7 @@ class ToolContext:
         f"Error: {name} cannot run here", failed=True)
     #: ``askUser(question, choices)``: ask the user through the turn that owns this
     #: call; a ``clarify.Answer`` (nobody to ask: no answer).
-    askUser: Callable[[str, list[str]], Any] = lambda question, choices: _nobodyToAsk()
+    askUser: Callable[[str, list[str]], Answer] = lambda question, choices: NOBODY
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
@@ -106,12 +107,6 @@ class ToolContext:
         """``path`` relative to the session's folder when it is inside it."""
         relative = os.path.relpath(path, self.cwd)
         return path if relative.startswith("..") else relative
-
-
-def _nobodyToAsk() -> Any:
-    from hermes_acp.engine.tools.clarify import NO_ANSWER, Answer
-
-    return Answer(NO_ANSWER, "nobody can answer questions here")
 
 
 @attrs.frozen
