@@ -39,6 +39,14 @@ async def oneTurn(client: RecordingClient, url: str, cwd: str, prompt: str, form
         return response, updates(wire, sid), wire
 
 
+async def loaded(url: str, home: str, cwd: str, sessionId: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """A new process loads the session: what it replayed, and the problems of its frames."""
+    async with connect(RecordingClient(), env=modelEnv(url, home)) as (conn, _, wire, process):
+        await initialized(conn)
+        await conn.load_session(cwd=cwd, session_id=sessionId, mcp_servers=[])
+        return updates(wire, sessionId), wire.problems()
+
+
 @pytest_twisted.ensureDeferred
 async def test_aFormChoiceReachesTheModel(scriptedServer, tmp_path) -> None:
     server, url = scriptedServer
@@ -172,13 +180,7 @@ async def test_withoutFormsFreeTextEndsTheTurnAndTheNextPromptAnswers(scriptedSe
     assert told["user_response"] is None and "next message is the answer" in told["note"]
     assert messages[-1] == {"role": "user", "content": "Ada"}
 
-    async def secondLife():
-        async with connect(RecordingClient(), env=modelEnv(url, home)) as (conn, _, wire, process):
-            await initialized(conn)
-            await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
-            return updates(wire, sid), wire.problems()
-
-    replayed, problems = await onLoop(secondLife())
+    replayed, problems = await onLoop(loaded(url, home, str(tmp_path), sid))
     assert problems == []
     shown = json.dumps(replayed)
     assert "What should the project be called?" in shown and "Ada" in shown and "Called it Ada." in shown
@@ -196,10 +198,7 @@ async def test_aFormsQuestionAndAnswerAreReplayed(scriptedServer, tmp_path) -> N
             await initialized(conn, elicitation=FORM)
             sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
             await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("paint")]), 30)
-        async with connect(RecordingClient(), env=modelEnv(url, home)) as (conn, _, wire, process):
-            await initialized(conn)
-            await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
-            return updates(wire, sid), wire.problems()
+        return await loaded(url, home, str(tmp_path), sid)
 
     replayed, problems = await onLoop(lives())
     assert problems == []
