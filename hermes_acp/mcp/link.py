@@ -385,11 +385,19 @@ class ServerLink:
                 arm()
             onProgress(params)
 
-        def elicited(params: dict[str, Any]) -> Deferred[dict[str, Any]]:  # (only registered with onElicit)
+        def elicited(params: dict[str, Any]) -> Deferred[dict[str, Any]]:
+            """The server asks the user (only registered with ``onElicit``): the idle timer
+            waits for the answer, then starts afresh if the call still runs."""
             timer = state["timer"]
             if timer is not None and timer.active():
                 timer.cancel()
-            return maybeDeferred(onElicit, params).addBoth(lambda result: (arm() if token in self._progress else None, result)[1])
+
+            def answered(result: Any) -> Any:
+                if token in self._progress:
+                    arm()
+                return result
+
+            return maybeDeferred(onElicit, params).addBoth(answered)
 
         hardCap = self.reactor.callLater(timeout * HARD_CAP_FACTOR, expire)
         arm()
