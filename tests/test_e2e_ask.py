@@ -121,6 +121,31 @@ async def test_aCancelEndsTheQuestionAtOnce(scriptedServer, tmp_path) -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_closingTheSessionEndsTheQuestion(scriptedServer, tmp_path) -> None:
+    server, url = scriptedServer
+    server.default.responses += [*asking("Which colour?"), [{"text": "never"}]]
+    asked = asyncio.Event()
+
+    async def never(request: dict[str, Any]) -> Any:
+        asked.set()
+        await asyncio.sleep(600)
+
+    async def scenario():
+        async with connect(RecordingClient(elicitation=never), env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn, elicitation=FORM)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("paint")]))
+            await asyncio.wait_for(asked.wait(), 30)
+            await asyncio.wait_for(conn.close_session(session_id=sid), 30)
+            return await asyncio.wait_for(prompt, 30), wire
+
+    response, wire = await onLoop(scenario())
+    assert wire.problems() == []
+    assert response.stop_reason == "cancelled"
+    assert any(f.get("method") == "$/cancel_request" for f in wire.received)
+
+
+@pytest_twisted.ensureDeferred
 async def test_theTimeoutIsNoAnswer(scriptedServer, tmp_path) -> None:
     server, url = scriptedServer
     server.default.responses += [*asking("Which colour?"), [{"text": "I will pick myself."}]]
