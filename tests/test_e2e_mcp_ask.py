@@ -13,7 +13,7 @@ import pytest_twisted
 from . import mcp_scripted
 from .e2e import answers, modelEnv, text, toolCalls, updates
 from .mcp_e2e import call, log, scripted, toolMessages
-from .sdkclient import RecordingClient, connect, initialized, onLoop
+from .sdkclient import RecordingClient, connect, initialized, onLoop, until
 from .test_e2e_ask import FORM
 
 REGION = {"message": "Pick a region", "requestedSchema": {
@@ -83,3 +83,38 @@ async def test_anOversizedOrMalformedQuestionIsRefusedToTheServer(scriptedServer
     assert [e["code"] for e in errors] == [-32602] * 3
     assert "HERMES_ACP_MCP_ELICITATION_BYTES" in errors[0]["message"]
     assert "flat" in errors[1]["message"] and "'url' is not supported" in errors[2]["message"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_aCancelWithdrawsTheServersQuestion(scriptedServer, tmp_path) -> None:
+    """The user cancels the turn while the server's question is open: the editor's request
+    is withdrawn, and the server hears "cancel"."""
+    model, url = scriptedServer
+    server, serverLog = scripted(tmp_path, "srv", tools=[mcp_scripted.tool("deploy", {"elicit": REGION})])
+    model.default.responses += [call("d", "mcp__srv__deploy"), [{"text": "never"}]]
+    asked = asyncio.Event()
+
+    async def never(request: dict[str, Any]) -> Any:
+        asked.set()
+        await asyncio.sleep(600)
+
+    client = RecordingClient(permission=answers("allow_once"), elicitation=never)
+
+    async def scenario():
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn, elicitation=FORM)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[server])).session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("deploy")]))
+            await asyncio.wait_for(asked.wait(), 30)
+            await conn.cancel(session_id=sid)
+            response = await asyncio.wait_for(prompt, 30)
+            await until(lambda: any(e.get("event") == "response" for e in log(serverLog)), 10,
+                        "the server's question answered")
+            return response, wire
+
+    response, wire = await onLoop(scenario())
+    assert wire.problems() == []
+    assert response.stop_reason == "cancelled"
+    assert any(f.get("method") == "$/cancel_request" for f in wire.received)
+    [answered] = [e for e in log(serverLog) if e.get("event") == "response"]
+    assert answered["message"]["result"] == {"action": "cancel"}
