@@ -144,7 +144,7 @@ class IPermissionBroker(Interface):
         an allow denies. Requests for one session are serialized.
         """
 
-    def choose(sessionId: str, toolCall: dict[str, Any], options: list[dict[str, str]]) -> Deferred[str]:
+    def choose(sessionId: str, toolCall: dict[str, Any], options: list[dict[str, Any]]) -> Deferred[str]:
         """Ask the user to pick one of ``options`` (permission options) about
         ``toolCall``, in the same queue and under the same timeout as the other
         questions; fires with the chosen ``optionId``, or cancelled, timeout or failed."""

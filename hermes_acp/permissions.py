@@ -56,7 +56,7 @@ def permissionOptions(kind: str) -> list[dict[str, str]]:
     return [{"optionId": k, "name": names[k], "kind": k} for k in (ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE, REJECT_ALWAYS)]
 
 
-def readOutcome(result: Any, offered: list[dict[str, str]], key: str = "kind") -> str:
+def readOutcome(result: Any, offered: list[dict[str, Any]], key: str = "kind") -> str:
     """The client's answer as one of our outcomes (the chosen option's ``key``);
     anything unexpected denies."""
     outcome = result.get("outcome") if isinstance(result, dict) else None
@@ -93,7 +93,7 @@ class PermissionBroker:
         d.addErrback(lambda f: (f.trap(CancelledError), CANCELLED)[1])
         return d
 
-    def choose(self, sessionId: str, toolCall: dict[str, Any], options: list[dict[str, str]]) -> Deferred[str]:
+    def choose(self, sessionId: str, toolCall: dict[str, Any], options: list[dict[str, Any]]) -> Deferred[str]:
         lock = self._locks.setdefault(sessionId, DeferredLock())
         d = lock.run(self._send, sessionId, toolCall, options, "optionId")
         d.addErrback(lambda f: (f.trap(CancelledError), CANCELLED)[1])
@@ -109,7 +109,7 @@ class PermissionBroker:
     def _ask(self, sessionId: str, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
         return self._send(sessionId, toolCall, permissionOptions(kind), "kind")
 
-    def _send(self, sessionId: str, toolCall: dict[str, Any], offered: list[dict[str, str]], key: str) -> Deferred[str]:
+    def _send(self, sessionId: str, toolCall: dict[str, Any], offered: list[dict[str, Any]], key: str) -> Deferred[str]:
         d = self.callRemote(
             "session/request_permission", {"sessionId": sessionId, "toolCall": toolCall, "options": offered}
         )

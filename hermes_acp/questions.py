@@ -69,10 +69,11 @@ def readForm(result: Any, choices: list[str]) -> tuple[str, str]:
     return ACCEPTED, "; ".join(parts)
 
 
-def choiceOptions(choices: list[str]) -> list[dict[str, str]]:
-    """Permission options for the choices (free text has no place in a permission request)."""
+def choiceOptions(choices: list[str]) -> list[dict[str, Any]]:
+    """Permission options for the choices (free text has no place in a permission request);
+    each is marked (``_meta``) as an answer, not a permission, for clients that allow on their own."""
     options = [{"optionId": f"{_CHOICE_PREFIX}{n}", "name": choice, "kind": "allow_once",
-                "_meta": {"hermes-acp": {"answer": True}}}  # an answer, not a permission: for clients that auto-allow
+                "_meta": {"hermes-acp": {"answer": True}}}
                for n, choice in enumerate(choices)]
     return options + [{"optionId": DECLINE_OPTION, "name": "Don't answer", "kind": "reject_once"}]
 

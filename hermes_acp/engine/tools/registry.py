@@ -89,7 +89,7 @@ class ToolContext:
     delegate: Callable[[str, dict[str, Any]], ToolOutcome] = lambda name, arguments: ToolOutcome(
         f"Error: {name} cannot run here", failed=True)
     #: ``askUser(question, choices)``: ask the user through the turn that owns this
-    #: call; a ``clarify.Answer`` (nobody to ask: no answer).
+    #: call; an ``engine.asking.Answer`` (nobody to ask: no answer).
     askUser: Callable[[str, list[str]], Answer] = lambda question, choices: NOBODY
 
     def resolve(self, path: str) -> str:
