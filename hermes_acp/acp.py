@@ -98,6 +98,7 @@ class ACPServer:
             reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
             lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
             connection.callRemote, mcp, SessionNamer(self.workers.run, updates, store, self.settings.titleSeconds),
+            client, self.settings.permissionTimeout,
         ))  # fmt: skip
         lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp)
 

@@ -156,6 +156,8 @@ class TurnEvents(Protocol):
 
     def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> Deferred[tuple[str, bool, dict[str, Any]]]: ...
 
+    def askUser(self, callId: str, question: str, choices: list[str]) -> Deferred[tuple[str, str]]: ...
+
     def compactionStarted(self, compactionId: str, reason: str) -> None: ...
 
     def compactionEnded(self, compactionId: str, status: str, summary: str, error: str, before: int, after: int) -> None: ...
@@ -210,6 +212,10 @@ class BridgedObserver:
     def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
         outcome: tuple[str, bool, dict[str, Any]] = self.bridge.call(self.turn.callTool, callId, name, arguments)
         return outcome
+
+    def askUser(self, callId: str, question: str, choices: list[str]) -> tuple[str, str]:
+        answer: tuple[str, str] = self.bridge.call(self.turn.askUser, callId, question, choices)
+        return answer
 
     def compactionStarted(self, compactionId: str, reason: str) -> None:
         self.bridge.event(self.turn.compactionStarted, compactionId, reason)

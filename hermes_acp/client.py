@@ -48,6 +48,12 @@ class ClientInfo:
         session = self.capabilities.get("session")
         return isinstance(session, dict) and isinstance(session.get("compaction"), dict)
 
+    def elicitation(self, mode: str) -> bool:
+        """Whether the editor takes ``elicitation/create`` in ``mode`` ("form" or "url"):
+        only a mode whose key is present and not null (``{}`` advertises none)."""
+        elicitation = self.capabilities.get("elicitation")
+        return isinstance(elicitation, dict) and isinstance(elicitation.get(mode), dict)
+
     def offers(self) -> list[str]:
         """The capabilities this agent uses, as the editor advertised them."""
         offers = [f"fs.{name}" for name in ("readTextFile", "writeTextFile") if self.fs(name)]
@@ -57,6 +63,7 @@ class ClientInfo:
             offers.append("session.notices")
         if self.compaction:
             offers.append("session.compaction")
+        offers += [f"elicitation.{mode}" for mode in ("form", "url") if self.elicitation(mode)]
         if self.supportsTerminalAuth():
             offers.append("terminal auth")
         return offers

@@ -26,6 +26,8 @@ DEFAULT_PERMISSION_TIMEOUT = 60.0
 DEFAULT_CONTEXT_WINDOW = 128_000
 DEFAULT_MCP_STARTUP_TIMEOUT = 30.0
 DEFAULT_MCP_CALL_TIMEOUT = 300.0
+#: The largest question (message and form, as JSON) an MCP server may put to the user.
+DEFAULT_MCP_ELICITATION_BYTES = 16 * 1024
 DEFAULT_MCP_HTTP_CONNECTIONS = 16
 DEFAULT_COMPACT_AT = 0.9
 #: The tool calls of one model reply: how many run at all (the rest are refused) and how many
@@ -269,6 +271,8 @@ class Settings:
     mcpStartupTimeout: float = DEFAULT_MCP_STARTUP_TIMEOUT
     mcpCallTimeout: float = DEFAULT_MCP_CALL_TIMEOUT
     mcpTrusted: frozenset[str] = frozenset()
+    #: The largest ``elicitation/create`` an MCP server may send on to the editor (bytes of JSON).
+    mcpElicitationBytes: int = DEFAULT_MCP_ELICITATION_BYTES
     #: The most connections (POSTs at once) to one HTTP MCP server; more messages wait their turn.
     mcpHTTPConnections: int = DEFAULT_MCP_HTTP_CONNECTIONS
     #: Compact the conversation when a request would pass this share of the context window
@@ -302,6 +306,8 @@ class Settings:
             commandCpuSeconds=envInt(env, "HERMES_ACP_COMMAND_CPU_SECONDS", 0, minimum=1) or None,
             mcpStartupTimeout=envSeconds(env, "HERMES_ACP_MCP_STARTUP_TIMEOUT", DEFAULT_MCP_STARTUP_TIMEOUT),
             mcpCallTimeout=envSeconds(env, "HERMES_ACP_MCP_CALL_TIMEOUT", DEFAULT_MCP_CALL_TIMEOUT),
+            mcpElicitationBytes=envInt(env, "HERMES_ACP_MCP_ELICITATION_BYTES", DEFAULT_MCP_ELICITATION_BYTES,
+                                       minimum=256),
             mcpTrusted=frozenset(_split(env.get("HERMES_ACP_MCP_TRUSTED", ""))),
             mcpHTTPConnections=envInt(env, "HERMES_ACP_MCP_HTTP_CONNECTIONS", DEFAULT_MCP_HTTP_CONNECTIONS),
             compactAt=envShare(env, "HERMES_ACP_COMPACT_AT", DEFAULT_COMPACT_AT, 0.3, 0.98),

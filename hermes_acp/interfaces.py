@@ -62,6 +62,11 @@ class ITurnObserver(Interface):
         """Show the user the plan the model made in plan mode and ask whether to implement
         it (``engine.planning``); an answer of ``ANSWERS``."""
 
+    def askUser(callId: str, question: str, choices: list[str]) -> tuple[str, str]:
+        """Ask the user ``question`` (``choices``: answers to pick from, besides their own
+        words; none: free text) for the call; (an action of ``engine.asking``, the
+        answer or why there is none)."""
+
     def terminalStarted(callId: str, terminalId: str) -> None:
         """The editor made a terminal for the call's command."""
 
@@ -142,6 +147,11 @@ class IPermissionBroker(Interface):
         Returns a Deferred firing with one of ``engine.approval.ANSWERS``; anything but
         an allow denies. Requests for one session are serialized.
         """
+
+    def choose(sessionId: str, toolCall: dict[str, Any], options: list[dict[str, Any]]) -> Deferred[str]:
+        """Ask the user to pick one of ``options`` (permission options) about
+        ``toolCall``, in the same queue and under the same timeout as the other
+        questions; fires with the chosen ``optionId``, or cancelled, timeout or failed."""
 
     def forget(sessionId: str) -> None:
         """The session is gone: drop its queue of questions."""

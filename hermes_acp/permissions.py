@@ -62,8 +62,9 @@ def permissionOptions(kind: str) -> list[dict[str, str]]:
             for k in (ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE, REJECT_ALWAYS) if k in names]
 
 
-def readOutcome(result: Any, offered: list[dict[str, str]]) -> str:
-    """The client's answer as one of our outcomes; anything unexpected denies."""
+def readOutcome(result: Any, offered: list[dict[str, Any]], key: str = "kind") -> str:
+    """The client's answer as one of our outcomes (the chosen option's ``key``);
+    anything unexpected denies."""
     outcome = result.get("outcome") if isinstance(result, dict) else None
     if not isinstance(outcome, dict):
         return FAILED
@@ -73,7 +74,7 @@ def readOutcome(result: Any, offered: list[dict[str, str]]) -> str:
         chosen = outcome.get("optionId")
         for option in offered:
             if option["optionId"] == chosen:
-                return option["kind"]
+                return option[key]
     return FAILED
 
 
@@ -98,6 +99,12 @@ class PermissionBroker:
         d.addErrback(lambda f: (f.trap(CancelledError), CANCELLED)[1])
         return d
 
+    def choose(self, sessionId: str, toolCall: dict[str, Any], options: list[dict[str, Any]]) -> Deferred[str]:
+        lock = self._locks.setdefault(sessionId, DeferredLock())
+        d = lock.run(self._send, sessionId, toolCall, options, "optionId")
+        d.addErrback(lambda f: (f.trap(CancelledError), CANCELLED)[1])
+        return d
+
     def forget(self, sessionId: str) -> None:
         """Drop the session's queue of questions once it is idle (a question still
         out keeps it, so a session loaded again meanwhile still asks one at a time)."""
@@ -106,11 +113,13 @@ class PermissionBroker:
             del self._locks[sessionId]
 
     def _ask(self, sessionId: str, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
-        offered = permissionOptions(kind)
+        return self._send(sessionId, toolCall, permissionOptions(kind), "kind")
+
+    def _send(self, sessionId: str, toolCall: dict[str, Any], offered: list[dict[str, Any]], key: str) -> Deferred[str]:
         d = self.callRemote(
             "session/request_permission", {"sessionId": sessionId, "toolCall": toolCall, "options": offered}
         )
-        d.addCallback(readOutcome, offered)
+        d.addCallback(readOutcome, offered, key)
         d.addTimeout(self.timeout, self.clock, onTimeoutCancel=lambda result, timeout: TIMEOUT)
         d.addErrback(self._failed, sessionId)
         d.addCallback(self._logged, sessionId, toolCall.get("toolCallId"))

@@ -25,6 +25,7 @@ KINDS = {
     "session_search": "search",
     "terminal": "execute",
     "todo": "think",
+    "clarify": "think",
 }
 #: Cap on text shown in a tool call's content and on rawOutput.
 CONTENT_LIMIT = 16 * 1024
@@ -59,6 +60,15 @@ def _oneLine(text: str, limit: int = TITLE_LIMIT) -> str:
     if len(first) > limit:
         first, more = first[: limit - 1], True
     return first + ("…" if more else "")
+
+
+def _questionAndAnswer(extras: dict[str, Any]) -> str:
+    """A ``clarify`` card: the question and what became of it (kept for the replay)."""
+    answers = {"accepted": f"**Answer:** {extras.get('answer', '')}", "declined": "_The user declined to answer._",
+               "cancelled": "_The user dismissed the question._",
+               "deferred": "_Asked in the conversation: the next prompt answers it._"}
+    said = answers.get(str(extras.get("action")), f"_No answer: {extras.get('answer') or 'nobody answered'}._")
+    return f"**Question:** {extras['question']}\n\n{said}"
 
 
 def _commandStatus(text: str, failed: bool, extras: dict[str, Any]) -> str:
@@ -220,7 +230,9 @@ class Renderer:
             content.append(self.diff(extras))
         if extras.get("terminalId"):
             content.append({"type": "terminal", "terminalId": extras["terminalId"]})
-        if name == "terminal" and "output" in extras:
+        if name == "clarify" and "question" in extras and not failed:
+            content.append(textContent(_questionAndAnswer(extras)))
+        elif name == "terminal" and "output" in extras:
             body = str(extras["output"])
             shown = fenced(truncateMiddle(body, CONTENT_LIMIT)) if body.strip() else "(no output)"
             content.append(textContent(f"{shown}\n{_commandStatus(text, failed, extras)}"))

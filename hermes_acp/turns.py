@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from twisted.internet import defer
 from twisted.internet.defer import CancelledError, Deferred, fail, gatherResults, succeed
 from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import Logger
@@ -38,10 +39,12 @@ from twisted.python.failure import Failure
 from .bridge import SUMMARY_CHUNK, BridgedObserver, EventBridge
 from .catalog import ModelCatalog
 from .commands import Commands, slashCommand
-from .config import Endpoint
+from .client import ClientInfo
+from .config import DEFAULT_PERMISSION_TIMEOUT, Endpoint
 from .engine import exhausted
-from .engine.approval import ALLOWED, CANCELLED, refusal
+from .engine.approval import ALLOWED, CANCELLED, FAILED, TIMEOUT, refusal
 from .engine.access import PLAN, EditProposal, modeAfter, modeAfterPlan, planRefusal
+from .engine import asking
 from .interfaces import IEngineAgent, IPermissionBroker, IRenderer, ISessionOptions, ISessionStore, IUpdateChannel
 from .intake import checkPrompt, promptText, toModelContent
 from .jsonrpc import AuthRequired, InternalError, JSONRPCError
@@ -52,6 +55,7 @@ from .mcp.wire import CallFailed
 from .naming import SessionNamer
 from .oneshot import OneShot
 from .params import field
+from .questions import choiceOptions, formRequest, noAnswer, readChoice, readForm, serverAnswer, serverQuestion
 from .render import CONTENT_LIMIT, fenced, planEntries, planSteps, textContent, truncateMiddle
 from .session_state import SessionState
 from .store import timestamp
@@ -123,6 +127,10 @@ class TurnServices:
     mcp: MCPServers
     #: Asks the model for a session's title after its first exchange (None: never).
     namer: SessionNamer | None = None
+    #: What the editor offers (how a question to the user is asked).
+    client: ClientInfo = attrs.field(factory=ClientInfo)
+    #: How long a question to the user waits for its answer (HERMES_ACP_PERMISSION_TIMEOUT).
+    askTimeout: float = DEFAULT_PERMISSION_TIMEOUT
 
 
 @attrs.define(eq=False)
@@ -496,6 +504,38 @@ class Turn:
             self.services.options.setMode(self.session, mode)
         return answer
 
+    def askUser(self, callId: str, question: str, choices: list[str]) -> Deferred[tuple[str, str]]:
+        """A ``clarify`` question, in the form the editor takes: a form (``elicitation/create``)
+        under the call's card; else a permission request with the choices as options; else
+        (free text wanted) the question ends the turn as the agent's message, so the user's
+        next prompt answers it. A cancel of the turn or the timeout ends the wait at once."""
+        return Deferred.fromCoroutine(self._askUser(callId, question, choices))
+
+    async def _askUser(self, callId: str, question: str, choices: list[str]) -> tuple[str, str]:
+        services, sessionId, timeout = self.services, self.session.sessionId, self.services.askTimeout
+        if self.cancelled or self.phase == ANSWERED:
+            return asking.NO_ANSWER, noAnswer(CANCELLED, timeout)
+        toolCallId, name, arguments = self.cards[callId]
+        if services.client.elicitation("form"):
+            d = self.request("elicitation/create", formRequest(sessionId, toolCallId, question, choices), timeout)
+            try:
+                return readForm(await d, choices)
+            except CancelledError:  # the turn's cancel; the timeout fails with TimeoutError
+                return asking.NO_ANSWER, noAnswer(CANCELLED, timeout)
+            except defer.TimeoutError:
+                return asking.NO_ANSWER, noAnswer(TIMEOUT, timeout)
+            except Exception as e:
+                log.warn("elicitation/create in session {id} failed: {e}", id=sessionId, e=e)
+                return asking.NO_ANSWER, noAnswer(FAILED, timeout)
+        if choices:
+            toolCall = self.renderer.permissionToolCall(toolCallId, name, arguments,
+                                                       {"text": question, "title": "Ask the user"})
+            d = services.permissions.choose(sessionId, toolCall, choiceOptions(choices))
+            self._track(d)
+            return readChoice(await d, choices, timeout)
+        self.sendText("agent_message_chunk", question)
+        return asking.DEFERRED, ""
+
     def callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> Deferred[tuple[str, bool, dict[str, Any]]]:
         """An MCP tool's call: asked about where that is the rule, then run; its
         progress shows in its card; a cancel of the turn cancels it."""
@@ -518,7 +558,8 @@ class Turn:
                 return toolset.failure(f"{route.title} was not run: {refusal(answer)}")
         elif verdict == DENY:
             return toolset.failure(f"{route.title} was not run: the user rejected this tool for the session")
-        d = None if self.cancelled else mcp.call(session, route, arguments, lambda params: self.progress(callId, params))
+        d = None if self.cancelled else mcp.call(session, route, arguments, lambda params: self.progress(callId, params),
+                                                 lambda params: self.serverAsks(callId, route.server, params))
         if d is None:
             return toolset.failure("interrupted by the user before it ran" if self.cancelled
                                    else f"{route.title} is not available any more: its server stopped or dropped it")
@@ -529,6 +570,21 @@ class Turn:
             return toolset.failure("interrupted by the user before it finished")
         except CallFailed as e:
             return toolset.failure(str(e), route.secrets)
+
+    def serverAsks(self, callId: str, server: str, params: Any) -> Deferred[dict[str, Any]]:
+        """An MCP server's ``elicitation/create`` during the call: checked, marked as the
+        server's, sent under the call's card; the editor's answer (checked) goes back. A
+        cancel of the turn or the timeout answers the server "cancel"."""
+        card = self.cards.get(callId)
+        if card is None or self.cancelled or self.phase == ANSWERED:
+            return succeed({"action": "cancel"})
+        client, session = self.services.client, self.session
+        modes = tuple(mode for mode in ("form", "url") if client.elicitation(mode))
+        request = serverQuestion(session.sessionId, card[0], server, params, modes,
+                                 self.services.mcp.settings.mcpElicitationBytes)
+        d = self.request("elicitation/create", request, self.services.askTimeout)
+        d.addCallback(serverAnswer)
+        return d.addErrback(lambda failure: {"action": "cancel"})
 
     def progress(self, callId: str, params: dict[str, Any]) -> None:
         """A ``notifications/progress`` of the call: shown in its card."""

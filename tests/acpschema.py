@@ -21,8 +21,9 @@ UNSTABLE_PATH = Path(__file__).parent / "data" / "acp-schema-v1-unstable.json"
 ENVELOPE_KEYS = {"jsonrpc", "id", "method", "params", "result", "error"}
 # Methods no current schema has, kept for older clients.
 LEGACY_METHODS = {"session/set_model"}
-# Values the schema leaves free-form: anything may sit below these keys.
-FREE_FORM = {"_meta", "rawInput", "rawOutput", "data"}
+# Values the schema leaves free-form: anything may sit below these keys (a form's
+# "properties" are the names of its fields).
+FREE_FORM = {"_meta", "rawInput", "rawOutput", "data", "properties"}
 
 
 @cache

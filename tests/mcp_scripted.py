@@ -73,6 +73,9 @@ A tool's "behaviour" is a name, or a one-key object {name: options}:
   "env"                         text: JSON of {name: os.environ.get(name) for arguments["names"]}
                                 plus "cwd": os.getcwd().
   "sleepForever"                never answers (until cancelled or killed).
+  {"elicit": params}            sends ``elicitation/create`` with these params to the client (related
+                                to the call); once answered, the call's text is the JSON of the
+                                client's result (or {"error": ...}), keys sorted.
 
 Unknown tools give an isError result "unknown tool NAME"; ``ping`` is answered {} (legacy).
 """
@@ -298,6 +301,7 @@ class ScriptedMCP:
         self.clientCapabilities: Any = None
         self._calls: dict[str, _Call] = {}
         self._outgoing: dict[str, str] = {}  # our request id -> its method
+        self._onAnswer: dict[str, Callable[[dict[str, Any]], None]] = {}  # our request id -> what its answer does
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
 
@@ -331,6 +335,9 @@ class ScriptedMCP:
             elif "id" in message and ("result" in message or "error" in message):
                 method = self._outgoing.pop(_key(message["id"]), None)
                 self.event("response", method=method, message=message)
+                answered = self._onAnswer.pop(_key(message["id"]), None)
+                if answered is not None:
+                    answered(message)
             else:
                 self._emit({"jsonrpc": "2.0", "id": message.get("id"),
                             "error": _error(INVALID_REQUEST, "Invalid Request")}, message.get("id"))
@@ -386,13 +393,14 @@ class ScriptedMCP:
             message["params"] = params
         self._emit(message, related)
 
-    def _ask(self, method: str, params: dict[str, Any] | None = None) -> None:
+    def _ask(self, method: str, params: dict[str, Any] | None = None, related: Any = None) -> str:
         requestId = f"srv-{next(self._ids)}"
         self._outgoing[_key(requestId)] = method
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": requestId, "method": method}
         if params is not None:
             message["params"] = params
-        self._emit(message, None)
+        self._emit(message, related)
+        return requestId
 
     # --- requests ---
 
@@ -526,6 +534,12 @@ class ScriptedMCP:
             call.cancelTimer = self._later(seconds, lambda: self._finishText(call, text or f"slept {seconds:g}s"))
         elif kind == "sleepForever":
             self._begin(requestId)
+        elif kind == "elicit":
+            call = self._begin(requestId)
+            asked = self._ask("elicitation/create", copy.deepcopy(options), requestId)
+            self._onAnswer[_key(asked)] = lambda answer: self._finishText(
+                call, json.dumps(answer["result"] if "result" in answer else {"error": answer.get("error")},
+                                 sort_keys=True))
         elif kind == "crash":
             self.event("crash", requestId=requestId)
             self._crash(requestId)

@@ -19,7 +19,8 @@ class RecordingObserver:
     function of the question)."""
 
     def __init__(self, commandAnswer: Any = REJECT_ONCE, editAnswer: Any = REJECT_ONCE,
-                 readAnswer: Any = ALLOW_ONCE, toolAnswer: Any = None, planAnswer: Any = REJECT_ONCE) -> None:
+                 readAnswer: Any = ALLOW_ONCE, toolAnswer: Any = None, planAnswer: Any = REJECT_ONCE,
+                 userAnswer: tuple[str, str] = ("no_answer", "nobody is here")) -> None:
         self.lock = threading.Lock()
         self.texts: list[str] = []
         self.thoughts: list[str] = []
@@ -33,6 +34,9 @@ class RecordingObserver:
         #: (call id, how many events came before it started running)
         self.running: list[tuple[str, int]] = []
         self.delegated: list[tuple[str, str, dict[str, Any]]] = []
+        #: (call id, question, choices) of each ``clarify``; ``userAnswer`` answers them.
+        self.questions: list[tuple[str, str, list[str]]] = []
+        self.userAnswer = userAnswer
         #: ("started", id, reason), ("text", id, delta), ("ended", id, status, summary, error, before, after)
         self.compactions: list[tuple[Any, ...]] = []
         #: ``toolAnswer(name, arguments)`` answers a delegated (MCP) call.
@@ -95,6 +99,11 @@ class RecordingObserver:
             self.delegated.append((callId, name, arguments))
         answer: tuple[str, bool, dict[str, Any]] = self.toolAnswer(name, arguments)
         return answer
+
+    def askUser(self, callId: str, question: str, choices: list[str]) -> tuple[str, str]:
+        with self.lock:
+            self.questions.append((callId, question, choices))
+        return self.userAnswer
 
     def compactionStarted(self, compactionId: str, reason: str) -> None:
         self.compactions.append(("started", compactionId, reason))

@@ -88,6 +88,10 @@ class Wire:
                 found.append(f"{method} without the terminal capability")
             elif method in allowed and not allowed[method]:
                 found.append(f"{method} without the fs capability")
+            elif method == "elicitation/create":
+                mode = (message.get("params") or {}).get("mode")
+                if not isinstance((offered.get("elicitation") or {}).get(mode), dict):
+                    found.append(f"elicitation/create in mode {mode!r}, which the client did not advertise")
         return found
 
     def pathProblems(self) -> list[str]:
@@ -184,10 +188,14 @@ def _tapReader(reader: asyncio.StreamReader, wire: Wire) -> tuple[asyncio.Stream
 class RecordingClient:
     """An editor stand-in: records updates; answers permission requests by policy."""
 
-    def __init__(self, permission: Callable[[dict[str, Any]], Awaitable[Any] | Any] | None = None) -> None:
+    def __init__(self, permission: Callable[[dict[str, Any]], Awaitable[Any] | Any] | None = None,
+                 elicitation: Callable[[dict[str, Any]], Awaitable[Any] | Any] | None = None) -> None:
         self.updates: list[tuple[str, Any]] = []
         self.permissionRequests: list[Any] = []
+        #: Each ``elicitation/create`` as (message, mode as wire JSON); ``elicitation`` answers them.
+        self.elicitations: list[tuple[str, dict[str, Any]]] = []
         self._permission = permission
+        self._elicitation = elicitation
         self._arrived: asyncio.Event | None = None
 
     async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
@@ -222,6 +230,14 @@ class RecordingClient:
             raise acp.RequestError.method_not_found("session/request_permission")
         answer = self._permission({"sessionId": session_id, "toolCall": tool_call, "options": options})
         return await answer if asyncio.iscoroutine(answer) else answer
+
+    async def create_elicitation(self, message: str, mode: Any, **kw: Any) -> Any:
+        request = (message, mode.model_dump(by_alias=True, exclude_none=True))
+        self.elicitations.append(request)
+        if self._elicitation is None:
+            raise acp.RequestError.method_not_found("elicitation/create")
+        answer = self._elicitation({"message": message, "mode": request[1]})
+        return await answer if asyncio.iscoroutine(answer) else answer  # wire JSON (even a malformed one)
 
 
 @asynccontextmanager

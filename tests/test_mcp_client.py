@@ -445,3 +445,54 @@ class LogMessageTests(SynchronousTestCase):
         self.assertEqual(len(said), link.LOG_BURST + 1)
         self.assertEqual(said[-1]["dropped"], f" ({1000 - link.LOG_BURST} earlier messages of it were not logged)")
         self.assertEqual(said[0]["severity"], "info")
+
+
+class ElicitationTests(SynchronousTestCase):
+    """A server's ``elicitation/create`` reaches the running call's asker, only where the
+    editor can be asked; the call's idle timer waits for the user's answer."""
+
+    def link(self, elicitation: tuple[str, ...]) -> tuple[Any, Clock, StringTransport]:
+        from hermes_acp.mcp import link
+
+        clock, transport = Clock(), StringTransport()
+        server = link.ServerLink(ServerSpec("srv", STDIO, command="true", callTimeout=10), clock, Settings(),
+                                 ("/tmp",), lambda changed: None, elicitation=elicitation)
+        server.connection.makeConnection(transport)
+        return server, clock, transport
+
+    def frames(self, transport: StringTransport) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in transport.value().splitlines() if line.strip()]
+
+    def test_advertisedOnlyWhereTheEditorAsks(self) -> None:
+        self.assertNotIn("elicitation", self.link(())[0].capabilities())
+        self.assertEqual(self.link(("form",))[0].capabilities()["elicitation"], {"form": {}})
+
+    def test_theIdleTimerWaitsForTheAnswer(self) -> None:
+        from twisted.internet.defer import Deferred
+
+        server, clock, transport = self.link(("form",))
+        asked: list[tuple[dict[str, Any], Deferred[Any]]] = []
+
+        def onElicit(params: dict[str, Any]) -> Deferred[Any]:
+            asked.append((params, Deferred()))
+            return asked[-1][1]
+
+        failures: list[Any] = []
+        server.call("t", {}, lambda params: None, onElicit).addErrback(failures.append)
+        request = {"jsonrpc": "2.0", "id": "srv-1", "method": "elicitation/create",
+                   "params": {"message": "Region?", "requestedSchema": {"type": "object", "properties": {}}}}
+        server.connection.lineReceived(json.dumps(request).encode())
+        self.assertEqual(asked[0][0]["message"], "Region?")
+        clock.advance(30)  # longer than the call's idle timeout: the user is still answering
+        self.assertEqual(failures, [])
+        asked[0][1].callback({"action": "accept", "content": {"region": "eu"}})
+        answer = next(f for f in self.frames(transport) if f.get("id") == "srv-1")
+        self.assertEqual(answer["result"], {"action": "accept", "content": {"region": "eu"}})
+        clock.advance(10)  # then the timer runs again
+        self.assertIn("gave no answer or progress", str(failures[0].value))
+
+    def test_noCallRunningIsADecline(self) -> None:
+        server, clock, transport = self.link(("form",))
+        request = {"jsonrpc": "2.0", "id": 7, "method": "elicitation/create", "params": {"message": "?"}}
+        server.connection.lineReceived(json.dumps(request).encode())
+        self.assertEqual(self.frames(transport)[-1]["result"], {"action": "decline"})

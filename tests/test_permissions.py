@@ -118,3 +118,36 @@ class BrokerTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(queued), "cancelled")
         answer(h, 0, {"outcome": "selected", "optionId": "allow_once"})
         self.assertEqual(h.frames(), [])
+
+
+class ChooseTests(SynchronousTestCase):
+    """``choose``: a question whose options are answers (``clarify`` without forms)."""
+
+    OPTIONS = [{"optionId": "choice-0", "name": "red", "kind": "allow_once"},
+               {"optionId": "decline", "name": "Don't answer", "kind": "reject_once"}]
+
+    def test_theChosenOptionIdIsTheAnswer(self) -> None:
+        h, b = broker()
+        d = b.choose("s1", CALL, self.OPTIONS)
+        [sent] = h.frames()
+        self.assertEqual(sent["params"]["options"], self.OPTIONS)
+        answer(h, 0, {"outcome": "selected", "optionId": "choice-0"})
+        self.assertEqual(self.successResultOf(d), "choice-0")
+
+    def test_anUnofferedIdFails(self) -> None:
+        h, b = broker()
+        d = b.choose("s1", CALL, self.OPTIONS)
+        answer(h, 0, {"outcome": "selected", "optionId": "choice-9"})
+        self.assertEqual(self.successResultOf(d), "failed")
+
+    def test_itWaitsItsTurnAndTimesOut(self) -> None:
+        """Behind another question of the session; then the same timeout."""
+        h, b = broker(timeout=5)
+        first = b.requestPermission("s1", CALL, "edit")
+        second = b.choose("s1", CALL, self.OPTIONS)
+        self.assertEqual(len(h.frames()), 1)
+        answer(h, 0, {"outcome": "selected", "optionId": "allow_once"})
+        self.assertEqual(self.successResultOf(first), "allow_once")
+        self.assertNoResult(second)
+        h.clock.advance(5)
+        self.assertEqual(self.successResultOf(second), "timeout")

@@ -36,6 +36,7 @@ from hermes_acp.engine.sandbox import Policy, policyFor
 from hermes_acp.engine.secrets import redact, secretValues
 from hermes_acp.engine.result import TurnResult, TurnUsage
 from hermes_acp.engine.tools.builtin import selectTools
+from hermes_acp.engine.asking import Answer
 from hermes_acp.engine.tools.registry import (
     PathLocks, SessionSearch, Tool, ToolContext, ToolError, ToolOutcome, checkArguments, parseArguments, runTool,
 )
@@ -359,6 +360,7 @@ class AIAgent:
             commandOutput=lambda output: _notify(observer.commandOutput, callId, redact(output, secretValues())),
             delegate=lambda name, arguments: _delegated(observer.callTool(callId, name, arguments)),
             approvePlan=lambda plan: self._approvePlan(plan, lambda p: observer.approvePlan(callId, p)),
+            askUser=lambda question, choices: Answer(*observer.askUser(callId, question, choices)),
         )
 
     def _approvePlan(self, plan: str, question: Callable[[str], str]) -> str | None:
@@ -451,7 +453,8 @@ class _Conversation:
     continuations: int = 0
     cutText: str = ""
     cost: float | None = None
-    #: A tool call ended the run (``ToolOutcome.endsTurn``): it stops after this reply's calls.
+    #: A tool call ended the run (``ToolOutcome.endsTurn``: the user chose to keep planning, or a
+    #: question the next prompt answers): it stops after this reply's calls.
     ending: bool = False
 
     def result(self, stopReason: str, failure: ModelError | None = None) -> TurnResult:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError, maybeDeferred
 from twisted.internet.error import ConnectionDone, ConnectionLost, ProcessDone, ProcessTerminated
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -91,11 +91,19 @@ class ServerLink:
     _logAllowance: float = LOG_BURST
     _loggedAt: float = 0.0
     _logDropped: int = 0
+    #: The ``elicitation/create`` modes the server is told it may use: those the editor
+    #: takes (none: the server is not told it may ask, and its questions are refused).
+    elicitation: tuple[str, ...] = ()
+    #: The running calls that can put a server's question to the user, latest last.
+    _askers: list[Callable[[dict[str, Any]], Deferred[dict[str, Any]]]] = attrs.Factory(list)
 
     def __attrs_post_init__(self) -> None:
+        requests: dict[str, Any] = {"ping": lambda params: {}, "roots/list": self._roots}
+        if self.elicitation:
+            requests["elicitation/create"] = self._elicit
         self.connection = MCPConnection(
             self.spec.name,
-            {"ping": lambda params: {}, "roots/list": self._roots},
+            requests,
             {"notifications/progress": self._progressed,
              "notifications/tools/list_changed": lambda params: self.toolsChanged(),
              "notifications/message": self._logMessage},
@@ -205,7 +213,7 @@ class ServerLink:
     async def _handshake(self) -> None:
         try:
             result = await self.connection.callRemote("initialize", {
-                "protocolVersion": LEGACY_VERSIONS[0], "capabilities": CAPABILITIES, "clientInfo": CLIENT_INFO},
+                "protocolVersion": LEGACY_VERSIONS[0], "capabilities": self.capabilities(), "clientInfo": CLIENT_INFO},
                 self.settings.mcpStartupTimeout, tellCancel=False)
         except RemoteError as refused:
             await self._discover(refused)
@@ -248,13 +256,20 @@ class ServerLink:
 
     # -- requests ----------------------------------------------------------------------
 
+    def capabilities(self) -> dict[str, Any]:
+        """What the server is told this client does: roots, and elicitation only in the
+        modes that really reach the user."""
+        if not self.elicitation:
+            return CAPABILITIES
+        return {**CAPABILITIES, "elicitation": {mode: {} for mode in self.elicitation}}
+
     def _request(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Deferred[Any]:
         """A request, with the modern era's envelope when that is what the server speaks."""
         if self.era == "modern":
             meta = dict(params.get("_meta") or {})
             meta.update({"io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
                          "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
-                         "io.modelcontextprotocol/clientCapabilities": {}})
+                         "io.modelcontextprotocol/clientCapabilities": self.capabilities()})
             params = {**params, "_meta": meta}
         d = self.connection.callRemote(method, params, timeout)
         return d.addCallback(self._complete, method) if self.era == "modern" else d
@@ -343,9 +358,12 @@ class ServerLink:
         finally:
             self._listing = None
 
-    def call(self, tool: str, arguments: dict[str, Any], onProgress: Callable[[dict[str, Any]], None]) -> Deferred[Any]:
+    def call(self, tool: str, arguments: dict[str, Any], onProgress: Callable[[dict[str, Any]], None],
+             onElicit: Callable[[dict[str, Any]], Deferred[dict[str, Any]]] | None = None) -> Deferred[Any]:
         """``tools/call``; fails with ``CallFailed`` when no result comes (an idle
-        timeout, reset by progress, up to a hard cap). Cancelling it tells the server."""
+        timeout, reset by progress, up to a hard cap). Cancelling it tells the server.
+        ``onElicit`` puts the server's questions during the call to the user (the idle
+        timeout waits for the user's answer)."""
         token = f"hermes-{next(_tokens)}"
         timeout = self.spec.callTimeout or self.settings.mcpCallTimeout
         d = Deferred.fromCoroutine(self._withSession(
@@ -367,12 +385,30 @@ class ServerLink:
                 arm()
             onProgress(params)
 
+        def elicited(params: dict[str, Any]) -> Deferred[dict[str, Any]]:
+            """The server asks the user (only registered with ``onElicit``): the idle timer
+            waits for the answer, then starts afresh if the call still runs."""
+            timer = state["timer"]
+            if timer is not None and timer.active():
+                timer.cancel()
+
+            def answered(result: Any) -> Any:
+                if token in self._progress:
+                    arm()
+                return result
+
+            return maybeDeferred(onElicit, params).addBoth(answered)
+
         hardCap = self.reactor.callLater(timeout * HARD_CAP_FACTOR, expire)
         arm()
         self._progress[token] = progressed
+        if onElicit is not None:
+            self._askers.append(elicited)
 
         def finished(result: Any) -> Any:
             self._progress.pop(token, None)
+            if onElicit is not None:
+                self._askers.remove(elicited)
             for timer in (state["timer"], hardCap):
                 if timer is not None and timer.active():
                     timer.cancel()
@@ -387,6 +423,14 @@ class ServerLink:
         return d.addBoth(finished)
 
     # -- what the server sends -----------------------------------------------------------
+
+    def _elicit(self, params: dict[str, Any]) -> Deferred[dict[str, Any]] | dict[str, Any]:
+        """The server asks the user something: put to the user in the turn of its latest
+        running call; with no call running, nobody is there to see it, so it is declined."""
+        if not self._askers:
+            log.info("MCP server {name} asked the user something outside a tool call; declined", name=self.spec.name)
+            return {"action": "decline"}
+        return self._askers[-1](params)
 
     def _roots(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"roots": [{"uri": Path(folder).as_uri(), "name": Path(folder).name or folder} for folder in self.folders]}

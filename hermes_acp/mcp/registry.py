@@ -99,7 +99,8 @@ class MCPServers:
                             "(streamable HTTP and stdio are offered)")
                 continue
             link = ServerLink(spec, self.reactor, self.settings, state.roots,
-                              lambda link, state=state, servers=servers: self._changed(state, servers, link))
+                              lambda link, state=state, servers=servers: self._changed(state, servers, link),
+                              elicitation=tuple(mode for mode in ("form", "url") if self.client.elicitation(mode)))
             servers.links[spec.name] = link
             log.debug("session {id}: starting MCP server {name} ({transport})", id=state.sessionId,
                       name=spec.name, transport=spec.transport)
@@ -149,7 +150,8 @@ class MCPServers:
         return ({}, {}) if servers is None else (dict(servers.tools), dict(servers.routes))
 
     def call(self, state: SessionState, route: Route, arguments: dict[str, Any],
-             onProgress: Callable[[dict[str, Any]], None]) -> Deferred[Any] | None:
+             onProgress: Callable[[dict[str, Any]], None],
+             onElicit: Callable[[dict[str, Any]], Deferred[dict[str, Any]]] | None = None) -> Deferred[Any] | None:
         """The call's result (a Deferred), or None when its server is not up or no
         longer offers the tool."""
         servers = self.sessions.get(state.sessionId)
@@ -158,7 +160,7 @@ class MCPServers:
             return None
         log.debug("session {id}: calling {tool} of MCP server {name}", id=state.sessionId, tool=route.tool,
                   name=route.server)
-        return link.call(route.tool, arguments, onProgress)
+        return link.call(route.tool, arguments, onProgress, onElicit)
 
     def _changed(self, state: SessionState, servers: SessionServers, link: ServerLink) -> None:
         if self.sessions.get(state.sessionId) is not servers or servers.links.get(link.spec.name) is not link:

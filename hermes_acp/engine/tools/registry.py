@@ -14,6 +14,7 @@ import attrs
 
 from hermes_acp import safejson
 from hermes_acp.engine.approval import Verdict
+from hermes_acp.engine.asking import NOBODY, Answer
 from hermes_acp.engine.access import EditProposal
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy
@@ -40,7 +41,8 @@ class ToolOutcome:
     text: str
     extras: dict[str, Any] = attrs.field(factory=dict)
     failed: bool = False
-    #: The run ends after this reply's calls (the user chose to keep planning, say).
+    #: The run ends after this reply's calls, without asking the model again (the user chose
+    #: to keep planning; a question that the user's next prompt answers).
     endsTurn: bool = False
 
 
@@ -89,6 +91,9 @@ class ToolContext:
     #: ``approvePlan(plan)``: show the plan and ask the user (an answer of ``ANSWERS``);
     #: None when the session is not in plan mode (``engine.planning``).
     approvePlan: Callable[[str], str | None] = lambda plan: None
+    #: ``askUser(question, choices)``: ask the user through the turn that owns this
+    #: call; an ``engine.asking.Answer`` (nobody to ask: no answer).
+    askUser: Callable[[str, list[str]], Answer] = lambda question, choices: NOBODY
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
