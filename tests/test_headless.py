@@ -420,18 +420,19 @@ def test_helpAndUsageSynopses(tmp_path) -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_failedCommandsShowExitCodeAndOutputTail(scriptedServer, tmp_path) -> None:
-    """A command that exits non-zero shows its exit code and the end of its output;
-    one that succeeds shows its exit code alone."""
+    """A command that exits non-zero shows its exit code and the last 10 lines of its
+    output; one that succeeds shows its exit code and its last 3 lines."""
     server, url = scriptedServer
     server.default.responses += [
-        [{"tool_calls": [{"id": "a", "name": "terminal", "arguments": {"command": "echo fine"}}]}],
+        [{"tool_calls": [{"id": "a", "name": "terminal", "arguments": {"command": "seq 1 5"}}]}],
         [{"tool_calls": [{"id": "b", "name": "terminal", "arguments": {"command": "seq 1 30; echo broken >&2; exit 3"}}]}],
         [{"text": "checked"}],
     ]  # fmt: skip
     run = await prompt(["--yes", "run them"], modelEnv(url), tmp_path)
     assert run.exitCode == EXIT_OK, run.stderr
     lines = run.stderr.splitlines()
-    assert "[tool] Run echo fine: completed (exit code 0)" in lines
+    fine = lines.index("[tool] Run seq 1 5: completed (exit code 0)")
+    assert lines[fine + 1 : fine + 5] == ["  | 3", "  | 4", "  | 5", "[tool] Run seq 1 30; echo broken >&2; exit 3 (execute): pending"]
     assert "[tool] Run seq 1 30; echo broken >&2; exit 3: completed (exit code 3)" in lines
     tail = lines[lines.index("[tool] Run seq 1 30; echo broken >&2; exit 3: completed (exit code 3)") + 1 :][:10]
     assert tail[-1] == "  | broken" and "  | 22" in tail and "  | 20" not in tail
@@ -461,3 +462,117 @@ def test_notAServiceUnderTwist(tmp_path) -> None:
                          env=agentEnv(), cwd=tmp_path, stdin=subprocess.DEVNULL, timeout=TIMEOUT)
     assert out.returncode == EXIT_USAGE
     assert "hermes-acp prompt ..." in out.stderr
+
+
+# -- on a terminal: spinner, reasoning, colours -------------------------------------------
+
+
+class TTYRun(ProcessProtocol):
+    """``hermes-acp`` with stdin, stdout and stderr on a pseudo-terminal: what the
+    terminal showed, and the exit code."""
+
+    def __init__(self) -> None:
+        self.screen = b""
+        self.code: Deferred[int] = Deferred()
+        self._reader: Any = None
+
+    def processEnded(self, reason: Any) -> None:
+        self.code.callback(reason.value.exitCode if reason.value.signal is None else -reason.value.signal)
+
+
+async def promptOnTTY(args: list[str], env: dict[str, str], cwd: Path) -> TTYRun:
+    import threading
+
+    primary, secondary = os.openpty()
+    run = TTYRun()
+    argv = ENTRY_POINTS["hermes-acp"] + ["prompt", *args]
+    run.transport = reactor.spawnProcess(run, argv[0], argv, env=env, path=str(cwd),
+                                         childFDs={0: secondary, 1: secondary, 2: secondary})
+    os.close(secondary)
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(primary, 4096)
+            except OSError:  # EIO: the last process on the terminal is gone
+                data = b""
+            if not data:
+                break
+            run.screen += data
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        run.exitCode = await finished(run)  # type: ignore[arg-type]
+    finally:
+        reader.join(TIMEOUT)
+        os.close(primary)
+    return run
+
+
+THINK_TURN = [
+    [{"stall": 1.0}, {"reasoning": "Let me count."}, {"tool_calls": [{"id": "c", "name": "terminal",
+                                                                      "arguments": {"command": "seq 1 4"}}]}],
+    [{"text": "Counted."}],
+]  # fmt: skip
+
+
+@pytest_twisted.ensureDeferred
+async def test_terminalShowsSpinnerReasoningAndColours(scriptedServer, tmp_path) -> None:
+    """On a terminal: a spinner while the model is quiet, its reasoning dimmed, the
+    statuses coloured, a successful command's last lines; the answer is plain."""
+    server, url = scriptedServer
+    server.default.responses += THINK_TURN
+    run = await promptOnTTY(["count"], modelEnv(url, TERM="xterm"), tmp_path)
+    screen = run.screen.decode()
+    assert run.exitCode == EXIT_OK, screen
+    assert re.search(r"\r\x1b\[2m[|/\\-] working\x1b\[0m\x1b\[K", screen), screen
+    assert "\x1b[2mLet me count.\x1b[0m\r\n" in screen
+    assert "\x1b[32m[tool] Run seq 1 4: completed (exit code 0)\x1b[0m\r\n\x1b[2m  | 2\x1b[0m" in screen
+    assert "\r\nCounted.\r\n" in screen
+    assert "\x1b[" not in screen.split("Counted.")[1].split("[end_turn]")[0]
+
+
+@pytest.mark.parametrize("env, spinner", [({"NO_COLOR": "1", "TERM": "xterm"}, True), ({"TERM": "dumb"}, False)])
+@pytest_twisted.ensureDeferred
+async def test_terminalWithoutColours(scriptedServer, tmp_path, env, spinner) -> None:
+    """`NO_COLOR` turns the colours off (the spinner stays); `TERM=dumb` turns off both.
+    The reasoning is still shown, plain."""
+    server, url = scriptedServer
+    server.default.responses += THINK_TURN
+    run = await promptOnTTY(["count"], modelEnv(url, **env), tmp_path)
+    screen = run.screen.decode()
+    assert run.exitCode == EXIT_OK, screen
+    assert "\x1b[0m" not in screen and "\x1b[2m" not in screen and "\x1b[3" not in screen
+    assert ("\r| working\x1b[K" in screen or "\r/ working\x1b[K" in screen) is spinner, screen
+    assert "Let me count.\r\n" in screen
+    assert "[tool] Run seq 1 4: completed (exit code 0)\r\n  | 2\r\n  | 3\r\n  | 4\r\n" in screen
+
+
+@pytest_twisted.ensureDeferred
+async def test_noReasoningOrSpinnerWithoutATerminal(scriptedServer, tmp_path) -> None:
+    """Without a terminal nothing is redrawn or coloured, and the reasoning is not shown:
+    the output stays what scripts read."""
+    server, url = scriptedServer
+    server.default.responses += THINK_TURN
+    run = await prompt(["--yes", "count"], modelEnv(url, TERM="xterm"), tmp_path)
+    assert run.exitCode == EXIT_OK, run.stderr
+    assert run.stdout == "Counted.\n"
+    assert "\x1b" not in run.stderr and "\r" not in run.stderr and "Let me count." not in run.stderr
+
+
+@pytest_twisted.ensureDeferred
+async def test_modelOption(scriptedServer, tmp_path) -> None:
+    """`--model NAME` sets the session's model (its config option) before the prompt:
+    the endpoint is asked with that model, and the session keeps it."""
+    server, url = scriptedServer
+    server.models = ["scripted-model", "other-model"]
+    server.default.responses += [[{"text": "hi"}], [{"text": "again"}]]
+    env = modelEnv(url)
+    run = await prompt(["--model", "other-model", "hi"], env, tmp_path)
+    assert run.exitCode == EXIT_OK, run.stderr
+    assert "[model] other-model" in run.stderr.splitlines()
+    assert server.chatRequests[0]["model"] == "other-model"
+    again = await prompt(["--session", sessionOf(run), "again"], env, tmp_path)
+    assert again.exitCode == EXIT_OK, again.stderr
+    assert server.chatRequests[1]["model"] == "other-model"
