@@ -637,7 +637,8 @@ class PromptClient:
         except CancelledError:  # the agent withdrew the question (no answer in time)
             self.ui.note(f"[{what}] withdrawn by the agent: no answer in time")
             raise
-        self.ui.answered()
+        if answer:  # a typed line ends with its newline; Ctrl-C or Ctrl-D leave the line open
+            self.ui.answered()
         if question in self._questions:
             self._questions.remove(question)
         if answer and not self.ui.err.isatty():  # a log file: keep what was typed
@@ -665,10 +666,12 @@ class PromptClient:
             return self.elicited("accept", "answered (--answer)", content)
         content: dict[str, Any] = {}
         free = form.freeField
+        otherAnswered = False  # a choice was picked where the free text was offered as "other"
         for field in form.fields:
-            if field.name in content:
+            if field.name in content or (field is free and otherAnswered):
                 continue
-            prompt = self.ui.field(field, free is not None and free is not field and free.name not in content)
+            offered = bool(field.choices) and free is not None and free is not field and free.name not in content
+            prompt = self.ui.field(field, offered)
             while True:
                 line = await self.typed(prompt, "question")
                 if line is None:
@@ -681,9 +684,10 @@ class PromptClient:
                     break
                 try:
                     content[field.name] = field.parse(line)
+                    otherAnswered = otherAnswered or offered
                     break
                 except ValueError as e:
-                    if field.choices and free is not None and free is not field and free.name not in content:
+                    if offered:
                         try:
                             content[free.name] = free.parse(line)
                             break

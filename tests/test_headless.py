@@ -576,3 +576,254 @@ async def test_modelOption(scriptedServer, tmp_path) -> None:
     again = await prompt(["--session", sessionOf(run), "again"], env, tmp_path)
     assert again.exitCode == EXIT_OK, again.stderr
     assert server.chatRequests[1]["model"] == "other-model"
+
+
+# -- questions (elicitation/create) ---------------------------------------------------------
+
+#: A test double for the agent, speaking raw lines: it records the client's capabilities,
+#: and in its one turn sends each form of argv[1] as elicitation/create (or, when the client
+#: did not advertise form elicitation, none), then tells what it got as the answer text.
+FAKE_AGENT = r"""
+import json, sys
+def send(m): sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+def read():
+    line = sys.stdin.readline()
+    if not line: sys.exit(0)
+    return json.loads(line)
+forms = json.loads(sys.argv[1])
+while True:
+    m = read()
+    if m.get("method") == "initialize":
+        caps = m["params"]["clientCapabilities"]
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+    elif m.get("method") == "session/new":
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {"sessionId": "s1"}})
+    elif m.get("method") == "session/prompt":
+        answers = []
+        if ((caps.get("elicitation") or {}).get("form")) is not None:
+            for n, params in enumerate(forms):
+                if params.get("toolCallId"):
+                    send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": {
+                        "sessionUpdate": "tool_call", "toolCallId": params["toolCallId"],
+                        "title": "docs-server: ask_user", "kind": "other", "status": "in_progress"}}})
+                send({"jsonrpc": "2.0", "id": "e%d" % n, "method": "elicitation/create", "params": params})
+                reply = read()
+                answers.append(reply.get("result", reply.get("error")))
+        send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": {
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": json.dumps({"caps": caps, "answers": answers})}}}})
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {"stopReason": "end_turn"}})
+"""
+
+PICK = {"sessionId": "s1", "mode": "form", "message": "Which database?\nIt decides the driver.",
+        "requestedSchema": {"type": "object", "properties": {
+            "answer": {"type": "string", "title": "Database", "oneOf": [
+                {"const": "pg", "title": "PostgreSQL"}, {"const": "sqlite", "title": "SQLite"}]},
+            "other": {"type": "string", "title": "Something else", "maxLength": 100}}}}  # fmt: skip
+REQUIRED_TEXT = {"sessionId": "s1", "mode": "form", "message": "Name the branch",
+                 "requestedSchema": {"properties": {"name": {"type": "string"}}, "required": ["name"]}}
+
+
+class FakeAgentClient:
+    """``PromptClient`` (the real one) talking to ``FAKE_AGENT``; what it printed."""
+
+    def __init__(self, forms: list[dict[str, Any]], interactive: bool = False, answer: str | None = None) -> None:
+        import io
+        import sys
+
+        from hermes_acp.headless import PromptClient, Terminal
+
+        self.stdinRead, self.stdinWrite = os.pipe()
+        self.out = io.TextIOWrapper(io.BytesIO(), write_through=True)
+        self.err = io.TextIOWrapper(io.BytesIO(), write_through=True)
+        ui = Terminal(self.out, self.err)
+        client = self.client = PromptClient(reactor, "go", ui, None, [], interactive=interactive,
+                                            stdinFd=self.stdinRead, answer=answer)
+        argv = [sys.executable, "-c", FAKE_AGENT, json.dumps(forms)]
+        client.spawn = lambda: reactor.spawnProcess(client.process, sys.executable, argv, env=dict(os.environ))
+
+    @property
+    def stderr(self) -> str:
+        return self.err.buffer.getvalue().decode()
+
+    def reported(self) -> dict[str, Any]:
+        return json.loads(self.out.buffer.getvalue().decode())
+
+    async def run(self, typed: list[tuple[str, bytes | None]] = ()) -> int:
+        """Run the turn; for each (prompt, line), once ``prompt`` is shown once more, type ``line``
+        (None closes the input)."""
+        from twisted.internet.task import deferLater
+
+        running = Deferred.fromCoroutine(self.client.run())
+        running.addTimeout(TIMEOUT, reactor)
+        try:
+            for n, (shown, line) in enumerate(typed):
+                for _ in range(TIMEOUT * 20):
+                    if self.stderr.count(shown) > sum(1 for s, _ in typed[:n] if s == shown):
+                        break
+                    await deferLater(reactor, 0.05, lambda: None)
+                else:
+                    raise AssertionError(f"never asked {shown!r}: {self.stderr}")
+                if line is None:
+                    os.close(self.stdinWrite)
+                else:
+                    os.write(self.stdinWrite, line)
+            try:
+                return await running
+            except TimeoutError:
+                raise AssertionError(f"the run did not finish: {self.stderr}") from None
+        finally:
+            for fd in (self.stdinRead, self.stdinWrite):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def checkAnswers(answers: list[Any]) -> None:
+    for answer in answers:
+        assert acpschema.problems(answer, "CreateElicitationResponse") == [], answer
+
+
+CHOOSE = "Choose 1-2 or type an answer (empty line skips): "
+
+
+@pytest.mark.parametrize("typed, answer, said", [
+    ([(CHOOSE, b"2\n")], {"action": "accept", "content": {"answer": "sqlite"}}, "answered"),
+    ([(CHOOSE, b"postgresql\n")], {"action": "accept", "content": {"answer": "pg"}}, "answered"),
+    ([(CHOOSE, b"MariaDB, please\n")], {"action": "accept", "content": {"other": "MariaDB, please"}}, "answered"),
+    ([(CHOOSE, b"\n"), ("Answer (empty line skips): ", b"\n")], {"action": "decline"}, "declined"),
+    ([(CHOOSE, None)], {"action": "cancel"}, "cancelled (input closed)"),
+])  # fmt: skip
+@pytest_twisted.ensureDeferred
+async def test_questionAnsweredOnTheTerminal(typed, answer, said) -> None:
+    """On a terminal the client advertises form elicitation and asks: the choices are
+    numbered, a number or a choice's name picks it, other text is the free answer, an
+    empty line declines, closed input (Ctrl-D) cancels; the answer is valid ACP."""
+    fake = FakeAgentClient([PICK], interactive=True)
+    assert await fake.run(typed) == EXIT_OK, fake.stderr
+    report = fake.reported()
+    assert report["caps"] == {"elicitation": {"form": {}}}
+    assert acpschema.problems({"protocolVersion": 1, "clientCapabilities": report["caps"]}, "InitializeRequest") == []
+    assert report["answers"] == [answer]
+    checkAnswers(report["answers"])
+    lines = fake.stderr.splitlines()
+    asked = lines.index("[question] from the agent")
+    assert lines[asked + 1 : asked + 6] == ["  Which database?", "  It decides the driver.", "  Database",
+                                            "    1. PostgreSQL", "    2. SQLite"]
+    assert f"[question] {said}" in lines
+
+
+@pytest_twisted.ensureDeferred
+async def test_questionRequiredAndRetried() -> None:
+    """A required free-text field: an empty line declines; a choice that is not one is
+    asked again; a tool's question names the tool call it comes from."""
+    fromTool = {**PICK, "toolCallId": "mcp-1"}
+    fake = FakeAgentClient([REQUIRED_TEXT, fromTool], interactive=True)
+    code = await fake.run([("Answer (empty line declines): ", b"   \n"), (CHOOSE.replace("type an", "type an"), b"7\n")])
+    assert code == EXIT_OK, fake.stderr
+    # "7" is no choice, but there is a free-text field: it is that answer.
+    assert fake.reported()["answers"] == [{"action": "decline"}, {"action": "accept", "content": {"other": "7"}}]
+    assert "[question] from the tool call docs-server: ask_user" in fake.stderr.splitlines()
+
+
+@pytest_twisted.ensureDeferred
+async def test_questionNumberOutOfRangeAskedAgain() -> None:
+    onlyChoices = {**PICK, "requestedSchema": {"properties": {"answer": PICK["requestedSchema"]["properties"]["answer"]},
+                                               "required": ["answer"]}}
+    fake = FakeAgentClient([onlyChoices], interactive=True)
+    prompt_ = "Choose 1-2 (empty line declines): "
+    assert await fake.run([(prompt_, b"3\n"), (prompt_, b"1\n")]) == EXIT_OK, fake.stderr
+    assert fake.reported()["answers"] == [{"action": "accept", "content": {"answer": "pg"}}]
+    assert "  (choose 1-2)" in fake.stderr.splitlines()
+
+
+@pytest.mark.parametrize("text, answers", [
+    ("SQLite", [{"action": "accept", "content": {"answer": "sqlite"}}, {"action": "accept", "content": {"name": "SQLite"}}]),
+    ("Oracle", [{"action": "accept", "content": {"other": "Oracle"}}, {"action": "accept", "content": {"name": "Oracle"}}]),
+])  # fmt: skip
+@pytest_twisted.ensureDeferred
+async def test_answerOption(text, answers) -> None:
+    """`--answer TEXT` without a terminal: form elicitation is advertised and every question
+    is answered with TEXT: the matching choice, else free text."""
+    fake = FakeAgentClient([PICK, REQUIRED_TEXT], answer=text)
+    assert await fake.run() == EXIT_OK, fake.stderr
+    report = fake.reported()
+    assert report["caps"] == {"elicitation": {"form": {}}}
+    assert report["answers"] == answers
+    checkAnswers(answers)
+    assert fake.stderr.splitlines().count("[question] answered (--answer)") == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_answerThatFitsNoChoiceDeclines() -> None:
+    onlyChoices = {**PICK, "requestedSchema": {"properties": {"answer": PICK["requestedSchema"]["properties"]["answer"]}}}
+    fake = FakeAgentClient([onlyChoices], answer="Oracle")
+    assert await fake.run() == EXIT_OK, fake.stderr
+    assert fake.reported()["answers"] == [{"action": "decline"}]
+    assert "[question] declined: --answer fits none of the choices" in fake.stderr.splitlines()
+
+
+@pytest_twisted.ensureDeferred
+async def test_noTerminalNoAnswerAdvertisesNothing() -> None:
+    """Without a terminal and without --answer, nobody can answer: the client does not
+    advertise elicitation (the agent falls back), and one sent anyway is refused at once
+    with -32602, never waited on."""
+    fake = FakeAgentClient([PICK])
+    assert await fake.run() == EXIT_OK, fake.stderr
+    assert fake.reported() == {"caps": {}, "answers": []}
+    from hermes_acp.jsonrpc import InvalidParams
+
+    with pytest.raises(InvalidParams, match="did not advertise elicitation"):
+        await fake.client.elicit(PICK)
+
+
+@pytest.mark.parametrize("params, problem", [
+    ({**PICK, "mode": "url", "url": "https://example.com", "elicitationId": "x"}, "only form elicitation"),
+    ({**PICK, "sessionId": "other"}, "not this client's session"),
+    ({**PICK, "requestedSchema": {"properties": {"a": {"title": "no type"}}}}, "has no type"),
+    ({**PICK, "requestedSchema": {"properties": {"a": {"type": "string", "enum": [str(n) for n in range(51)]}}}},
+     "more than 50 choices"),
+    ({**PICK, "requestedSchema": {"properties": {f"f{n}": {"type": "string"} for n in range(21)}}}, "more than 20 fields"),
+    ({**PICK, "message": 7}, "message must be a string"),
+])  # fmt: skip
+@pytest_twisted.ensureDeferred
+async def test_badQuestionsAreRefused(params, problem) -> None:
+    """A request that is not a form this client can show is answered -32602, saying why."""
+    fake = FakeAgentClient([params], answer="x")
+    assert await fake.run() == EXIT_OK, fake.stderr
+    [error] = fake.reported()["answers"]
+    assert error["code"] == -32602 and problem in error["message"], error
+
+
+@pytest_twisted.ensureDeferred
+async def test_questionTextIsBoundedAndHasNoEscapes() -> None:
+    """What an MCP server asks is shown without terminal escape sequences and cut to a
+    bound, however long it is."""
+    hostile = {**PICK, "message": "\x1b]0;pwned\x07\x1b[2JClear?\n" + "line\n" * 100 + "x" * 5000,
+               "requestedSchema": {"properties": {"a": {"type": "string", "title": "\x1b[31mred" + "t" * 1000}}}}
+    fake = FakeAgentClient([hostile], answer="fine")
+    assert await fake.run() == EXIT_OK, fake.stderr
+    assert fake.reported()["answers"] == [{"action": "accept", "content": {"a": "fine"}}]
+    assert "\x1b" not in fake.stderr and "\x07" not in fake.stderr
+    assert "  ]0;pwned[2JClear?" in fake.stderr.splitlines()
+    assert "  ... " in fake.stderr and len(fake.stderr) < 4000
+
+
+@pytest_twisted.ensureDeferred
+async def test_ctrlCWhileAskedCancelsTheQuestion() -> None:
+    """Ctrl-C while a question waits answers it "cancel" at once, and cancels the turn."""
+    fake = FakeAgentClient([PICK], interactive=True)
+    running = Deferred.fromCoroutine(fake.run())
+    from twisted.internet.task import deferLater
+
+    for _ in range(TIMEOUT * 20):
+        if CHOOSE in fake.stderr:
+            break
+        await deferLater(reactor, 0.05, lambda: None)
+    fake.client.interrupt()
+    assert await running == EXIT_OK, fake.stderr  # this agent ends the turn normally
+    assert fake.reported()["answers"] == [{"action": "cancel"}]
+    lines = fake.stderr.splitlines()
+    assert lines[lines.index("  " + CHOOSE) + 1 :][:2] == ["[cancelling; press Ctrl-C again to stop at once]",
+                                                          "[question] cancelled"]
