@@ -10,16 +10,14 @@ This module holds no I/O: ``headless`` asks the user and writes.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-#: The most fields one form may have.
-MAX_FIELDS = 20
-#: The most choices one field may offer.
-MAX_CHOICES = 50
-#: The longest question shown, in characters, and in lines.
-MAX_MESSAGE = 2000
+from .config import envInt
+
+#: The most lines of a question shown (its characters are bounded by ``Limits.chars``).
 MAX_MESSAGE_LINES = 20
 #: The longest title, description or choice label shown.
 MAX_LABEL = 200
@@ -27,6 +25,23 @@ MAX_LABEL = 200
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _YES = {"y", "yes", "true", "1"}
 _NO = {"n", "no", "false", "0"}
+
+
+@attrs.frozen
+class Limits:
+    """How big a form this client shows; a bigger one is refused (``-32602``)."""
+
+    fields: int = 20
+    choices: int = 50
+    chars: int = 2000  # of the question; a longer one is cut
+
+    @classmethod
+    def fromEnv(cls, env: Mapping[str, str]) -> Limits:
+        """From ``HERMES_ACP_PROMPT_QUESTION_*`` (``ConfigError`` names a bad one)."""
+        default = cls()
+        return cls(envInt(env, "HERMES_ACP_PROMPT_QUESTION_FIELDS", default.fields),
+                   envInt(env, "HERMES_ACP_PROMPT_QUESTION_CHOICES", default.choices),
+                   envInt(env, "HERMES_ACP_PROMPT_QUESTION_CHARS", default.chars, minimum=20))
 
 
 class FormError(ValueError):
@@ -107,7 +122,7 @@ class Field:
 class Form:
     """A checked form-mode request."""
 
-    message: str
+    message: str  # cleaned and cut to ``Limits.chars``
     fields: tuple[Field, ...]
     toolCallId: str | None
 
@@ -138,7 +153,7 @@ class Form:
         return content
 
 
-def parseForm(params: dict[str, Any], sessionId: str | None) -> Form:
+def parseForm(params: dict[str, Any], sessionId: str | None, limits: Limits = Limits()) -> Form:
     """The form in ``elicitation/create`` params, or ``FormError``."""
     if params.get("mode") != "form":
         raise FormError(f"Invalid params: only form elicitation is supported here, not {clean(params.get('mode'), 40)!r}")
@@ -154,14 +169,14 @@ def parseForm(params: dict[str, Any], sessionId: str | None) -> Form:
     required = schema.get("required") or []
     if not isinstance(properties, dict) or not isinstance(required, list):
         raise FormError("Invalid params: requestedSchema.properties must be an object, required a list")
-    if len(properties) > MAX_FIELDS:
-        raise FormError(f"Invalid params: more than {MAX_FIELDS} fields")
+    if len(properties) > limits.fields:
+        raise FormError(f"Invalid params: more than {limits.fields} fields")
     toolCallId = params.get("toolCallId")
-    fields = tuple(_field(name, spec, name in required) for name, spec in properties.items())
-    return Form(message, fields, toolCallId if isinstance(toolCallId, str) else None)
+    fields = tuple(_field(name, spec, name in required, limits) for name, spec in properties.items())
+    return Form(clean(message, limits.chars), fields, toolCallId if isinstance(toolCallId, str) else None)
 
 
-def _field(name: str, spec: Any, required: bool) -> Field:
+def _field(name: str, spec: Any, required: bool, limits: Limits) -> Field:
     if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
         raise FormError(f"Invalid params: field {clean(name, 40)!r} has no type")
     kind = spec["type"]
@@ -174,8 +189,8 @@ def _field(name: str, spec: Any, required: bool) -> Field:
     else:
         low, high = _bound(spec, "minimum", (int, float)), _bound(spec, "maximum", (int, float))
     listed = options.get("enum") or options.get("oneOf") or options.get("anyOf") or []
-    if not isinstance(listed, list) or len(listed) > MAX_CHOICES:
-        raise FormError(f"Invalid params: field {clean(name, 40)!r} offers more than {MAX_CHOICES} choices")
+    if not isinstance(listed, list) or len(listed) > limits.choices:
+        raise FormError(f"Invalid params: field {clean(name, 40)!r} offers more than {limits.choices} choices")
     choices = []
     for item in listed:
         if isinstance(item, str):
@@ -186,5 +201,5 @@ def _field(name: str, spec: Any, required: bool) -> Field:
             raise FormError(f"Invalid params: field {clean(name, 40)!r} has a choice that is not a string")
     if kind == "array" and not choices:
         raise FormError(f"Invalid params: field {clean(name, 40)!r} has no items to choose from")
-    return Field(name, kind, clean(spec.get("title") or name), clean(spec.get("description") or "", MAX_MESSAGE),
+    return Field(name, kind, clean(spec.get("title") or name), clean(spec.get("description") or "", limits.chars),
                  required, tuple(choices), low, high)

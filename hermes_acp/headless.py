@@ -26,7 +26,7 @@ from twisted.internet.error import ConnectionDone, ConnectionLost, ProcessExited
 from twisted.python import usage
 
 from .child import RPCChild
-from .elicitform import MAX_MESSAGE, MAX_MESSAGE_LINES, Field, Form, FormError, clean, parseForm
+from .elicitform import MAX_MESSAGE_LINES, Field, Form, FormError, Limits, clean, parseForm
 from .engine.approval import ALLOW_ALWAYS, ALLOW_ONCE, REJECT_ALWAYS, REJECT_ONCE
 
 EXIT_OK = 0
@@ -377,7 +377,7 @@ class Terminal:
         call = self.tools.get(form.toolCallId or "") or {}
         asker = f"the tool call {clean(call.get('title') or form.toolCallId)}" if form.toolCallId else "the agent"
         self.note(f"[question] from {asker}", "yellow")
-        lines = clean(form.message, MAX_MESSAGE).splitlines()
+        lines = form.message.splitlines()
         for line in lines[:MAX_MESSAGE_LINES]:
             self.note(f"  {line}", "bold")
         if len(lines) > MAX_MESSAGE_LINES:
@@ -415,6 +415,7 @@ class PromptClient:
         stdinFd: int = 0,
         model: str | None = None,
         answer: str | None = None,
+        limits: Limits = Limits(),
     ) -> None:
         from .jsonrpc import JSONRPCConnection
 
@@ -429,6 +430,7 @@ class PromptClient:
         self.stdinFd = stdinFd
         self.model = model
         self.answerText = answer  # --answer: the answer to every question the model asks
+        self.limits = limits
         self.prompting = False
         self.cancelling = False
         self.abortCode: int | None = None
@@ -653,7 +655,7 @@ class PromptClient:
         if self.capabilities() == {}:
             raise InvalidParams("Invalid params: this client did not advertise elicitation")
         try:
-            form = parseForm(params, self.sessionId)
+            form = parseForm(params, self.sessionId, self.limits)
         except FormError as e:
             raise InvalidParams(str(e)) from None
         self.ui.question(form)
@@ -735,7 +737,7 @@ def runPrompt(options: Any, sub: PromptOptions) -> int:
     """``hermes-acp [agent options] prompt [options] TEXT``: run it; the exit code."""
     from twisted.internet import reactor, task
 
-    from .config import loadDotenv
+    from .config import ConfigError, loadDotenv
     from .logs import parseLevel, startLogging
 
     try:
@@ -751,11 +753,16 @@ def runPrompt(options: Any, sub: PromptOptions) -> int:
     if options["trace"]:
         agentArgs += ["--trace", os.path.abspath(options["trace"])]
     loadDotenv()  # the agent loads it too; here it names the secrets our own log redacts
+    try:
+        limits = Limits.fromEnv(os.environ)
+    except ConfigError as e:
+        sys.stderr.write(f"hermes-acp prompt: {e}\n")
+        return EXIT_USAGE
     startLogging(parseLevel(level))
     ui = Terminal(sys.stdout, sys.stderr, raw=sub["json"], colour=colourWanted(sys.stderr), clock=reactor)
     policy = "yes" if sub["yes"] else "deny" if sub["deny"] else None
     client = PromptClient(reactor, text, ui, policy, agentArgs, sub["session"],
-                          interactive=os.isatty(0), model=sub["model"], answer=sub["answer"])
+                          interactive=os.isatty(0), model=sub["model"], answer=sub["answer"], limits=limits)
     signal.signal(signal.SIGINT, lambda *_: reactor.callFromThread(client.interrupt))
     reactor.addSystemEventTrigger("before", "shutdown", client.shutdown)
 

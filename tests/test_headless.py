@@ -373,6 +373,8 @@ def test_unknownSession(tmp_path) -> None:
     ["prompt", "   "],
     ["--check", "prompt", "hi"],
     ["prompt", "--bogus", "hi"],
+    ["prompt", "--model", " ", "hi"],
+    ["prompt", "--answer", "", "hi"],
 ])
 def test_usageErrors(tmp_path, args) -> None:
     """Bad command lines exit 64 before any agent starts (stdin here is not a terminal
@@ -402,6 +404,12 @@ async def test_modelAndContextInOneShotPrompts(scriptedServer, tmp_path) -> None
     await prompt(["--session", sid, "hi"], env, tmp_path)
     context = await prompt(["--session", sid, "/context"], env, tmp_path)
     assert "| Context used | 1,234 of 128,000 tokens (0%) |" in context.stdout, context.stdout
+
+
+def test_badQuestionBound(tmp_path) -> None:
+    out = cli(["prompt", "hi"], agentEnv(HERMES_ACP_PROMPT_QUESTION_CHARS="5"), tmp_path)
+    assert out.returncode == EXIT_USAGE
+    assert "HERMES_ACP_PROMPT_QUESTION_CHARS must be at least 20, got 5" in out.stderr
 
 
 def test_helpAndUsageSynopses(tmp_path) -> None:
@@ -627,10 +635,12 @@ REQUIRED_TEXT = {"sessionId": "s1", "mode": "form", "message": "Name the branch"
 class FakeAgentClient:
     """``PromptClient`` (the real one) talking to ``FAKE_AGENT``; what it printed."""
 
-    def __init__(self, forms: list[dict[str, Any]], interactive: bool = False, answer: str | None = None) -> None:
+    def __init__(self, forms: list[dict[str, Any]], interactive: bool = False, answer: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
         import io
         import sys
 
+        from hermes_acp.elicitform import Limits
         from hermes_acp.headless import PromptClient, Terminal
 
         self.stdinRead, self.stdinWrite = os.pipe()
@@ -638,7 +648,7 @@ class FakeAgentClient:
         self.err = io.TextIOWrapper(io.BytesIO(), write_through=True)
         ui = Terminal(self.out, self.err)
         client = self.client = PromptClient(reactor, "go", ui, None, [], interactive=interactive,
-                                            stdinFd=self.stdinRead, answer=answer)
+                                            stdinFd=self.stdinRead, answer=answer, limits=Limits.fromEnv(env or {}))
         argv = [sys.executable, "-c", FAKE_AGENT, json.dumps(forms)]
         client.spawn = lambda: reactor.spawnProcess(client.process, sys.executable, argv, env=dict(os.environ))
 
@@ -778,19 +788,23 @@ async def test_noTerminalNoAnswerAdvertisesNothing() -> None:
         await fake.client.elicit(PICK)
 
 
-@pytest.mark.parametrize("params, problem", [
-    ({**PICK, "mode": "url", "url": "https://example.com", "elicitationId": "x"}, "only form elicitation"),
-    ({**PICK, "sessionId": "other"}, "not this client's session"),
-    ({**PICK, "requestedSchema": {"properties": {"a": {"title": "no type"}}}}, "has no type"),
+@pytest.mark.parametrize("params, env, problem", [
+    ({**PICK, "mode": "url", "url": "https://example.com", "elicitationId": "x"}, {}, "only form elicitation"),
+    ({**PICK, "sessionId": "other"}, {}, "not this client's session"),
+    ({**PICK, "requestedSchema": {"properties": {"a": {"title": "no type"}}}}, {}, "has no type"),
     ({**PICK, "requestedSchema": {"properties": {"a": {"type": "string", "enum": [str(n) for n in range(51)]}}}},
-     "more than 50 choices"),
-    ({**PICK, "requestedSchema": {"properties": {f"f{n}": {"type": "string"} for n in range(21)}}}, "more than 20 fields"),
-    ({**PICK, "message": 7}, "message must be a string"),
+     {}, "more than 50 choices"),
+    (PICK, {"HERMES_ACP_PROMPT_QUESTION_CHOICES": "1"}, "more than 1 choices"),
+    ({**PICK, "requestedSchema": {"properties": {f"f{n}": {"type": "string"} for n in range(21)}}}, {},
+     "more than 20 fields"),
+    (PICK, {"HERMES_ACP_PROMPT_QUESTION_FIELDS": "1"}, "more than 1 fields"),
+    ({**PICK, "message": 7}, {}, "message must be a string"),
 ])  # fmt: skip
 @pytest_twisted.ensureDeferred
-async def test_badQuestionsAreRefused(params, problem) -> None:
-    """A request that is not a form this client can show is answered -32602, saying why."""
-    fake = FakeAgentClient([params], answer="x")
+async def test_badQuestionsAreRefused(params, env, problem) -> None:
+    """A request that is not a form this client can show (or bigger than its bounds) is
+    answered -32602, saying why."""
+    fake = FakeAgentClient([params], answer="x", env=env)
     assert await fake.run() == EXIT_OK, fake.stderr
     [error] = fake.reported()["answers"]
     assert error["code"] == -32602 and problem in error["message"], error
@@ -821,6 +835,8 @@ async def test_ctrlCWhileAskedCancelsTheQuestion() -> None:
         if CHOOSE in fake.stderr:
             break
         await deferLater(reactor, 0.05, lambda: None)
+    else:
+        raise AssertionError(f"never asked: {fake.stderr}")
     fake.client.interrupt()
     assert await running == EXIT_OK, fake.stderr  # this agent ends the turn normally
     assert fake.reported()["answers"] == [{"action": "cancel"}]
