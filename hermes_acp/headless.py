@@ -19,6 +19,7 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
@@ -172,7 +173,7 @@ def _outputTail(blocks: Any, count: int = OUTPUT_TAIL) -> list[str]:
     return lines[-count:]
 
 
-def colourWanted(stream: TextIO, environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+def colourWanted(stream: TextIO, environ: Mapping[str, str]) -> bool:
     """Colours only on a terminal, and not when ``NO_COLOR`` is set (https://no-color.org)
     or the terminal is ``TERM=dumb``."""
     return _isTTY(stream) and not environ.get("NO_COLOR") and environ.get("TERM") != "dumb"
@@ -189,12 +190,14 @@ class Terminal:
     """The readable view: the answer on ``out``, everything else on ``err``,
     a line at a time so the two never share a line on a terminal.
 
-    On a terminal (``err`` is a TTY) it also shows the model's reasoning, dimmed,
-    and a spinner while the model thinks; with ``colour``, statuses are coloured.
-    Elsewhere (a pipe, a log file) the lines stay plain and nothing is redrawn."""
+    On a terminal (``err`` is a TTY) it also shows the model's reasoning (dimmed
+    with ``colour``, as statuses are coloured), and with a ``clock`` a spinner
+    while the model works. Elsewhere (a pipe, a log file) the lines stay plain
+    and nothing is redrawn, so scripts read what they always read."""
 
     PLAN_MARKS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
     STYLES = {"dim": "2", "bold": "1", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
+    STATUS_STYLES = {"completed": "green", "failed": "red"}
 
     def __init__(self, out: TextIO, err: TextIO, raw: bool = False, colour: bool = False,
                  clock: Any = None) -> None:
@@ -213,7 +216,7 @@ class Terminal:
         self.clock = clock
         self.lastWrite = 0.0
         self._spinner: Any = None
-        if self.onTTY and clock is not None and os.environ.get("TERM") != "dumb":
+        if self.onTTY and clock is not None:
             from twisted.internet.task import LoopingCall
 
             self._spinner = LoopingCall(self.spin)
@@ -336,8 +339,6 @@ class Terminal:
             for entry in update.get("entries") or []:
                 mark = self.PLAN_MARKS.get(entry.get("status"), "[ ]")
                 self.note(f"  {mark} {entry.get('content', '')}")
-
-    STATUS_STYLES = {"completed": "green", "failed": "red"}
 
     def toolCall(self, update: dict[str, Any]) -> None:
         callId = str(update.get("toolCallId"))
@@ -759,7 +760,8 @@ def runPrompt(options: Any, sub: PromptOptions) -> int:
         sys.stderr.write(f"hermes-acp prompt: {e}\n")
         return EXIT_USAGE
     startLogging(parseLevel(level))
-    ui = Terminal(sys.stdout, sys.stderr, raw=sub["json"], colour=colourWanted(sys.stderr), clock=reactor)
+    ui = Terminal(sys.stdout, sys.stderr, raw=sub["json"], colour=colourWanted(sys.stderr, os.environ),
+                  clock=None if os.environ.get("TERM") == "dumb" else reactor)  # no spinner on a dumb terminal
     policy = "yes" if sub["yes"] else "deny" if sub["deny"] else None
     client = PromptClient(reactor, text, ui, policy, agentArgs, sub["session"],
                           interactive=os.isatty(0), model=sub["model"], answer=sub["answer"], limits=limits)
