@@ -9,6 +9,7 @@ This module holds no I/O: ``headless`` asks the user and writes.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -89,8 +90,8 @@ class Field:
                 value: float = int(text) if self.kind == "integer" else float(text)
             except ValueError:
                 raise ValueError(f"answer {'a whole number' if self.kind == 'integer' else 'a number'}") from None
-            if value != value or (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-                raise ValueError(f"answer a number from {self.low} to {self.high}")
+            if not math.isfinite(value) or not self._within(value):
+                raise ValueError(f"answer a number{self._range()}")
             return value
         if self.kind == "array" and self.choices:
             picked: list[str] = []
@@ -98,16 +99,24 @@ class Field:
                 value = self._choice(part.strip())
                 if value not in picked:
                     picked.append(value)
-            if (self.low is not None and len(picked) < self.low) or (self.high is not None and len(picked) > self.high):
-                raise ValueError(f"choose from {self.low or 0} to {self.high or len(self.choices)} of them")
+            if not self._within(len(picked)):
+                raise ValueError(f"choose{self._range()} of them")
             return picked
         if self.kind == "string" and self.choices:
             return self._choice(text)
         if self.freeText:
-            if (self.low is not None and len(text) < self.low) or (self.high is not None and len(text) > self.high):
-                raise ValueError(f"answer with {self.low or 0} to {self.high} characters")
+            if not self._within(len(text)):
+                raise ValueError(f"answer with{self._range()} characters")
             return text
         raise ValueError(f"a {clean(self.kind, 40)} answer cannot be given here")
+
+    def _within(self, value: float) -> bool:
+        return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+
+    def _range(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f" from {self.low:g} to {self.high:g}"
+        return f" of at least {self.low:g}" if self.low is not None else f" of at most {self.high:g}"
 
     def _choice(self, text: str) -> str:
         if text.isdigit() and 1 <= int(text) <= len(self.choices):

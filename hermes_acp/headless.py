@@ -667,6 +667,12 @@ class PromptClient:
             if content is None:
                 return self.elicited("decline", "declined: --answer fits none of the choices")
             return self.elicited("accept", "answered (--answer)", content)
+        if not form.fields:  # nothing to fill in: the question is whether to go on
+            line = await self.typed("  Accept? [y] yes, [n] no (empty line declines): ", "question")
+            if not line:
+                return self.elicited("cancel", "cancelled" if line is None else "cancelled (input closed)")
+            accepted = line.strip().lower() in ("y", "yes")
+            return self.elicited("accept", "accepted", {}) if accepted else self.elicited("decline", "declined")
         content: dict[str, Any] = {}
         free = form.freeField
         otherAnswered = False  # a choice was picked where the free text was offered as "other"
@@ -697,7 +703,7 @@ class PromptClient:
                         except ValueError:
                             pass
                     self.ui.note(f"  ({e})", "red")
-        if form.fields and not content:
+        if not content:
             return self.elicited("decline", "declined")
         return self.elicited("accept", "answered", content)
 

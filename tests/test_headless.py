@@ -839,3 +839,33 @@ async def test_ctrlCWhileAskedCancelsTheQuestion() -> None:
     lines = fake.stderr.splitlines()
     assert lines[lines.index("  " + CHOOSE) + 1 :][:2] == ["[cancelling; press Ctrl-C again to stop at once]",
                                                           "[question] cancelled"]
+
+
+@pytest.mark.parametrize("field, typed, value", [
+    ({"type": "integer", "minimum": 1, "maximum": 9}, [b"12\n", b"x\n", b"4\n"], 4),
+    ({"type": "number", "minimum": 0}, [b"inf\n", b"-1\n", b"2.5\n"], 2.5),
+    ({"type": "boolean"}, [b"maybe\n", b"yes\n"], True),
+    ({"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 2}, [b"1,2,3\n", b"c, 1\n"], ["c", "a"]),
+    ({"type": "string", "minLength": 3}, [b"ab\n", b"abc\n"], "abc"),
+])  # fmt: skip
+@pytest_twisted.ensureDeferred
+async def test_questionFieldsAreChecked(field, typed, value) -> None:
+    """Numbers, yes/no, several choices and bounded text: an answer that does not fit is
+    asked again, saying what fits; what is sent back fits the field."""
+    form = {**REQUIRED_TEXT, "requestedSchema": {"properties": {"v": field}, "required": ["v"]}}
+    fake = FakeAgentClient([form], interactive=True)
+    prompt_ = ": "  # every field's prompt ends so; each is shown once per line typed
+    assert await fake.run([(prompt_, line) for line in typed]) == EXIT_OK, fake.stderr
+    assert fake.reported()["answers"] == [{"action": "accept", "content": {"v": value}}]
+    assert fake.stderr.count("  (") == len(typed) - 1
+
+
+@pytest.mark.parametrize("line, answer", [(b"y\n", {"action": "accept", "content": {}}), (b"\n", {"action": "decline"})])
+@pytest_twisted.ensureDeferred
+async def test_questionWithoutFields(line, answer) -> None:
+    """A question with nothing to fill in asks whether to go on."""
+    form = {**REQUIRED_TEXT, "requestedSchema": {"type": "object", "properties": {}}}
+    fake = FakeAgentClient([form], interactive=True)
+    assert await fake.run([("Accept? [y] yes, [n] no (empty line declines): ", line)]) == EXIT_OK, fake.stderr
+    assert fake.reported()["answers"] == [answer]
+    checkAnswers([answer])
