@@ -615,6 +615,9 @@ while True:
                         "sessionUpdate": "tool_call", "toolCallId": params["toolCallId"],
                         "title": "docs-server: ask_user", "kind": "other", "status": "in_progress"}}})
                 send({"jsonrpc": "2.0", "id": "e%d" % n, "method": "elicitation/create", "params": params})
+                if (params.get("_meta") or {}).get("test/withdraw"):  # as the agent does at its time-out
+                    import time; time.sleep(0.5)
+                    send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "e%d" % n}})
                 reply = read()
                 answers.append(reply.get("result", reply.get("error")))
         send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": {
@@ -869,3 +872,15 @@ async def test_questionWithoutFields(line, answer) -> None:
     assert await fake.run([("Accept? [y] yes, [n] no (empty line declines): ", line)]) == EXIT_OK, fake.stderr
     assert fake.reported()["answers"] == [answer]
     checkAnswers([answer])
+
+
+@pytest_twisted.ensureDeferred
+async def test_questionWithdrawnByTheAgent() -> None:
+    """A question the agent withdraws ($/cancel_request, as at its time-out) ends at once:
+    its line ends, the client says so, and the turn goes on."""
+    fake = FakeAgentClient([{**PICK, "_meta": {"test/withdraw": True}}], interactive=True)
+    assert await fake.run() == EXIT_OK, fake.stderr
+    [error] = fake.reported()["answers"]
+    assert error["code"] == -32800, error
+    lines = fake.stderr.splitlines()
+    assert lines[lines.index("  " + CHOOSE) + 1] == "[question] withdrawn by the agent: no answer in time"
