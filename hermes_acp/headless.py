@@ -3,8 +3,9 @@
 It spawns the agent (this installation's own ``python -m hermes_acp``) over
 stdio and talks to it with the project's ``JSONRPCConnection``: it opens a
 session in the current directory (or loads ``--session ID``), sends one prompt,
-shows what streams back, answers permission requests, and exits with a code
-that says how the turn ended (``STOP_CODES``).
+shows what streams back, answers permission requests and the model's questions
+(``elicitation/create``, form mode: on the terminal, or with ``--answer``), and
+exits with a code that says how the turn ended (``STOP_CODES``).
 
 This process is not the agent, so its stdout is for people: the answer goes to
 stdout, tool calls, plans, permission questions and notes go to stderr (so
