@@ -3,8 +3,9 @@
 It spawns the agent (this installation's own ``python -m hermes_acp``) over
 stdio and talks to it with the project's ``JSONRPCConnection``: it opens a
 session in the current directory (or loads ``--session ID``), sends one prompt,
-shows what streams back, answers permission requests, and exits with a code
-that says how the turn ended (``STOP_CODES``).
+shows what streams back, answers permission requests and the model's questions
+(``elicitation/create``, form mode: on the terminal, or with ``--answer``), and
+exits with a code that says how the turn ended (``STOP_CODES``).
 
 This process is not the agent, so its stdout is for people: the answer goes to
 stdout, tool calls, plans, permission questions and notes go to stderr (so
@@ -19,6 +20,7 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
@@ -26,6 +28,7 @@ from twisted.internet.error import ConnectionDone, ConnectionLost, ProcessExited
 from twisted.python import usage
 
 from .child import RPCChild
+from .elicitform import MAX_MESSAGE_LINES, Field, Form, FormError, Limits, clean, parseForm
 from .engine.approval import ALLOW_ALWAYS, ALLOW_ONCE, REJECT_ALWAYS, REJECT_ONCE
 
 EXIT_OK = 0
@@ -53,6 +56,12 @@ EXIT_GRACE = 5.0
 PREVIEW_LINES = 40
 #: How many of its last lines a failed command shows.
 OUTPUT_TAIL = 10
+#: How many of its last lines a successful command shows.
+SUCCESS_TAIL = 3
+#: How often the spinner turns, and how long output must be quiet before it shows.
+SPIN_INTERVAL = 0.1
+SPIN_QUIET = 0.3
+SPIN_FRAMES = "|/-\\"
 
 # The agent runs ``-m hermes_acp`` in a session of its own, so Ctrl-C at the
 # terminal reaches only this client, which then cancels the turn properly.
@@ -65,7 +74,7 @@ _BOOT = (
 
 
 class PromptOptions(usage.Options):
-    synopsis = "[--session ID] [--yes | --deny] [--json] [PROMPT ... | -]"
+    synopsis = "[--session ID] [--model NAME] [--yes | --deny] [--answer TEXT] [--json] [PROMPT ... | -]"
     longdesc = (
         "Start the agent, run one prompt in the current directory and print the answer, tool calls "
         "and plans. The prompt is the arguments, or stdin when it is `-` or absent and stdin is "
@@ -78,7 +87,13 @@ class PromptOptions(usage.Options):
         ["deny", None, "Reject each permission request (reject_once)."],
         ["json", None, "Print the agent's frames as received (one JSON object a line) instead of the readable view."],
     ]
-    optParameters = [["session", "s", None, "Continue this session (session/load) instead of starting one."]]
+    optParameters = [
+        ["session", "s", None, "Continue this session (session/load) instead of starting one."],
+        ["model", "m", None, "Use this model in the session (its model config option)."],
+        ["answer", None, None, "Answer the model's questions (elicitation/create) with this text: the matching "
+                               "choice, or free text where allowed. Without it and without a terminal, nobody "
+                               "answers them."],
+    ]
 
     def getSynopsis(self) -> str:
         return f"Usage: hermes-acp [--trace FILE] [--log-level LEVEL] prompt {self.synopsis}"
@@ -94,6 +109,9 @@ class PromptOptions(usage.Options):
     def postOptions(self) -> None:
         if self["yes"] and self["deny"]:
             raise usage.UsageError("--yes and --deny exclude each other")
+        for name in ("model", "answer"):
+            if self[name] is not None and not self[name].strip():
+                raise usage.UsageError(f"--{name} needs a value")
         words = self["words"]
         self["fromStdin"] = words in ([], ["-"])
         if not words and sys.stdin.isatty():
@@ -156,24 +174,111 @@ def _outputTail(blocks: Any, count: int = OUTPUT_TAIL) -> list[str]:
     return lines[-count:]
 
 
+def colourWanted(stream: TextIO, environ: Mapping[str, str]) -> bool:
+    """Colours only on a terminal, and not when ``NO_COLOR`` is set (https://no-color.org)
+    or the terminal is ``TERM=dumb``."""
+    return _isTTY(stream) and not environ.get("NO_COLOR") and environ.get("TERM") != "dumb"
+
+
+def _isTTY(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 class Terminal:
     """The readable view: the answer on ``out``, everything else on ``err``,
-    a line at a time so the two never share a line on a terminal."""
+    a line at a time so the two never share a line on a terminal.
+
+    On a terminal (``err`` is a TTY) it also shows the model's reasoning (dimmed
+    with ``colour``, as statuses are coloured), and with a ``clock`` a spinner
+    while the model works. Elsewhere (a pipe, a log file) the lines stay plain
+    and nothing is redrawn, so scripts read what they always read."""
 
     PLAN_MARKS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
+    STYLES = {"dim": "2", "bold": "1", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
+    STATUS_STYLES = {"completed": "green", "failed": "red"}
 
-    def __init__(self, out: TextIO, err: TextIO, raw: bool = False) -> None:
+    def __init__(self, out: TextIO, err: TextIO, raw: bool = False, colour: bool = False,
+                 clock: Any = None) -> None:
         self.out = out
         self.err = err
         self.raw = raw
+        self.colour = colour
         self.midLine = False
         self.asking = False
         self.tools: dict[str, dict[str, Any]] = {}
+        self.onTTY = _isTTY(err) and not raw
+        self.thinkingLine = False  # reasoning text is mid-line on err
+        self.waiting = False  # the model is working; the spinner may show
+        self.spinning = False  # a spinner frame is on screen
+        self.frameNo = 0
+        self.clock = clock
+        self.lastWrite = 0.0
+        self._spinner: Any = None
+        if self.onTTY and clock is not None:
+            from twisted.internet.task import LoopingCall
+
+            self._spinner = LoopingCall(self.spin)
+            self._spinner.clock = clock
+
+    def paint(self, text: str, style: str) -> str:
+        return f"\x1b[{self.STYLES[style]}m{text}\x1b[0m" if self.colour and text else text
+
+    # -- the spinner ------------------------------------------------------------
+
+    def startWaiting(self) -> None:
+        self.waiting = True
+        if self._spinner is not None and not self._spinner.running:
+            self._spinner.start(SPIN_INTERVAL, now=False)
+
+    def stopWaiting(self) -> None:
+        self.waiting = False
+        self.unspin()
+        if self._spinner is not None and self._spinner.running:
+            self._spinner.stop()
+
+    def spin(self) -> None:
+        """One turn of the spinner, when nothing else is on its line and output was quiet."""
+        busy = self.asking or self.thinkingLine or (self.midLine and _isTTY(self.out))
+        if not self.waiting or busy or self.clock.seconds() - self.lastWrite < SPIN_QUIET:
+            return
+        self.frameNo += 1
+        self.err.write("\r" + self.paint(f"{SPIN_FRAMES[self.frameNo % len(SPIN_FRAMES)]} working", "dim") + "\x1b[K")
+        self.err.flush()
+        self.spinning = True
+
+    def unspin(self) -> None:
+        """Take the spinner (or the reasoning line) off the screen before other output."""
+        if self.clock is not None:
+            self.lastWrite = self.clock.seconds()
+        if self.spinning:
+            self.err.write("\r\x1b[K")
+            self.err.flush()
+            self.spinning = False
+        if self.thinkingLine:
+            self.err.write("\n")
+            self.err.flush()
+            self.thinkingLine = False
+
+    # -- writing ----------------------------------------------------------------
 
     def answer(self, text: str) -> None:
+        self.unspin()
         self.out.write(text)
         self.out.flush()
         self.midLine = not text.endswith("\n")
+
+    def thought(self, text: str) -> None:
+        """The model's reasoning: dimmed on a terminal, not shown elsewhere."""
+        if not self.onTTY or not text:
+            return
+        self.unspin()
+        self.endLine()
+        self.err.write(self.paint(text, "dim"))
+        self.err.flush()
+        self.thinkingLine = not text.endswith("\n")
 
     def endLine(self) -> None:
         if self.midLine:
@@ -181,26 +286,32 @@ class Terminal:
             self.out.flush()
             self.midLine = False
 
-    def note(self, text: str) -> None:
+    def note(self, text: str, style: str | None = None) -> None:
+        self.unspin()
         self.endLine()
         if self.asking:  # a question still waits for its answer on this line
             self.err.write("\n")
             self.asking = False
-        self.err.write(text.rstrip("\n") + "\n")
+        text = text.rstrip("\n")
+        self.err.write((self.paint(text, style) if style else text) + "\n")
         self.err.flush()
 
     def ask(self, question: str) -> None:
         """A question on stderr, its answer typed on the same line."""
+        self.unspin()
         self.endLine()
-        self.err.write(question)
+        self.err.write(self.paint(question, "bold"))
         self.err.flush()
         self.asking = True
 
     def answered(self) -> None:
         self.asking = False
+        if self.clock is not None:
+            self.lastWrite = self.clock.seconds()
 
     def stderrBytes(self, data: bytes) -> None:
         """The agent's own log output, passed through."""
+        self.unspin()
         self.endLine()
         self.err.buffer.write(data)
         self.err.flush()
@@ -218,10 +329,14 @@ class Terminal:
                 self.answer(str(content.get("text", "")))
             else:
                 self.note(f"[agent sent {content.get('type', 'unknown')} content]")
+        elif kind == "agent_thought_chunk":
+            content = update.get("content") or {}
+            if content.get("type") == "text":
+                self.thought(str(content.get("text", "")))
         elif kind in ("tool_call", "tool_call_update"):
             self.toolCall(update)
         elif kind == "plan":
-            self.note("[plan]")
+            self.note("[plan]", "cyan")
             for entry in update.get("entries") or []:
                 mark = self.PLAN_MARKS.get(entry.get("status"), "[ ]")
                 self.note(f"  {mark} {entry.get('content', '')}")
@@ -237,19 +352,20 @@ class Terminal:
         elif status and status != known.get("status"):
             raw = update.get("rawOutput") if isinstance(update.get("rawOutput"), dict) else {}
             exitCode = raw.get("exitCode")
+            style = self.STATUS_STYLES.get(status)
             if call.get("kind") == "execute" and status in ("completed", "failed"):
                 ended = f"exit code {exitCode}" if exitCode is not None else (
                     f"signal {raw['signal']}" if raw.get("signal") else "")
-                self.note(f"[tool] {title}: {status}" + (f" ({ended})" if ended else ""))
-                if status == "failed" or exitCode not in (None, 0):
-                    for line in _outputTail(update.get("content")):
-                        self.note(f"  | {line}")
+                failed = status == "failed" or exitCode not in (None, 0)
+                self.note(f"[tool] {title}: {status}" + (f" ({ended})" if ended else ""), "red" if failed else style)
+                for line in _outputTail(update.get("content"), OUTPUT_TAIL if failed else SUCCESS_TAIL):
+                    self.note(f"  | {line}", None if failed else "dim")
                 return
             reason = _firstLine(update.get("content")) if status == "failed" else ""
-            self.note(f"[tool] {title}: {status}" + (f" - {reason}" if reason else ""))
+            self.note(f"[tool] {title}: {status}" + (f" - {reason}" if reason else ""), style)
 
     def permission(self, toolCall: dict[str, Any]) -> None:
-        self.note(f"[permission] {toolCall.get('title', 'a tool call')} ({toolCall.get('kind', 'other')})")
+        self.note(f"[permission] {toolCall.get('title', 'a tool call')} ({toolCall.get('kind', 'other')})", "yellow")
         for block in toolCall.get("content") or []:
             if isinstance(block, dict):
                 lines = contentText(block).splitlines()
@@ -257,6 +373,32 @@ class Terminal:
                     self.note(f"  {line}")
                 if len(lines) > PREVIEW_LINES:
                     self.note(f"  ... {len(lines) - PREVIEW_LINES} more lines")
+
+    def question(self, form: Form) -> None:
+        """Who asks, and what: the agent's question, or a tool's (an MCP server's)."""
+        call = self.tools.get(form.toolCallId or "") or {}
+        asker = f"the tool call {clean(call.get('title') or form.toolCallId)}" if form.toolCallId else "the agent"
+        self.note(f"[question] from {asker}", "yellow")
+        lines = form.message.splitlines()
+        for line in lines[:MAX_MESSAGE_LINES]:
+            self.note(f"  {line}", "bold")
+        if len(lines) > MAX_MESSAGE_LINES:
+            self.note(f"  ... {len(lines) - MAX_MESSAGE_LINES} more lines")
+
+    def field(self, field: Field, free: bool) -> str:
+        """Show one field of a form; the prompt to type its answer after."""
+        if field.title != field.name or len(field.choices) or field.description:
+            self.note(f"  {field.title}" + (f" - {field.description}" if field.description else ""))
+        for number, (_, label) in enumerate(field.choices, 1):
+            self.note(f"    {number}. {label}")
+        skip = "empty line declines" if field.required else "empty line skips"
+        if field.choices:
+            many = ", several separated by commas" if field.kind == "array" else ""
+            typed = " or type an answer" if free else ""
+            return f"  Choose 1-{len(field.choices)}{many}{typed} ({skip}): "
+        if field.kind == "boolean":
+            return f"  [y] yes, [n] no ({skip}): "
+        return f"  Answer ({skip}): "
 
 
 class PromptClient:
@@ -273,6 +415,9 @@ class PromptClient:
         cwd: str | None = None,
         interactive: bool = False,
         stdinFd: int = 0,
+        model: str | None = None,
+        answer: str | None = None,
+        limits: Limits = Limits(),
     ) -> None:
         from .jsonrpc import JSONRPCConnection
 
@@ -285,11 +430,14 @@ class PromptClient:
         self.cwd = cwd or os.getcwd()
         self.interactive = interactive
         self.stdinFd = stdinFd
+        self.model = model
+        self.answerText = answer  # --answer: the answer to every question the model asks
+        self.limits = limits
         self.prompting = False
         self.cancelling = False
         self.abortCode: int | None = None
         self.connection = JSONRPCConnection(
-            {"session/request_permission": self.requestPermission},
+            {"session/request_permission": self.requestPermission, "elicitation/create": self.elicit},
             {"session/update": self.sessionUpdate},
             reactor,
             trace=(lambda direction, line, message: direction == "in" and ui.frame(line)) if ui.raw else None,
@@ -319,7 +467,7 @@ class PromptClient:
         try:
             init = await call("initialize", {
                 "protocolVersion": 1,
-                "clientCapabilities": {},  # no fs/*, no terminal/*: the agent uses the local disk
+                "clientCapabilities": self.capabilities(),
                 "clientInfo": {"name": "hermes-acp-prompt", "title": "hermes-acp prompt", "version": _version()},
             })
             if not isinstance(init, dict) or init.get("protocolVersion") != 1:
@@ -328,11 +476,14 @@ class PromptClient:
             if self.sessionId is not None:
                 if not (init.get("agentCapabilities") or {}).get("loadSession"):
                     return self.fail("this agent cannot load sessions")
-                await call("session/load", {"sessionId": self.sessionId, **where})
+                opened = await call("session/load", {"sessionId": self.sessionId, **where})
             else:
-                created = await call("session/new", where)
-                self.sessionId = str(created["sessionId"])
+                opened = await call("session/new", where)
+                self.sessionId = str(opened["sessionId"])
+            if self.model is not None and not await self.chooseModel(opened):
+                return self.fail("this agent offers no model choice (--model)")
             self.prompting = True
+            self.ui.startWaiting()
             response = await call("session/prompt", {"sessionId": self.sessionId, "prompt": [{"type": "text", "text": self.text}]})
         except RemoteError as e:
             if self.abortCode is not None:
@@ -352,6 +503,7 @@ class PromptClient:
             return self.fail(f"unexpected answer from the agent: {e!r}")
         finally:
             self.prompting = False
+            self.ui.stopWaiting()
         stop = response.get("stopReason") if isinstance(response, dict) else None
         if stop not in STOP_CODES:
             return self.fail(f"unknown stop reason {stop!r}")
@@ -359,8 +511,30 @@ class PromptClient:
         return STOP_CODES[stop]
 
     def fail(self, message: str, code: int = EXIT_ERROR) -> int:
-        self.ui.note(f"hermes-acp prompt: {message}")
+        self.ui.note(f"hermes-acp prompt: {message}", "red")
         return code
+
+    def capabilities(self) -> dict[str, Any]:
+        """No fs/*, no terminal/*: the agent uses the local disk. Form elicitation
+        only when someone can answer: a terminal to ask on, or ``--answer``."""
+        if self.interactive or self.answerText is not None:
+            return {"elicitation": {"form": {}}}
+        return {}
+
+    async def chooseModel(self, opened: Any) -> bool:
+        """``--model``: set the session's model through its ``model`` config option
+        (or the older ``session/set_model`` when that is all the agent offers)."""
+        opened = opened if isinstance(opened, dict) else {}
+        options = opened.get("configOptions") if isinstance(opened.get("configOptions"), list) else []
+        if any(isinstance(o, dict) and o.get("id") == "model" for o in options):
+            await self.connection.callRemote("session/set_config_option", {
+                "sessionId": self.sessionId, "configId": "model", "value": self.model})
+        elif isinstance(opened.get("models"), dict):
+            await self.connection.callRemote("session/set_model", {"sessionId": self.sessionId, "modelId": self.model})
+        else:
+            return False
+        self.ui.note(f"[model] {self.model}")
+        return True
 
     async def stopAgent(self) -> None:
         """Close the agent's stdin (it exits at EOF); kill it if it lingers."""
@@ -447,20 +621,7 @@ class PromptClient:
         answers = {"y": (ALLOW_ONCE, "allowed once"), "a": (ALLOW_ALWAYS, "allowed for this session"),
                    "n": (REJECT_ONCE, "rejected")}
         while True:
-            self.ui.ask("  Allow? [y] once, [a] always, [n] no: ")
-            question: Deferred[str | None] = Deferred(lambda d: self._questions.remove(d))
-            self._questions.append(question)
-            self.readLine().addCallback(lambda line, q=question: q.called or q.callback(line))
-            try:
-                answer = await question
-            except CancelledError:  # the agent withdrew the question (no answer in time)
-                self.ui.note("[permission] withdrawn by the agent: no answer in time")
-                raise
-            self.ui.answered()
-            if question in self._questions:
-                self._questions.remove(question)
-            if answer and not self.ui.err.isatty():  # a log file: keep what was typed
-                self.ui.note(answer.strip())
+            answer = await self.typed("  Allow? [y] once, [a] always, [n] no: ", "permission")
             if answer is None:
                 return None, "cancelled"
             if answer == "":
@@ -468,6 +629,88 @@ class PromptClient:
             choice = answers.get(answer.strip().lower()[:1])
             if choice is not None:
                 return choice
+
+    async def typed(self, prompt: str, what: str) -> str | None:
+        """One line typed after ``prompt``: None for Ctrl-C, "" when input closed."""
+        self.ui.ask(prompt)
+        question: Deferred[str | None] = Deferred(lambda d: self._questions.remove(d))
+        self._questions.append(question)
+        self.readLine().addCallback(lambda line, q=question: q.called or q.callback(line))
+        try:
+            answer = await question
+        except CancelledError:  # the agent withdrew the question (no answer in time)
+            self.ui.note(f"[{what}] withdrawn by the agent: no answer in time")
+            raise
+        if answer:  # a typed line ends with its newline; Ctrl-C or Ctrl-D leave the line open
+            self.ui.answered()
+        if question in self._questions:
+            self._questions.remove(question)
+        if answer and not self.ui.err.isatty():  # a log file: keep what was typed
+            self.ui.note(answer.strip())
+        return answer
+
+    async def elicit(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``elicitation/create``: a question from the model (or a tool) for the user,
+        answered on the terminal, by ``--answer``, or cancelled."""
+        from .jsonrpc import InvalidParams
+
+        if self.capabilities() == {}:
+            raise InvalidParams("Invalid params: this client did not advertise elicitation")
+        try:
+            form = parseForm(params, self.sessionId, self.limits)
+        except FormError as e:
+            raise InvalidParams(str(e)) from None
+        self.ui.question(form)
+        if self.cancelling:
+            return self.elicited("cancel", "cancelled")
+        if self.answerText is not None:
+            content = form.answerWith(self.answerText)
+            if content is None:
+                return self.elicited("decline", "declined: --answer fits none of the choices")
+            return self.elicited("accept", "answered (--answer)", content)
+        if not form.fields:  # nothing to fill in: the question is whether to go on
+            line = await self.typed("  Accept? [y] yes, [n] no (empty line declines): ", "question")
+            if not line:
+                return self.elicited("cancel", "cancelled" if line is None else "cancelled (input closed)")
+            accepted = line.strip().lower() in ("y", "yes")
+            return self.elicited("accept", "accepted", {}) if accepted else self.elicited("decline", "declined")
+        content: dict[str, Any] = {}
+        free = form.freeField
+        otherAnswered = False  # a choice was picked where the free text was offered as "other"
+        for field in form.fields:
+            if field.name in content or (field is free and otherAnswered):
+                continue
+            offered = bool(field.choices) and free is not None and free is not field and free.name not in content
+            prompt = self.ui.field(field, offered)
+            while True:
+                line = await self.typed(prompt, "question")
+                if line is None:
+                    return self.elicited("cancel", "cancelled")
+                if line == "":
+                    return self.elicited("cancel", "cancelled (input closed)")
+                if not line.strip():
+                    if field.required:
+                        return self.elicited("decline", "declined")
+                    break
+                try:
+                    content[field.name] = field.parse(line)
+                    otherAnswered = otherAnswered or offered
+                    break
+                except ValueError as e:
+                    if offered:
+                        try:
+                            content[free.name] = free.parse(line)
+                            break
+                        except ValueError:
+                            pass
+                    self.ui.note(f"  ({e})", "red")
+        if not content:
+            return self.elicited("decline", "declined")
+        return self.elicited("accept", "answered", content)
+
+    def elicited(self, action: str, why: str, content: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.ui.note(f"[question] {why}")
+        return {"action": action, "content": content} if content is not None else {"action": action}
 
     def readLine(self) -> Deferred[str]:
         """The next line typed on the terminal (one reader thread at a time)."""
@@ -502,7 +745,7 @@ def runPrompt(options: Any, sub: PromptOptions) -> int:
     """``hermes-acp [agent options] prompt [options] TEXT``: run it; the exit code."""
     from twisted.internet import reactor, task
 
-    from .config import loadDotenv
+    from .config import ConfigError, loadDotenv
     from .logs import parseLevel, startLogging
 
     try:
@@ -518,11 +761,17 @@ def runPrompt(options: Any, sub: PromptOptions) -> int:
     if options["trace"]:
         agentArgs += ["--trace", os.path.abspath(options["trace"])]
     loadDotenv()  # the agent loads it too; here it names the secrets our own log redacts
+    try:
+        limits = Limits.fromEnv(os.environ)
+    except ConfigError as e:
+        sys.stderr.write(f"hermes-acp prompt: {e}\n")
+        return EXIT_USAGE
     startLogging(parseLevel(level))
-    ui = Terminal(sys.stdout, sys.stderr, raw=sub["json"])
+    ui = Terminal(sys.stdout, sys.stderr, raw=sub["json"], colour=colourWanted(sys.stderr, os.environ),
+                  clock=None if os.environ.get("TERM") == "dumb" else reactor)  # no spinner on a dumb terminal
     policy = "yes" if sub["yes"] else "deny" if sub["deny"] else None
     client = PromptClient(reactor, text, ui, policy, agentArgs, sub["session"],
-                          interactive=os.isatty(0))
+                          interactive=os.isatty(0), model=sub["model"], answer=sub["answer"], limits=limits)
     signal.signal(signal.SIGINT, lambda *_: reactor.callFromThread(client.interrupt))
     reactor.addSystemEventTrigger("before", "shutdown", client.shutdown)
 

@@ -373,6 +373,8 @@ def test_unknownSession(tmp_path) -> None:
     ["prompt", "   "],
     ["--check", "prompt", "hi"],
     ["prompt", "--bogus", "hi"],
+    ["prompt", "--model", " ", "hi"],
+    ["prompt", "--answer", "", "hi"],
 ])
 def test_usageErrors(tmp_path, args) -> None:
     """Bad command lines exit 64 before any agent starts (stdin here is not a terminal
@@ -404,6 +406,12 @@ async def test_modelAndContextInOneShotPrompts(scriptedServer, tmp_path) -> None
     assert "| Context used | 1,234 of 128,000 tokens (0%) |" in context.stdout, context.stdout
 
 
+def test_badQuestionBound(tmp_path) -> None:
+    out = cli(["prompt", "hi"], agentEnv(HERMES_ACP_PROMPT_QUESTION_CHARS="5"), tmp_path)
+    assert out.returncode == EXIT_USAGE
+    assert "HERMES_ACP_PROMPT_QUESTION_CHARS must be at least 20, got 5" in out.stderr
+
+
 def test_helpAndUsageSynopses(tmp_path) -> None:
     """--help starts with a Usage line naming every global option; a mistake after
     `prompt` shows the prompt command's synopsis."""
@@ -420,18 +428,19 @@ def test_helpAndUsageSynopses(tmp_path) -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_failedCommandsShowExitCodeAndOutputTail(scriptedServer, tmp_path) -> None:
-    """A command that exits non-zero shows its exit code and the end of its output;
-    one that succeeds shows its exit code alone."""
+    """A command that exits non-zero shows its exit code and the last 10 lines of its
+    output; one that succeeds shows its exit code and its last 3 lines."""
     server, url = scriptedServer
     server.default.responses += [
-        [{"tool_calls": [{"id": "a", "name": "terminal", "arguments": {"command": "echo fine"}}]}],
+        [{"tool_calls": [{"id": "a", "name": "terminal", "arguments": {"command": "seq 1 5"}}]}],
         [{"tool_calls": [{"id": "b", "name": "terminal", "arguments": {"command": "seq 1 30; echo broken >&2; exit 3"}}]}],
         [{"text": "checked"}],
     ]  # fmt: skip
     run = await prompt(["--yes", "run them"], modelEnv(url), tmp_path)
     assert run.exitCode == EXIT_OK, run.stderr
     lines = run.stderr.splitlines()
-    assert "[tool] Run echo fine: completed (exit code 0)" in lines
+    fine = lines.index("[tool] Run seq 1 5: completed (exit code 0)")
+    assert lines[fine + 1 : fine + 5] == ["  | 3", "  | 4", "  | 5", "[tool] Run seq 1 30; echo broken >&2; exit 3 (execute): pending"]
     assert "[tool] Run seq 1 30; echo broken >&2; exit 3: completed (exit code 3)" in lines
     tail = lines[lines.index("[tool] Run seq 1 30; echo broken >&2; exit 3: completed (exit code 3)") + 1 :][:10]
     assert tail[-1] == "  | broken" and "  | 22" in tail and "  | 20" not in tail
@@ -461,3 +470,417 @@ def test_notAServiceUnderTwist(tmp_path) -> None:
                          env=agentEnv(), cwd=tmp_path, stdin=subprocess.DEVNULL, timeout=TIMEOUT)
     assert out.returncode == EXIT_USAGE
     assert "hermes-acp prompt ..." in out.stderr
+
+
+# -- on a terminal: spinner, reasoning, colours -------------------------------------------
+
+
+class TTYRun(ProcessProtocol):
+    """``hermes-acp`` with stdin, stdout and stderr on a pseudo-terminal: what the
+    terminal showed, and the exit code."""
+
+    def __init__(self) -> None:
+        self.screen = b""
+        self.code: Deferred[int] = Deferred()
+        self._reader: Any = None
+
+    def processEnded(self, reason: Any) -> None:
+        self.code.callback(reason.value.exitCode if reason.value.signal is None else -reason.value.signal)
+
+
+async def promptOnTTY(args: list[str], env: dict[str, str], cwd: Path) -> TTYRun:
+    import threading
+
+    primary, secondary = os.openpty()
+    run = TTYRun()
+    argv = ENTRY_POINTS["hermes-acp"] + ["prompt", *args]
+    run.transport = reactor.spawnProcess(run, argv[0], argv, env=env, path=str(cwd),
+                                         childFDs={0: secondary, 1: secondary, 2: secondary})
+    os.close(secondary)
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(primary, 4096)
+            except OSError:  # EIO: the last process on the terminal is gone
+                data = b""
+            if not data:
+                break
+            run.screen += data
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        run.exitCode = await finished(run)  # type: ignore[arg-type]
+    finally:
+        reader.join(TIMEOUT)
+        os.close(primary)
+    return run
+
+
+THINK_TURN = [
+    [{"stall": 1.0}, {"reasoning": "Let me count."}, {"tool_calls": [{"id": "c", "name": "terminal",
+                                                                      "arguments": {"command": "seq 1 4"}}]}],
+    [{"text": "Counted."}],
+]  # fmt: skip
+
+
+@pytest_twisted.ensureDeferred
+async def test_terminalShowsSpinnerReasoningAndColours(scriptedServer, tmp_path) -> None:
+    """On a terminal: a spinner while the model is quiet, its reasoning dimmed, the
+    statuses coloured, a successful command's last lines; the answer is plain."""
+    server, url = scriptedServer
+    server.default.responses += THINK_TURN
+    run = await promptOnTTY(["count"], modelEnv(url, TERM="xterm"), tmp_path)
+    screen = run.screen.decode()
+    assert run.exitCode == EXIT_OK, screen
+    assert re.search(r"\r\x1b\[2m[|/\\-] working\x1b\[0m\x1b\[K", screen), screen
+    assert "\x1b[2mLet me count.\x1b[0m\r\n" in screen
+    assert "\x1b[32m[tool] Run seq 1 4: completed (exit code 0)\x1b[0m\r\n\x1b[2m  | 2\x1b[0m" in screen
+    assert "\r\nCounted.\r\n" in screen
+    assert "\x1b[" not in screen.split("Counted.")[1].split("[end_turn]")[0]
+
+
+@pytest.mark.parametrize("env, spinner", [({"NO_COLOR": "1", "TERM": "xterm"}, True), ({"TERM": "dumb"}, False)])
+@pytest_twisted.ensureDeferred
+async def test_terminalWithoutColours(scriptedServer, tmp_path, env, spinner) -> None:
+    """`NO_COLOR` turns the colours off (the spinner stays); `TERM=dumb` turns off both.
+    The reasoning is still shown, plain."""
+    server, url = scriptedServer
+    server.default.responses += THINK_TURN
+    run = await promptOnTTY(["count"], modelEnv(url, **env), tmp_path)
+    screen = run.screen.decode()
+    assert run.exitCode == EXIT_OK, screen
+    assert "\x1b[0m" not in screen and "\x1b[2m" not in screen and "\x1b[3" not in screen
+    assert ("\r| working\x1b[K" in screen or "\r/ working\x1b[K" in screen) is spinner, screen
+    assert "Let me count.\r\n" in screen
+    assert "[tool] Run seq 1 4: completed (exit code 0)\r\n  | 2\r\n  | 3\r\n  | 4\r\n" in screen
+
+
+@pytest_twisted.ensureDeferred
+async def test_noReasoningOrSpinnerWithoutATerminal(scriptedServer, tmp_path) -> None:
+    """Without a terminal nothing is redrawn or coloured, and the reasoning is not shown:
+    the output stays what scripts read."""
+    server, url = scriptedServer
+    server.default.responses += THINK_TURN
+    run = await prompt(["--yes", "count"], modelEnv(url, TERM="xterm"), tmp_path)
+    assert run.exitCode == EXIT_OK, run.stderr
+    assert run.stdout == "Counted.\n"
+    assert "\x1b" not in run.stderr and "\r" not in run.stderr and "Let me count." not in run.stderr
+
+
+@pytest_twisted.ensureDeferred
+async def test_modelOption(scriptedServer, tmp_path) -> None:
+    """`--model NAME` sets the session's model (its config option) before the prompt:
+    the endpoint is asked with that model, and the session keeps it."""
+    server, url = scriptedServer
+    server.models = ["scripted-model", "other-model"]
+    server.default.responses += [[{"text": "hi"}], [{"text": "again"}]]
+    env = modelEnv(url)
+    run = await prompt(["--model", "other-model", "hi"], env, tmp_path)
+    assert run.exitCode == EXIT_OK, run.stderr
+    assert "[model] other-model" in run.stderr.splitlines()
+    assert server.chatRequests[0]["model"] == "other-model"
+    again = await prompt(["--session", sessionOf(run), "again"], env, tmp_path)
+    assert again.exitCode == EXIT_OK, again.stderr
+    assert server.chatRequests[1]["model"] == "other-model"
+
+
+# -- questions (elicitation/create) ---------------------------------------------------------
+
+#: A test double for the agent, speaking raw lines: it records the client's capabilities,
+#: and in its one turn sends each form of argv[1] as elicitation/create (or, when the client
+#: did not advertise form elicitation, none), then tells what it got as the answer text.
+FAKE_AGENT = r"""
+import json, sys
+def send(m): sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+def read():
+    line = sys.stdin.readline()
+    if not line: sys.exit(0)
+    return json.loads(line)
+forms = json.loads(sys.argv[1])
+while True:
+    m = read()
+    if m.get("method") == "initialize":
+        caps = m["params"]["clientCapabilities"]
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+    elif m.get("method") == "session/new":
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {"sessionId": "s1"}})
+    elif m.get("method") == "session/prompt":
+        answers = []
+        if ((caps.get("elicitation") or {}).get("form")) is not None:
+            for n, params in enumerate(forms):
+                if params.get("toolCallId"):
+                    send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": {
+                        "sessionUpdate": "tool_call", "toolCallId": params["toolCallId"],
+                        "title": "docs-server: ask_user", "kind": "other", "status": "in_progress"}}})
+                send({"jsonrpc": "2.0", "id": "e%d" % n, "method": "elicitation/create", "params": params})
+                if (params.get("_meta") or {}).get("test/withdraw"):  # as the agent does at its time-out
+                    import time; time.sleep(0.5)
+                    send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "e%d" % n}})
+                reply = read()
+                answers.append(reply.get("result", reply.get("error")))
+        send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": {
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": json.dumps({"caps": caps, "answers": answers})}}}})
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {"stopReason": "end_turn"}})
+"""
+
+PICK = {"sessionId": "s1", "mode": "form", "message": "Which database?\nIt decides the driver.",
+        "requestedSchema": {"type": "object", "properties": {
+            "answer": {"type": "string", "title": "Database", "oneOf": [
+                {"const": "pg", "title": "PostgreSQL"}, {"const": "sqlite", "title": "SQLite"}]},
+            "other": {"type": "string", "title": "Something else", "maxLength": 100}}}}  # fmt: skip
+REQUIRED_TEXT = {"sessionId": "s1", "mode": "form", "message": "Name the branch",
+                 "requestedSchema": {"properties": {"name": {"type": "string"}}, "required": ["name"]}}
+
+
+class FakeAgentClient:
+    """``PromptClient`` (the real one) talking to ``FAKE_AGENT``; what it printed."""
+
+    def __init__(self, forms: list[dict[str, Any]], interactive: bool = False, answer: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        import io
+        import sys
+
+        from hermes_acp.elicitform import Limits
+        from hermes_acp.headless import PromptClient, Terminal
+
+        self.stdinRead, self.stdinWrite = os.pipe()
+        self.out = io.TextIOWrapper(io.BytesIO(), write_through=True)
+        self.err = io.TextIOWrapper(io.BytesIO(), write_through=True)
+        ui = Terminal(self.out, self.err)
+        client = self.client = PromptClient(reactor, "go", ui, None, [], interactive=interactive,
+                                            stdinFd=self.stdinRead, answer=answer, limits=Limits.fromEnv(env or {}))
+        argv = [sys.executable, "-c", FAKE_AGENT, json.dumps(forms)]
+        client.spawn = lambda: reactor.spawnProcess(client.process, sys.executable, argv, env=dict(os.environ))
+
+    @property
+    def stderr(self) -> str:
+        return self.err.buffer.getvalue().decode()
+
+    def reported(self) -> dict[str, Any]:
+        return json.loads(self.out.buffer.getvalue().decode())
+
+    async def shown(self, text: str, times: int = 1) -> None:
+        """Once ``text`` was shown ``times`` times (the test fails after TIMEOUT)."""
+        from twisted.internet.task import deferLater
+
+        for _ in range(TIMEOUT * 20):
+            if self.stderr.count(text) >= times:
+                return
+            await deferLater(reactor, 0.05, lambda: None)
+        raise AssertionError(f"never asked {text!r}: {self.stderr}")
+
+    async def run(self, typed: list[tuple[str, bytes | None]] = ()) -> int:
+        """Run the turn; for each (prompt, line), once ``prompt`` is shown once more, type ``line``
+        (None closes the input)."""
+        running = Deferred.fromCoroutine(self.client.run())
+        running.addTimeout(TIMEOUT, reactor)
+        try:
+            for n, (shown, line) in enumerate(typed):
+                await self.shown(shown, 1 + sum(1 for s, _ in typed[:n] if s == shown))
+                if line is None:
+                    os.close(self.stdinWrite)
+                else:
+                    os.write(self.stdinWrite, line)
+            try:
+                return await running
+            except TimeoutError:
+                raise AssertionError(f"the run did not finish: {self.stderr}") from None
+        finally:
+            for fd in (self.stdinRead, self.stdinWrite):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def checkAnswers(answers: list[Any]) -> None:
+    for answer in answers:
+        assert acpschema.problems(answer, "CreateElicitationResponse") == [], answer
+
+
+CHOOSE = "Choose 1-2 or type an answer (empty line skips): "
+
+
+@pytest.mark.parametrize("typed, answer, said", [
+    ([(CHOOSE, b"2\n")], {"action": "accept", "content": {"answer": "sqlite"}}, "answered"),
+    ([(CHOOSE, b"postgresql\n")], {"action": "accept", "content": {"answer": "pg"}}, "answered"),
+    ([(CHOOSE, b"MariaDB, please\n")], {"action": "accept", "content": {"other": "MariaDB, please"}}, "answered"),
+    ([(CHOOSE, b"\n"), ("Answer (empty line skips): ", b"\n")], {"action": "decline"}, "declined"),
+    ([(CHOOSE, None)], {"action": "cancel"}, "cancelled (input closed)"),
+])  # fmt: skip
+@pytest_twisted.ensureDeferred
+async def test_questionAnsweredOnTheTerminal(typed, answer, said) -> None:
+    """On a terminal the client advertises form elicitation and asks: the choices are
+    numbered, a number or a choice's name picks it, other text is the free answer, an
+    empty line declines, closed input (Ctrl-D) cancels; the answer is valid ACP."""
+    fake = FakeAgentClient([PICK], interactive=True)
+    assert await fake.run(typed) == EXIT_OK, fake.stderr
+    report = fake.reported()
+    assert report["caps"] == {"elicitation": {"form": {}}}
+    assert acpschema.problems({"protocolVersion": 1, "clientCapabilities": report["caps"]}, "InitializeRequest") == []
+    assert report["answers"] == [answer]
+    checkAnswers(report["answers"])
+    lines = fake.stderr.splitlines()
+    asked = lines.index("[question] from the agent")
+    assert lines[asked + 1 : asked + 6] == ["  Which database?", "  It decides the driver.", "  Database",
+                                            "    1. PostgreSQL", "    2. SQLite"]
+    assert f"[question] {said}" in lines
+
+
+@pytest_twisted.ensureDeferred
+async def test_questionRequiredAndRetried() -> None:
+    """A required free-text field: an empty line declines; a choice that is not one is
+    asked again; a tool's question names the tool call it comes from."""
+    fromTool = {**PICK, "toolCallId": "mcp-1"}
+    fake = FakeAgentClient([REQUIRED_TEXT, fromTool], interactive=True)
+    code = await fake.run([("Answer (empty line declines): ", b"   \n"), (CHOOSE, b"7\n")])
+    assert code == EXIT_OK, fake.stderr
+    # "7" is no choice, but there is a free-text field: it is that answer.
+    assert fake.reported()["answers"] == [{"action": "decline"}, {"action": "accept", "content": {"other": "7"}}]
+    assert "[question] from the tool call docs-server: ask_user" in fake.stderr.splitlines()
+
+
+@pytest_twisted.ensureDeferred
+async def test_questionNumberOutOfRangeAskedAgain() -> None:
+    onlyChoices = {**PICK, "requestedSchema": {"properties": {"answer": PICK["requestedSchema"]["properties"]["answer"]},
+                                               "required": ["answer"]}}
+    fake = FakeAgentClient([onlyChoices], interactive=True)
+    prompt_ = "Choose 1-2 (empty line declines): "
+    assert await fake.run([(prompt_, b"3\n"), (prompt_, b"1\n")]) == EXIT_OK, fake.stderr
+    assert fake.reported()["answers"] == [{"action": "accept", "content": {"answer": "pg"}}]
+    assert "  (choose 1-2)" in fake.stderr.splitlines()
+
+
+@pytest.mark.parametrize("text, answers", [
+    ("SQLite", [{"action": "accept", "content": {"answer": "sqlite"}}, {"action": "accept", "content": {"name": "SQLite"}}]),
+    ("Oracle", [{"action": "accept", "content": {"other": "Oracle"}}, {"action": "accept", "content": {"name": "Oracle"}}]),
+])  # fmt: skip
+@pytest_twisted.ensureDeferred
+async def test_answerOption(text, answers) -> None:
+    """`--answer TEXT` without a terminal: form elicitation is advertised and every question
+    is answered with TEXT: the matching choice, else free text."""
+    fake = FakeAgentClient([PICK, REQUIRED_TEXT], answer=text)
+    assert await fake.run() == EXIT_OK, fake.stderr
+    report = fake.reported()
+    assert report["caps"] == {"elicitation": {"form": {}}}
+    assert report["answers"] == answers
+    checkAnswers(answers)
+    assert fake.stderr.splitlines().count("[question] answered (--answer)") == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_answerThatFitsNoChoiceDeclines() -> None:
+    onlyChoices = {**PICK, "requestedSchema": {"properties": {"answer": PICK["requestedSchema"]["properties"]["answer"]}}}
+    fake = FakeAgentClient([onlyChoices], answer="Oracle")
+    assert await fake.run() == EXIT_OK, fake.stderr
+    assert fake.reported()["answers"] == [{"action": "decline"}]
+    assert "[question] declined: --answer fits none of the choices" in fake.stderr.splitlines()
+
+
+@pytest_twisted.ensureDeferred
+async def test_noTerminalNoAnswerAdvertisesNothing() -> None:
+    """Without a terminal and without --answer, nobody can answer: the client does not
+    advertise elicitation (the agent falls back), and one sent anyway is refused at once
+    with -32602, never waited on."""
+    fake = FakeAgentClient([PICK])
+    assert await fake.run() == EXIT_OK, fake.stderr
+    assert fake.reported() == {"caps": {}, "answers": []}
+    from hermes_acp.jsonrpc import InvalidParams
+
+    with pytest.raises(InvalidParams, match="did not advertise elicitation"):
+        await fake.client.elicit(PICK)
+
+
+@pytest.mark.parametrize("params, env, problem", [
+    ({**PICK, "mode": "url", "url": "https://example.com", "elicitationId": "x"}, {}, "only form elicitation"),
+    ({**PICK, "sessionId": "other"}, {}, "not this client's session"),
+    ({**PICK, "requestedSchema": {"properties": {"a": {"title": "no type"}}}}, {}, "has no type"),
+    ({**PICK, "requestedSchema": {"properties": {"a": {"type": "string", "enum": [str(n) for n in range(51)]}}}},
+     {}, "more than 50 choices"),
+    (PICK, {"HERMES_ACP_PROMPT_QUESTION_CHOICES": "1"}, "more than 1 choices"),
+    ({**PICK, "requestedSchema": {"properties": {f"f{n}": {"type": "string"} for n in range(21)}}}, {},
+     "more than 20 fields"),
+    (PICK, {"HERMES_ACP_PROMPT_QUESTION_FIELDS": "1"}, "more than 1 fields"),
+    ({**PICK, "message": 7}, {}, "message must be a string"),
+])  # fmt: skip
+@pytest_twisted.ensureDeferred
+async def test_badQuestionsAreRefused(params, env, problem) -> None:
+    """A request that is not a form this client can show (or bigger than its bounds) is
+    answered -32602, saying why."""
+    fake = FakeAgentClient([params], answer="x", env=env)
+    assert await fake.run() == EXIT_OK, fake.stderr
+    [error] = fake.reported()["answers"]
+    assert error["code"] == -32602 and problem in error["message"], error
+
+
+@pytest_twisted.ensureDeferred
+async def test_questionTextIsBoundedAndHasNoEscapes() -> None:
+    """What an MCP server asks is shown without terminal escape sequences and cut to a
+    bound, however long it is."""
+    hostile = {**PICK, "message": "\x1b]0;pwned\x07\x1b[2JClear?\n" + "line\n" * 100 + "x" * 5000,
+               "requestedSchema": {"properties": {"a": {"type": "string", "title": "\x1b[31mred" + "t" * 1000}}}}
+    fake = FakeAgentClient([hostile], answer="fine")
+    assert await fake.run() == EXIT_OK, fake.stderr
+    assert fake.reported()["answers"] == [{"action": "accept", "content": {"a": "fine"}}]
+    assert "\x1b" not in fake.stderr and "\x07" not in fake.stderr
+    assert "  ]0;pwned[2JClear?" in fake.stderr.splitlines()
+    assert "  ... " in fake.stderr and len(fake.stderr) < 4000
+
+
+@pytest_twisted.ensureDeferred
+async def test_ctrlCWhileAskedCancelsTheQuestion() -> None:
+    """Ctrl-C while a question waits answers it "cancel" at once, and cancels the turn."""
+    fake = FakeAgentClient([PICK], interactive=True)
+    running = Deferred.fromCoroutine(fake.run())
+    await fake.shown(CHOOSE)
+    fake.client.interrupt()
+    assert await running == EXIT_OK, fake.stderr  # this agent ends the turn normally
+    assert fake.reported()["answers"] == [{"action": "cancel"}]
+    lines = fake.stderr.splitlines()
+    assert lines[lines.index("  " + CHOOSE) + 1 :][:2] == ["[cancelling; press Ctrl-C again to stop at once]",
+                                                          "[question] cancelled"]
+
+
+@pytest.mark.parametrize("field, typed, value", [
+    ({"type": "integer", "minimum": 1, "maximum": 9}, [b"12\n", b"x\n", b"4\n"], 4),
+    ({"type": "number", "minimum": 0}, [b"inf\n", b"-1\n", b"2.5\n"], 2.5),
+    ({"type": "boolean"}, [b"maybe\n", b"yes\n"], True),
+    ({"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 2}, [b"1,2,3\n", b"c, 1\n"], ["c", "a"]),
+    ({"type": "string", "minLength": 3}, [b"ab\n", b"abc\n"], "abc"),
+])  # fmt: skip
+@pytest_twisted.ensureDeferred
+async def test_questionFieldsAreChecked(field, typed, value) -> None:
+    """Numbers, yes/no, several choices and bounded text: an answer that does not fit is
+    asked again, saying what fits; what is sent back fits the field."""
+    form = {**REQUIRED_TEXT, "requestedSchema": {"properties": {"v": field}, "required": ["v"]}}
+    fake = FakeAgentClient([form], interactive=True)
+    prompt_ = ": "  # every field's prompt ends so; each is shown once per line typed
+    assert await fake.run([(prompt_, line) for line in typed]) == EXIT_OK, fake.stderr
+    assert fake.reported()["answers"] == [{"action": "accept", "content": {"v": value}}]
+    assert fake.stderr.count("  (") == len(typed) - 1
+
+
+@pytest.mark.parametrize("line, answer", [(b"y\n", {"action": "accept", "content": {}}), (b"\n", {"action": "decline"})])
+@pytest_twisted.ensureDeferred
+async def test_questionWithoutFields(line, answer) -> None:
+    """A question with nothing to fill in asks whether to go on."""
+    form = {**REQUIRED_TEXT, "requestedSchema": {"type": "object", "properties": {}}}
+    fake = FakeAgentClient([form], interactive=True)
+    assert await fake.run([("Accept? [y] yes, [n] no (empty line declines): ", line)]) == EXIT_OK, fake.stderr
+    assert fake.reported()["answers"] == [answer]
+    checkAnswers([answer])
+
+
+@pytest_twisted.ensureDeferred
+async def test_questionWithdrawnByTheAgent() -> None:
+    """A question the agent withdraws ($/cancel_request, as at its time-out) ends at once:
+    its line ends, the client says so, and the turn goes on."""
+    fake = FakeAgentClient([{**PICK, "_meta": {"test/withdraw": True}}], interactive=True)
+    assert await fake.run() == EXIT_OK, fake.stderr
+    [error] = fake.reported()["answers"]
+    assert error["code"] == -32800, error
+    lines = fake.stderr.splitlines()
+    assert lines[lines.index("  " + CHOOSE) + 1] == "[question] withdrawn by the agent: no answer in time"
