@@ -125,6 +125,13 @@ def promptText(options: PromptOptions, stdin: Any) -> str:
     return " ".join(options["words"]).strip()
 
 
+def isAnswer(option: Any) -> bool:
+    """An option the agent marked as an answer to a question, not a permission."""
+    meta = option.get("_meta") if isinstance(option, dict) else None
+    mark = meta.get("hermes-acp") if isinstance(meta, dict) else None
+    return isinstance(mark, dict) and mark.get("answer") is True and "optionId" in option
+
+
 def pickOption(options: list[Any], wanted: str) -> dict[str, Any] | None:
     """The offered option of kind ``wanted`` (or its nearest kind), if any."""
     nearest = {
@@ -598,6 +605,8 @@ class PromptClient:
         toolCall = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
         options = params.get("options") if isinstance(params.get("options"), list) else []
         self.ui.permission(toolCall)
+        if any(isAnswer(option) for option in options):
+            return await self.chooseAnswer(options)
         wanted: str | None
         if self.cancelling:
             wanted, why = None, "cancelled"
@@ -615,6 +624,35 @@ class PromptClient:
             return {"outcome": {"outcome": "cancelled"}}
         self.ui.note(f"[permission] {why}")
         return {"outcome": {"outcome": "selected", "optionId": option["optionId"]}}
+
+    async def chooseAnswer(self, options: list[Any]) -> dict[str, Any]:
+        """A question the agent asks as a permission request (an editor without forms): its
+        options marked as answers are the choices. ``--yes`` never picks one (the model would
+        take it for the user's); ``--answer`` picks the one it names, a terminal asks, else
+        the question goes unanswered."""
+        choices = [o for o in options if isAnswer(o)]
+        chosen: dict[str, Any] | None = None
+        if self.cancelling:
+            pass
+        elif self.answerText is not None:
+            wanted = self.answerText.strip().casefold()
+            chosen = next((o for o in choices if str(o.get("name", "")).strip().casefold() == wanted), None)
+        elif self.interactive:
+            for number, option in enumerate(choices, 1):
+                self.ui.note(f"  [{number}] {clean(option.get('name', ''))}")
+            while chosen is None:
+                line = await self.typed(f"  Answer [1-{len(choices)}] (empty line: no answer): ", "question")
+                if not line or not line.strip():
+                    break
+                if line.strip().isdigit() and 1 <= int(line.strip()) <= len(choices):
+                    chosen = choices[int(line.strip()) - 1]
+        if chosen is None:
+            declined = pickOption([o for o in options if not isAnswer(o)], REJECT_ONCE)
+            self.ui.note("[question] not answered")
+            return ({"outcome": {"outcome": "selected", "optionId": declined["optionId"]}} if declined
+                    else {"outcome": {"outcome": "cancelled"}})
+        self.ui.note(f"[question] answered: {clean(chosen.get('name', ''))}")
+        return {"outcome": {"outcome": "selected", "optionId": chosen["optionId"]}}
 
     async def ask(self) -> tuple[str | None, str]:
         """Ask on the terminal until the answer is y, a or n (or Ctrl-C)."""

@@ -884,3 +884,34 @@ async def test_questionWithdrawnByTheAgent() -> None:
     assert error["code"] == -32800, error
     lines = fake.stderr.splitlines()
     assert lines[lines.index("  " + CHOOSE) + 1] == "[question] withdrawn by the agent: no answer in time"
+
+
+CLARIFY = [[{"tool_calls": [{"id": "q", "name": "clarify",
+                             "arguments": {"question": "Which one?", "choices": ["alpha", "beta"]}}]}],
+           [{"text": "Noted."}]]
+
+
+@pytest_twisted.ensureDeferred
+async def test_yesNeverAnswersTheModelsQuestion(scriptedServer, tmp_path) -> None:
+    """Without a terminal or --answer, the real agent asks `clarify` as a permission
+    request (the client offers no forms): --yes allows permissions, but never picks a
+    choice the model would take for the user's; the question goes unanswered."""
+    server, url = scriptedServer
+    server.default.responses += CLARIFY
+    run = await prompt(["--yes", "pick one"], modelEnv(url), tmp_path)
+    assert run.exitCode == EXIT_OK, run.stderr
+    assert "[question] not answered" in run.stderr.splitlines()
+    [result] = [m["content"] for m in server.chatRequests[-1]["messages"] if m["role"] == "tool"]
+    assert "alpha" not in json.loads(result)["user_response"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_answerReachesTheModelsQuestion(scriptedServer, tmp_path) -> None:
+    """`--answer beta`: the client offers forms, the real agent's `clarify` arrives as
+    `elicitation/create`, and the model reads the answer."""
+    server, url = scriptedServer
+    server.default.responses += CLARIFY
+    run = await prompt(["--answer", "beta", "pick one"], modelEnv(url), tmp_path)
+    assert run.exitCode == EXIT_OK, run.stderr
+    [result] = [m["content"] for m in server.chatRequests[-1]["messages"] if m["role"] == "tool"]
+    assert json.loads(result)["user_response"] == "beta"
