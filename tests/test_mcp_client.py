@@ -496,3 +496,25 @@ class ElicitationTests(SynchronousTestCase):
         request = {"jsonrpc": "2.0", "id": 7, "method": "elicitation/create", "params": {"message": "?"}}
         server.connection.lineReceived(json.dumps(request).encode())
         self.assertEqual(self.frames(transport)[-1]["result"], {"action": "decline"})
+
+    def test_aQuestionOpenWhenTheCallEndsIsWithdrawn(self) -> None:
+        """The call ends (here: cancelled) while the user still has the server's question:
+        the question is withdrawn, not left open in the editor, and the server hears "cancel"."""
+        from twisted.internet.defer import Deferred
+
+        server, clock, transport = self.link(("form",))
+        asked: list[Deferred[Any]] = []
+
+        def onElicit(params: dict[str, Any]) -> Deferred[Any]:
+            asked.append(Deferred())
+            return asked[-1]
+
+        call = server.call("t", {}, lambda params: None, onElicit)
+        call.addErrback(lambda failure: None)
+        request = {"jsonrpc": "2.0", "id": "srv-1", "method": "elicitation/create",
+                   "params": {"message": "Region?", "requestedSchema": {"type": "object", "properties": {}}}}
+        server.connection.lineReceived(json.dumps(request).encode())
+        call.cancel()
+        self.assertTrue(asked[0].called)
+        answer = next(f for f in self.frames(transport) if f.get("id") == "srv-1")
+        self.assertEqual(answer["result"], {"action": "cancel"})

@@ -385,19 +385,27 @@ class ServerLink:
                 arm()
             onProgress(params)
 
+        asking: set[Deferred[dict[str, Any]]] = set()
+
         def elicited(params: dict[str, Any]) -> Deferred[dict[str, Any]]:
             """The server asks the user (only registered with ``onElicit``): the idle timer
-            waits for the answer, then starts afresh if the call still runs."""
+            waits for the answers, then starts afresh if the call still runs. A question
+            still open when the call ends is withdrawn (the server answered "cancel")."""
             timer = state["timer"]
             if timer is not None and timer.active():
                 timer.cancel()
+            question = maybeDeferred(onElicit, params)
+            asking.add(question)
 
             def answered(result: Any) -> Any:
-                if token in self._progress:
+                asking.discard(question)
+                if token in self._progress and not asking:
                     arm()
+                if isinstance(result, Failure) and result.check(CancelledError):
+                    return {"action": "cancel"}
                 return result
 
-            return maybeDeferred(onElicit, params).addBoth(answered)
+            return question.addBoth(answered)
 
         hardCap = self.reactor.callLater(timeout * HARD_CAP_FACTOR, expire)
         arm()
@@ -409,6 +417,8 @@ class ServerLink:
             self._progress.pop(token, None)
             if onElicit is not None:
                 self._askers.remove(elicited)
+            for question in list(asking):
+                question.cancel()
             for timer in (state["timer"], hardCap):
                 if timer is not None and timer.active():
                     timer.cancel()
