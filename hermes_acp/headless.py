@@ -28,7 +28,7 @@ from twisted.internet.error import ConnectionDone, ConnectionLost, ProcessExited
 from twisted.python import usage
 
 from .child import RPCChild
-from .elicitform import MAX_MESSAGE_LINES, Field, Form, FormError, Limits, clean, parseForm
+from .elicitform import MAX_MESSAGE_LINES, Field, Form, FormError, Limits, clean, parseForm, plain
 from .engine.approval import ALLOW_ALWAYS, ALLOW_ONCE, REJECT_ALWAYS, REJECT_ONCE
 
 EXIT_OK = 0
@@ -283,6 +283,7 @@ class Terminal:
             return
         self.unspin()
         self.endLine()
+        text = plain(text)
         self.err.write(self.paint(text, "dim"))
         self.err.flush()
         self.thinkingLine = not text.endswith("\n")
@@ -299,7 +300,7 @@ class Terminal:
         if self.asking:  # a question still waits for its answer on this line
             self.err.write("\n")
             self.asking = False
-        text = text.rstrip("\n")
+        text = plain(text).rstrip("\n")  # much of it is the model's (a plan, a title, a command)
         self.err.write((self.paint(text, style) if style else text) + "\n")
         self.err.flush()
 

@@ -915,3 +915,22 @@ async def test_answerReachesTheModelsQuestion(scriptedServer, tmp_path) -> None:
     assert run.exitCode == EXIT_OK, run.stderr
     [result] = [m["content"] for m in server.chatRequests[-1]["messages"] if m["role"] == "tool"]
     assert json.loads(result)["user_response"] == "beta"
+
+
+def test_theModelsTextCannotDriveTheTerminal() -> None:
+    """A plan, a permission's content (the plan of exit_plan_mode, a command) and a tool's
+    title come from the model: what the terminal shows of them has no escape sequence."""
+    import io
+
+    err = io.TextIOWrapper(io.BytesIO(), write_through=True)
+    from hermes_acp.headless import Terminal
+
+    ui = Terminal(io.TextIOWrapper(io.BytesIO(), write_through=True), err)
+    evil = "step\x1b]0;pwned\x07 one\x1b[2J\x9b31m"
+    ui.update({"sessionUpdate": "plan", "entries": [{"content": evil, "status": "pending", "priority": "medium"}]})
+    ui.permission({"title": evil, "kind": "switch_mode", "content": [{"type": "content",
+                                                                       "content": {"type": "text", "text": evil}}]})
+    ui.update({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": evil, "kind": "execute"})
+    shown = err.buffer.getvalue().decode()
+    assert shown.count("step") == 4 and "one" in shown, shown
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown), repr(shown)
