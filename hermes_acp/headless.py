@@ -616,7 +616,7 @@ class PromptClient:
         elif self.policy == "deny":
             wanted, why = REJECT_ONCE, "rejected (--deny)"
         elif self.interactive:
-            wanted, why = await self.ask()
+            wanted, why = await self.ask(options)
         else:
             wanted, why = REJECT_ONCE, "rejected: no terminal to ask on (pass --yes or --deny)"
         option = pickOption(options, wanted) if wanted else None
@@ -655,10 +655,16 @@ class PromptClient:
         self.ui.note(f"[question] answered: {clean(chosen.get('name', ''))}")
         return {"outcome": {"outcome": "selected", "optionId": chosen["optionId"]}}
 
-    async def ask(self) -> tuple[str | None, str]:
-        """Ask on the terminal until the answer is y, a or n (or Ctrl-C)."""
+    async def ask(self, options: list[Any]) -> tuple[str | None, str]:
+        """Ask on the terminal until the answer is y, a or n (or Ctrl-C), after what each key
+        picks: the offered options' own names (a plan's "implement and accept edits" is no
+        plain "always")."""
         answers = {"y": (ALLOW_ONCE, "allowed once"), "a": (ALLOW_ALWAYS, "allowed for this session"),
                    "n": (REJECT_ONCE, "rejected")}
+        for key, (kind, _) in answers.items():
+            option = pickOption(options, kind)
+            if option is not None:
+                self.ui.note(f"  [{key}] {clean(option.get('name', kind))}")
         while True:
             answer = await self.typed("  Allow? [y] once, [a] always, [n] no: ", "permission")
             if answer is None:

@@ -934,3 +934,27 @@ def test_theModelsTextCannotDriveTheTerminal() -> None:
     shown = err.buffer.getvalue().decode()
     assert shown.count("step") == 4 and "one" in shown, shown
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown), repr(shown)
+
+
+@pytest_twisted.ensureDeferred
+async def test_aQuestionWithItsOwnOptionsShowsThem() -> None:
+    """The plan of plan mode is asked with options of its own ("implement and accept
+    edits"): the terminal shows what each key does before the usual y/a/n prompt."""
+    from hermes_acp.permissions import permissionOptions
+
+    fake = FakeAgentClient([], interactive=True)
+    params = {"sessionId": "s1", "toolCall": {"toolCallId": "c1", "title": "Ready to implement this plan?"},
+              "options": permissionOptions("plan")}
+    try:
+        asking = Deferred.fromCoroutine(fake.client.requestPermission(params))
+        await fake.shown("Allow? [y] once, [a] always, [n] no: ")
+        os.write(fake.stdinWrite, b"a\n")
+        answer = await asking.addTimeout(TIMEOUT, reactor)
+    finally:
+        for fd in (fake.stdinRead, fake.stdinWrite):
+            os.close(fd)
+    assert answer == {"outcome": {"outcome": "selected", "optionId": "allow_always"}}
+    lines = fake.stderr.splitlines()
+    assert "  [y] Yes, implement it (ask before each edit)" in lines, lines
+    assert "  [a] Yes, implement it and accept edits" in lines, lines
+    assert "  [n] No, keep planning" in lines, lines
