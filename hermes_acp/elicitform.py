@@ -49,10 +49,15 @@ class FormError(ValueError):
     """The request is not a form this client can show (answered ``-32602``)."""
 
 
-def clean(text: Any, limit: int = MAX_LABEL) -> str:
+def plain(text: Any) -> str:
     """``text`` safe to print: no escape sequences or other control characters
-    (tabs and newlines stay), at most ``limit`` characters."""
-    text = _CONTROL.sub("", str(text).replace("\t", "    "))
+    (tabs and newlines stay)."""
+    return _CONTROL.sub("", str(text).replace("\t", "    "))
+
+
+def clean(text: Any, limit: int = MAX_LABEL) -> str:
+    """``plain(text)``, at most ``limit`` characters."""
+    text = plain(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -28,7 +28,7 @@ from twisted.internet.error import ConnectionDone, ConnectionLost, ProcessExited
 from twisted.python import usage
 
 from .child import RPCChild
-from .elicitform import MAX_MESSAGE_LINES, Field, Form, FormError, Limits, clean, parseForm
+from .elicitform import MAX_MESSAGE_LINES, Field, Form, FormError, Limits, clean, parseForm, plain
 from .engine.approval import ALLOW_ALWAYS, ALLOW_ONCE, REJECT_ALWAYS, REJECT_ONCE
 
 EXIT_OK = 0
@@ -283,6 +283,7 @@ class Terminal:
             return
         self.unspin()
         self.endLine()
+        text = plain(text)
         self.err.write(self.paint(text, "dim"))
         self.err.flush()
         self.thinkingLine = not text.endswith("\n")
@@ -299,7 +300,7 @@ class Terminal:
         if self.asking:  # a question still waits for its answer on this line
             self.err.write("\n")
             self.asking = False
-        text = text.rstrip("\n")
+        text = plain(text).rstrip("\n")  # much of it is the model's (a plan, a title, a command)
         self.err.write((self.paint(text, style) if style else text) + "\n")
         self.err.flush()
 
@@ -615,7 +616,7 @@ class PromptClient:
         elif self.policy == "deny":
             wanted, why = REJECT_ONCE, "rejected (--deny)"
         elif self.interactive:
-            wanted, why = await self.ask()
+            wanted, why = await self.ask(options)
         else:
             wanted, why = REJECT_ONCE, "rejected: no terminal to ask on (pass --yes or --deny)"
         option = pickOption(options, wanted) if wanted else None
@@ -654,10 +655,16 @@ class PromptClient:
         self.ui.note(f"[question] answered: {clean(chosen.get('name', ''))}")
         return {"outcome": {"outcome": "selected", "optionId": chosen["optionId"]}}
 
-    async def ask(self) -> tuple[str | None, str]:
-        """Ask on the terminal until the answer is y, a or n (or Ctrl-C)."""
+    async def ask(self, options: list[Any]) -> tuple[str | None, str]:
+        """Ask on the terminal until the answer is y, a or n (or Ctrl-C), after what each key
+        picks: the offered options' own names (a plan's "implement and accept edits" is no
+        plain "always")."""
         answers = {"y": (ALLOW_ONCE, "allowed once"), "a": (ALLOW_ALWAYS, "allowed for this session"),
                    "n": (REJECT_ONCE, "rejected")}
+        for key, (kind, _) in answers.items():
+            option = pickOption(options, kind)
+            if option is not None:
+                self.ui.note(f"  [{key}] {clean(option.get('name', kind))}")
         while True:
             answer = await self.typed("  Allow? [y] once, [a] always, [n] no: ", "permission")
             if answer is None:

@@ -139,10 +139,67 @@ def serverQuestion(sessionId: str, toolCallId: str, server: str, params: Any, mo
         if not isinstance(field, dict) or field.get("type") not in _FIELD_TYPES:
             raise InvalidParams(f"elicitation/create: field {name!r} must be a flat string, number, integer, "
                                 "boolean or array field")
+        wrong = _wrongKey(field)
+        if wrong is not None:
+            raise InvalidParams(f"elicitation/create: field {name!r} has a {wrong!r} that ACP forms do not take")
+    wrong = next((key for key in ("title", "description") if not _TEXT(schema.get(key))), None)
+    if wrong is not None:
+        raise InvalidParams(f"elicitation/create: requestedSchema's {wrong!r} must be a string")
     required = schema.get("required")
     if required is not None and (not isinstance(required, list) or not set(required) <= set(properties)):
         raise InvalidParams("elicitation/create: required must list fields of the schema")
     return {**request, "requestedSchema": schema}
+
+
+def _isInt(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _isNumber(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _options(value: Any) -> bool:
+    """``EnumOption``s: a ``const`` and a ``title``, both strings."""
+    return isinstance(value, list) and all(
+        isinstance(item, dict) and isinstance(item.get("const"), str) and isinstance(item.get("title"), str)
+        for item in value)
+
+
+def _optional(check: Any) -> Any:
+    return lambda value: value is None or check(value)
+
+
+_TEXT = _optional(lambda value: isinstance(value, str))
+_COUNT = _optional(lambda value: _isInt(value) and value >= 0)
+#: What ACP's ``ElicitationPropertySchema`` takes of each field type's keys (other keys pass:
+#: the schema lets them through, and an editor ignores what it does not know).
+_FIELD_KEYS: dict[str, dict[str, Any]] = {
+    "string": {"minLength": _COUNT, "maxLength": _COUNT, "pattern": _TEXT, "default": _TEXT,
+               "format": _optional(lambda value: value in ("email", "uri", "date", "date-time")),
+               "enum": _optional(_strings), "oneOf": _optional(_options)},
+    "number": {key: _optional(_isNumber) for key in ("minimum", "maximum", "default")},
+    "integer": {key: _optional(_isInt) for key in ("minimum", "maximum", "default")},
+    "boolean": {"default": _optional(lambda value: isinstance(value, bool))},
+    "array": {"minItems": _COUNT, "maxItems": _COUNT, "default": _optional(_strings),
+              "items": lambda value: isinstance(value, dict) and (
+                  (value.get("type") == "string" and _strings(value.get("enum")))
+                  or (value.get("type") is None and _options(value.get("anyOf"))))},
+}
+
+
+def _wrongKey(field: dict[str, Any]) -> str | None:
+    """The first key of a server's form field whose value ACP's schema refuses (a missing
+    ``items`` of an array field too), or None."""
+    checks = {"title": _TEXT, "description": _TEXT, "_meta": _optional(lambda value: isinstance(value, dict)),
+              **_FIELD_KEYS[field["type"]]}
+    return next((key for key, check in checks.items()
+                 if (key in field or key == "items" and field["type"] == "array") and not check(field.get(key))),
+                None)
 
 
 def serverAnswer(result: Any) -> dict[str, Any]:

@@ -105,3 +105,51 @@ def test_thePermissionFallbackOffersTheChoices() -> None:
     assert readChoice("decline", ["a", "b"], 60) == (DECLINED, "")
     assert readChoice("timeout", ["a", "b"], 60) == (NO_ANSWER, "nobody answered within 60 seconds")
     assert readChoice("cancelled", ["a", "b"], 60)[0] == NO_ANSWER
+
+
+@pytest.mark.parametrize("field", [
+    {"type": "string", "format": "password"},
+    {"type": "string", "default": 5},
+    {"type": "string", "minLength": -1},
+    {"type": "string", "enum": ["a", 1]},
+    {"type": "string", "oneOf": [{"const": "a"}]},
+    {"type": "number", "minimum": "x"},
+    {"type": "integer", "default": 1.5},
+    {"type": "boolean", "default": "yes"},
+    {"type": "array"},
+    {"type": "array", "items": {"type": "string"}},
+    {"type": "string", "title": 5},
+])
+def test_aServersFieldTheSchemaRefusesIsRefused(field: dict) -> None:
+    """An MCP server's form field that ACP's ``ElicitationPropertySchema`` does not take is
+    refused to the server, never forwarded as a frame the editor cannot read."""
+    from hermes_acp.jsonrpc import InvalidParams
+    from hermes_acp.questions import serverQuestion
+
+    from . import acpschema
+
+    params = {"message": "m", "requestedSchema": {"type": "object", "properties": {"x": field}}}
+    with pytest.raises(InvalidParams, match="'x'"):
+        request = serverQuestion("s", "t", "srv", params, ("form",), 100_000)
+        pytest.fail(f"forwarded: {[e.message for e in acpschema.validator('CreateElicitationRequest').iter_errors(request)]}")
+
+
+@pytest.mark.parametrize("field", [
+    {"type": "string", "title": "Name", "description": "d", "minLength": 1, "maxLength": 9, "pattern": "^a",
+     "format": "email", "default": "a", "enum": ["a", "b"], "enumNames": ["A", "B"]},
+    {"type": "string", "oneOf": [{"const": "a", "title": "A"}]},
+    {"type": "number", "minimum": 0, "maximum": 1.5, "default": 1},
+    {"type": "integer", "minimum": 0, "default": 3},
+    {"type": "boolean", "default": False},
+    {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}, "minItems": 1, "default": ["a"]},
+    {"type": "array", "items": {"anyOf": [{"const": "a", "title": "A"}]}},
+])
+def test_aServersGoodFieldIsForwarded(field: dict) -> None:
+    from hermes_acp.questions import serverQuestion
+
+    from . import acpschema
+
+    params = {"message": "m", "requestedSchema": {"type": "object", "properties": {"x": field}, "required": ["x"]}}
+    request = serverQuestion("s", "t", "srv", params, ("form",), 100_000)
+    assert request["requestedSchema"]["properties"]["x"] == field
+    assert not list(acpschema.validator("CreateElicitationRequest").iter_errors(request))

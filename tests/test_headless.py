@@ -915,3 +915,46 @@ async def test_answerReachesTheModelsQuestion(scriptedServer, tmp_path) -> None:
     assert run.exitCode == EXIT_OK, run.stderr
     [result] = [m["content"] for m in server.chatRequests[-1]["messages"] if m["role"] == "tool"]
     assert json.loads(result)["user_response"] == "beta"
+
+
+def test_theModelsTextCannotDriveTheTerminal() -> None:
+    """A plan, a permission's content (the plan of exit_plan_mode, a command) and a tool's
+    title come from the model: what the terminal shows of them has no escape sequence."""
+    import io
+
+    err = io.TextIOWrapper(io.BytesIO(), write_through=True)
+    from hermes_acp.headless import Terminal
+
+    ui = Terminal(io.TextIOWrapper(io.BytesIO(), write_through=True), err)
+    evil = "step\x1b]0;pwned\x07 one\x1b[2J\x9b31m"
+    ui.update({"sessionUpdate": "plan", "entries": [{"content": evil, "status": "pending", "priority": "medium"}]})
+    ui.permission({"title": evil, "kind": "switch_mode", "content": [{"type": "content",
+                                                                       "content": {"type": "text", "text": evil}}]})
+    ui.update({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": evil, "kind": "execute"})
+    shown = err.buffer.getvalue().decode()
+    assert shown.count("step") == 4 and "one" in shown, shown
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown), repr(shown)
+
+
+@pytest_twisted.ensureDeferred
+async def test_aQuestionWithItsOwnOptionsShowsThem() -> None:
+    """The plan of plan mode is asked with options of its own ("implement and accept
+    edits"): the terminal shows what each key does before the usual y/a/n prompt."""
+    from hermes_acp.permissions import permissionOptions
+
+    fake = FakeAgentClient([], interactive=True)
+    params = {"sessionId": "s1", "toolCall": {"toolCallId": "c1", "title": "Ready to implement this plan?"},
+              "options": permissionOptions("plan")}
+    try:
+        asking = Deferred.fromCoroutine(fake.client.requestPermission(params))
+        await fake.shown("Allow? [y] once, [a] always, [n] no: ")
+        os.write(fake.stdinWrite, b"a\n")
+        answer = await asking.addTimeout(TIMEOUT, reactor)
+    finally:
+        for fd in (fake.stdinRead, fake.stdinWrite):
+            os.close(fd)
+    assert answer == {"outcome": {"outcome": "selected", "optionId": "allow_always"}}
+    lines = fake.stderr.splitlines()
+    assert "  [y] Yes, implement it (ask before each edit)" in lines, lines
+    assert "  [a] Yes, implement it and accept edits" in lines, lines
+    assert "  [n] No, keep planning" in lines, lines

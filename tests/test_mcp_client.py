@@ -496,3 +496,51 @@ class ElicitationTests(SynchronousTestCase):
         request = {"jsonrpc": "2.0", "id": 7, "method": "elicitation/create", "params": {"message": "?"}}
         server.connection.lineReceived(json.dumps(request).encode())
         self.assertEqual(self.frames(transport)[-1]["result"], {"action": "decline"})
+
+    def test_aQuestionOpenWhenTheCallEndsIsWithdrawn(self) -> None:
+        """The call ends (here: cancelled) while the user still has the server's question:
+        the question is withdrawn, not left open in the editor, and the server hears "cancel"."""
+        from twisted.internet.defer import Deferred
+
+        server, clock, transport = self.link(("form",))
+        asked: list[Deferred[Any]] = []
+
+        def onElicit(params: dict[str, Any]) -> Deferred[Any]:
+            asked.append(Deferred())
+            return asked[-1]
+
+        call = server.call("t", {}, lambda params: None, onElicit)
+        call.addErrback(lambda failure: None)
+        request = {"jsonrpc": "2.0", "id": "srv-1", "method": "elicitation/create",
+                   "params": {"message": "Region?", "requestedSchema": {"type": "object", "properties": {}}}}
+        server.connection.lineReceived(json.dumps(request).encode())
+        call.cancel()
+        self.assertTrue(asked[0].called)
+        answer = next(f for f in self.frames(transport) if f.get("id") == "srv-1")
+        self.assertEqual(answer["result"], {"action": "cancel"})
+
+    def test_oneOpenQuestionPerCall(self) -> None:
+        """A server cannot flood the editor with forms: while one of its questions of a call
+        is open, another is refused to it (the user sees one at a time)."""
+        from twisted.internet.defer import Deferred
+
+        server, clock, transport = self.link(("form",))
+        asked: list[Deferred[Any]] = []
+
+        def onElicit(params: dict[str, Any]) -> Deferred[Any]:
+            asked.append(Deferred())
+            return asked[-1]
+
+        server.call("t", {}, lambda params: None, onElicit).addErrback(lambda failure: None)
+        for n in range(1, 4):
+            request = {"jsonrpc": "2.0", "id": f"srv-{n}", "method": "elicitation/create",
+                       "params": {"message": f"Q{n}?", "requestedSchema": {"type": "object", "properties": {}}}}
+            server.connection.lineReceived(json.dumps(request).encode())
+        self.assertEqual(len(asked), 1)
+        refused = [f for f in self.frames(transport) if f.get("id") in ("srv-2", "srv-3")]
+        self.assertEqual([f["error"]["code"] for f in refused], [-32602, -32602])
+        asked[0].callback({"action": "decline"})
+        request = {"jsonrpc": "2.0", "id": "srv-4", "method": "elicitation/create",
+                   "params": {"message": "Q4?", "requestedSchema": {"type": "object", "properties": {}}}}
+        server.connection.lineReceived(json.dumps(request).encode())
+        self.assertEqual(len(asked), 2)  # answered: the next question goes to the user

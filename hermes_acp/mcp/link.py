@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError, maybeDeferred
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError, fail, maybeDeferred
 from twisted.internet.error import ConnectionDone, ConnectionLost, ProcessDone, ProcessTerminated
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -25,7 +25,7 @@ from twisted.python.failure import Failure
 from .. import __version__
 from ..config import Settings
 from ..engine.secrets import redact
-from ..jsonrpc import RemoteError
+from ..jsonrpc import InvalidParams, RemoteError
 from ..oneshot import OneShot
 from . import toolset
 from .specs import HTTP, ServerSpec
@@ -385,19 +385,31 @@ class ServerLink:
                 arm()
             onProgress(params)
 
+        asking: set[Deferred[dict[str, Any]]] = set()
+
         def elicited(params: dict[str, Any]) -> Deferred[dict[str, Any]]:
             """The server asks the user (only registered with ``onElicit``): the idle timer
-            waits for the answer, then starts afresh if the call still runs."""
+            waits for the answers, then starts afresh if the call still runs. A question
+            still open when the call ends is withdrawn (the server answered "cancel"). One at a
+            time: the editor is never flooded with a server's forms."""
+            if asking:
+                return fail(InvalidParams("elicitation/create: a question of this tool call is still open; "
+                                          "ask again once it is answered"))
             timer = state["timer"]
             if timer is not None and timer.active():
                 timer.cancel()
+            question = maybeDeferred(onElicit, params)
+            asking.add(question)
 
             def answered(result: Any) -> Any:
-                if token in self._progress:
+                asking.discard(question)
+                if token in self._progress and not asking:
                     arm()
+                if isinstance(result, Failure) and result.check(CancelledError):
+                    return {"action": "cancel"}
                 return result
 
-            return maybeDeferred(onElicit, params).addBoth(answered)
+            return question.addBoth(answered)
 
         hardCap = self.reactor.callLater(timeout * HARD_CAP_FACTOR, expire)
         arm()
@@ -409,6 +421,8 @@ class ServerLink:
             self._progress.pop(token, None)
             if onElicit is not None:
                 self._askers.remove(elicited)
+            for question in list(asking):
+                question.cancel()
             for timer in (state["timer"], hardCap):
                 if timer is not None and timer.active():
                     timer.cancel()
