@@ -416,10 +416,10 @@ class JSONRPCConnection(LineProtocol):
             self._sendError(requestId, RequestCancelled())
         else:
             log.failure("request {method} (id {id!r}) failed", failure, method=method, id=requestId)
-            self._sendError(
-                requestId,
-                InternalError(f"Internal error: {failure.type.__name__} while handling {method}"),
-            )
+            # An OSError's own words name what ran out ("Too many open files"), never a path.
+            error = failure.value
+            said = f": {error.strerror}" if isinstance(error, OSError) and error.strerror else ""
+            self._sendError(requestId, InternalError(f"Internal error: {failure.type.__name__} while handling {method}{said}"))
 
     def notify(self, method: str, params: Mapping[str, Any]) -> None:
         """Send a notification."""

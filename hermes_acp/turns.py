@@ -45,6 +45,7 @@ from .engine import exhausted
 from .engine.approval import ALLOWED, CANCELLED, FAILED, TIMEOUT, refusal
 from .engine.access import PLAN, EditProposal, modeAfter, modeAfterPlan, planRefusal
 from .engine import asking
+from .engine.titles import capped
 from .interfaces import IEngineAgent, IPermissionBroker, IRenderer, ISessionOptions, ISessionStore, IUpdateChannel
 from .intake import checkPrompt, promptText, toModelContent
 from .jsonrpc import AuthRequired, InternalError, JSONRPCError
@@ -609,8 +610,6 @@ class Turn:
 
 
 def _title(text: str) -> str:
-    from .engine.titles import capped
-
     return capped(text.strip().splitlines()[0].strip())
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
@@ -128,6 +130,19 @@ class IncomingTests(SynchronousTestCase):
         self.assertNotIn("secret detail", json.dumps(frames[1]))
         self.assertNotIn("Traceback", json.dumps(frames[1]))
         self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
+
+    def test_anOSErrorSaysWhatRanOut(self) -> None:
+        """An OSError's own words reach the editor (running out of descriptors or memory
+        must never read as something else), but not the path it was about."""
+
+        def starved(p: dict[str, Any]) -> None:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), "/home/u/secret-project/file")
+
+        h = Harness({"starved": starved})
+        h.send(request(1, "starved"))
+        message = h.frames()[0]["error"]["message"]
+        self.assertEqual(message, "Internal error: OSError while handling starved: Too many open files")
+        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
 
     def test_coroutineHandlers(self) -> None:
         """A coroutine handler's return value is the result."""
