@@ -139,6 +139,8 @@ class Form:
     message: str  # cleaned and cut to ``Limits.chars``
     fields: tuple[Field, ...]
     toolCallId: str | None
+    #: The model's own question (``clarify``), as the agent marks it; else an MCP server's.
+    fromModel: bool = False
 
     @property
     def freeField(self) -> Field | None:
@@ -187,7 +189,10 @@ def parseForm(params: dict[str, Any], sessionId: str | None, limits: Limits = Li
         raise FormError(f"Invalid params: more than {limits.fields} fields")
     toolCallId = params.get("toolCallId")
     fields = tuple(_field(name, spec, name in required, limits) for name, spec in properties.items())
-    return Form(clean(message, limits.chars), fields, toolCallId if isinstance(toolCallId, str) else None)
+    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    mark = meta.get("hermes-acp") if isinstance(meta.get("hermes-acp"), dict) else {}
+    return Form(clean(message, limits.chars), fields, toolCallId if isinstance(toolCallId, str) else None,
+                mark.get("clarify") is True)
 
 
 def _field(name: str, spec: Any, required: bool, limits: Limits) -> Field:

@@ -708,7 +708,9 @@ class PromptClient:
         self.ui.question(form)
         if self.cancelling:
             return self.elicited("cancel", "cancelled")
-        if self.answerText is not None:
+        if self.answerText is not None and not form.fromModel and not self.interactive:
+            return self.elicited("decline", "declined: --answer answers the model's own questions, not a tool's")
+        if self.answerText is not None and form.fromModel:
             content = form.answerWith(self.answerText)
             if content is None:
                 return self.elicited("decline", "declined: --answer fits none of the choices")

@@ -24,7 +24,9 @@ _CHOICE_PREFIX = "choice-"
 
 def formRequest(sessionId: str, toolCallId: str, question: str, choices: list[str]) -> dict[str, Any]:
     """``elicitation/create`` params: the choices as an enum beside free text, or free
-    text alone (then required: an empty form answers nothing)."""
+    text alone (then required: an empty form answers nothing). Marked (``_meta``) as the
+    model's own question, for clients that answer those alone (``hermes-acp prompt
+    --answer``), never an MCP server's."""
     text = {"type": "string", "title": "Your answer" if not choices else "Or answer in your own words",
             "maxLength": MAX_ANSWER_CHARS}
     if choices:
@@ -33,7 +35,7 @@ def formRequest(sessionId: str, toolCallId: str, question: str, choices: list[st
     else:
         schema = {"type": "object", "properties": {"text": {**text, "minLength": 1}}, "required": ["text"]}
     return {"sessionId": sessionId, "toolCallId": toolCallId, "mode": "form", "message": question,
-            "requestedSchema": schema}
+            "requestedSchema": schema, "_meta": {"hermes-acp": {"clarify": True}}}
 
 
 def _bounded(text: str) -> str:

@@ -630,9 +630,11 @@ PICK = {"sessionId": "s1", "mode": "form", "message": "Which database?\nIt decid
         "requestedSchema": {"type": "object", "properties": {
             "answer": {"type": "string", "title": "Database", "oneOf": [
                 {"const": "pg", "title": "PostgreSQL"}, {"const": "sqlite", "title": "SQLite"}]},
-            "other": {"type": "string", "title": "Something else", "maxLength": 100}}}}  # fmt: skip
+            "other": {"type": "string", "title": "Something else", "maxLength": 100}}},
+        "_meta": {"hermes-acp": {"clarify": True}}}  # fmt: skip
 REQUIRED_TEXT = {"sessionId": "s1", "mode": "form", "message": "Name the branch",
-                 "requestedSchema": {"properties": {"name": {"type": "string"}}, "required": ["name"]}}
+                 "requestedSchema": {"properties": {"name": {"type": "string"}}, "required": ["name"]},
+                 "_meta": {"hermes-acp": {"clarify": True}}}
 
 
 class FakeAgentClient:
@@ -828,6 +830,18 @@ async def test_questionTextIsBoundedAndHasNoEscapes() -> None:
     assert "\x1b" not in fake.stderr and "\x07" not in fake.stderr
     assert "  ]0;pwned[2JClear?" in fake.stderr.splitlines()
     assert "  ... " in fake.stderr and len(fake.stderr) < 4000
+
+
+@pytest_twisted.ensureDeferred
+async def test_answerLeavesAToolsQuestionAlone() -> None:
+    """`--answer` answers the model's own questions (marked so by the agent), never an
+    MCP server's: `--answer yes` must not confirm what a tool asks. Without a terminal
+    such a question is declined."""
+    serverQuestion = {key: value for key, value in PICK.items() if key != "_meta"}
+    fake = FakeAgentClient([serverQuestion], answer="SQLite")
+    assert await fake.run() == EXIT_OK, fake.stderr
+    assert fake.reported()["answers"] == [{"action": "decline"}]
+    assert "[question] declined: --answer answers the model's own questions, not a tool's" in fake.stderr.splitlines()
 
 
 @pytest_twisted.ensureDeferred
