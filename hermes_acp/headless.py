@@ -649,9 +649,14 @@ class PromptClient:
                     chosen = choices[int(line.strip()) - 1]
         if chosen is None:
             declined = pickOption([o for o in options if not isAnswer(o)], REJECT_ONCE)
-            self.ui.note("[question] not answered")
-            return ({"outcome": {"outcome": "selected", "optionId": declined["optionId"]}} if declined
-                    else {"outcome": {"outcome": "cancelled"}})
+            nobody = not self.interactive and self.answerText is None and not self.cancelling
+            self.ui.note("[question] not answered" + (": no terminal to ask on" if nobody else ""))
+            if declined is None:
+                return {"outcome": {"outcome": "cancelled"}}
+            answer: dict[str, Any] = {"outcome": {"outcome": "selected", "optionId": declined["optionId"]}}
+            if nobody:  # ACP has no outcome for it; the agent tells the model nobody can answer
+                answer["_meta"] = {"hermes-acp": {"unanswerable": True}}
+            return answer
         self.ui.note(f"[question] answered: {clean(chosen.get('name', ''))}")
         return {"outcome": {"outcome": "selected", "optionId": chosen["optionId"]}}
 

@@ -62,6 +62,19 @@ def permissionOptions(kind: str) -> list[dict[str, str]]:
             for k in (ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE, REJECT_ALWAYS) if k in names]
 
 
+#: A question's answer from a client that has nobody to ask (``unanswerable``).
+UNANSWERABLE = "unanswerable"
+
+
+def unanswerable(result: Any) -> bool:
+    """Whether a client answered a question (``choose``) saying nobody can answer it: our own
+    ``hermes-acp prompt`` without a terminal marks its answer so (``_meta``), as ACP has no
+    outcome for it; the model is told so instead of "declined"."""
+    meta = result.get("_meta") if isinstance(result, dict) else None
+    mark = meta.get("hermes-acp") if isinstance(meta, dict) else None
+    return isinstance(mark, dict) and mark.get("unanswerable") is True
+
+
 def readOutcome(result: Any, offered: list[dict[str, Any]], key: str = "kind") -> str:
     """The client's answer as one of our outcomes (the chosen option's ``key``);
     anything unexpected denies."""
@@ -101,7 +114,7 @@ class PermissionBroker:
 
     def choose(self, sessionId: str, toolCall: dict[str, Any], options: list[dict[str, Any]]) -> Deferred[str]:
         lock = self._locks.setdefault(sessionId, DeferredLock())
-        d = lock.run(self._send, sessionId, toolCall, options, "optionId")
+        d = lock.run(self._send, sessionId, toolCall, options, "optionId", True)
         d.addErrback(lambda f: (f.trap(CancelledError), CANCELLED)[1])
         return d
 
@@ -115,11 +128,12 @@ class PermissionBroker:
     def _ask(self, sessionId: str, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
         return self._send(sessionId, toolCall, permissionOptions(kind), "kind")
 
-    def _send(self, sessionId: str, toolCall: dict[str, Any], offered: list[dict[str, Any]], key: str) -> Deferred[str]:
+    def _send(self, sessionId: str, toolCall: dict[str, Any], offered: list[dict[str, Any]], key: str,
+              question: bool = False) -> Deferred[str]:
         d = self.callRemote(
             "session/request_permission", {"sessionId": sessionId, "toolCall": toolCall, "options": offered}
         )
-        d.addCallback(readOutcome, offered, key)
+        d.addCallback(lambda result: UNANSWERABLE if question and unanswerable(result) else readOutcome(result, offered, key))
         d.addTimeout(self.timeout, self.clock, onTimeoutCancel=lambda result, timeout: TIMEOUT)
         d.addErrback(self._failed, sessionId)
         d.addCallback(self._logged, sessionId, toolCall.get("toolCallId"))

@@ -16,6 +16,7 @@ from .engine.approval import CANCELLED as PERMISSION_CANCELLED
 from .engine.approval import FAILED, TIMEOUT
 from .engine.asking import ACCEPTED, CANCELLED, DECLINED, MAX_ANSWER_CHARS, NO_ANSWER
 from .jsonrpc import InvalidParams
+from .permissions import UNANSWERABLE
 
 #: The permission option that answers nothing.
 DECLINE_OPTION = "decline"
@@ -87,6 +88,8 @@ def readChoice(optionId: str, choices: list[str], timeout: float) -> tuple[str, 
         return ACCEPTED, choices[int(optionId[len(_CHOICE_PREFIX):])]
     if optionId == DECLINE_OPTION:
         return DECLINED, ""
+    if optionId == UNANSWERABLE:
+        return NO_ANSWER, "nobody can answer: the client has no one to ask (no terminal)"
     return NO_ANSWER, noAnswer(optionId, timeout)
 
 

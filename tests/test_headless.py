@@ -909,14 +909,15 @@ CLARIFY = [[{"tool_calls": [{"id": "q", "name": "clarify",
 async def test_yesNeverAnswersTheModelsQuestion(scriptedServer, tmp_path) -> None:
     """Without a terminal or --answer, the real agent asks `clarify` as a permission
     request (the client offers no forms): --yes allows permissions, but never picks a
-    choice the model would take for the user's; the question goes unanswered."""
+    choice the model would take for the user's; the model hears that nobody can answer."""
     server, url = scriptedServer
     server.default.responses += CLARIFY
     run = await prompt(["--yes", "pick one"], modelEnv(url), tmp_path)
     assert run.exitCode == EXIT_OK, run.stderr
-    assert "[question] not answered" in run.stderr.splitlines()
+    assert "[question] not answered: no terminal to ask on" in run.stderr.splitlines()
     [result] = [m["content"] for m in server.chatRequests[-1]["messages"] if m["role"] == "tool"]
-    assert "alpha" not in json.loads(result)["user_response"]
+    said = json.loads(result)["user_response"]
+    assert "alpha" not in said and "nobody can answer" in said, said
 
 
 @pytest_twisted.ensureDeferred

@@ -140,6 +140,19 @@ class ChooseTests(SynchronousTestCase):
         answer(h, 0, {"outcome": "selected", "optionId": "choice-9"})
         self.assertEqual(self.successResultOf(d), "failed")
 
+    def test_nobodyToAnswerIsSaid(self) -> None:
+        """A client with nobody to ask marks its answer so (``_meta``): that, not the option
+        it had to pick, is the answer; a permission request ignores the mark."""
+        h, b = broker()
+        d = b.choose("s1", CALL, self.OPTIONS)
+        h.send({"jsonrpc": "2.0", "id": 0, "result": {"outcome": {"outcome": "selected", "optionId": "decline"},
+                                                      "_meta": {"hermes-acp": {"unanswerable": True}}}})
+        self.assertEqual(self.successResultOf(d), "unanswerable")
+        asked = b.requestPermission("s1", CALL, "edit")
+        h.send({"jsonrpc": "2.0", "id": 1, "result": {"outcome": {"outcome": "selected", "optionId": "reject_once"},
+                                                      "_meta": {"hermes-acp": {"unanswerable": True}}}})
+        self.assertEqual(self.successResultOf(asked), "reject_once")
+
     def test_itWaitsItsTurnAndTimesOut(self) -> None:
         """Behind another question of the session; then the same timeout."""
         h, b = broker(timeout=5)
