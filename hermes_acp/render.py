@@ -88,6 +88,11 @@ def _commandStatus(text: str, failed: bool, extras: dict[str, Any]) -> str:
     return "exit status unknown"
 
 
+def shownOutput(body: str, empty: str = "(no output)") -> str:
+    """A command's output as a card shows it: fenced, the middle cut past ``CONTENT_LIMIT``."""
+    return fenced(truncateMiddle(body, CONTENT_LIMIT)) if body.strip() else empty
+
+
 def textContent(text: str) -> dict[str, Any]:
     return {"type": "content", "content": {"type": "text", "text": text}}
 
@@ -234,7 +239,7 @@ class Renderer:
             content.append(textContent(_questionAndAnswer(extras)))
         elif name == "terminal" and "output" in extras:
             body = str(extras["output"])
-            shown = fenced(truncateMiddle(body, CONTENT_LIMIT)) if body.strip() else "(no output)"
+            shown = shownOutput(body)
             content.append(textContent(f"{shown}\n{_commandStatus(text, failed, extras)}"))
             if extras.get("sandboxNote"):
                 content.append(textContent(str(extras["sandboxNote"])))

@@ -57,7 +57,7 @@ from .naming import SessionNamer
 from .oneshot import OneShot
 from .params import field
 from .questions import choiceOptions, formRequest, noAnswer, readChoice, readForm, serverAnswer, serverQuestion
-from .render import CONTENT_LIMIT, fenced, planEntries, planSteps, textContent, truncateMiddle
+from .render import planEntries, planSteps, shownOutput, textContent
 from .session_state import SessionState
 from .store import timestamp
 from .updates import usageUpdate
@@ -428,9 +428,8 @@ class Turn:
         terminal would show it. Not journaled: the card's final update carries the output."""
         card = self.cards.get(callId)
         if card is not None and self.phase != ANSWERED and not self.cancelled:
-            body = truncateMiddle(output, CONTENT_LIMIT)
             update = {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
-                      "content": [textContent(fenced(body) if body.strip() else "(no output yet)")]}
+                      "content": [textContent(shownOutput(output, "(no output yet)"))]}
             self.services.updates.send(self.session, update, journal=False)
 
     def sweep(self) -> None:
