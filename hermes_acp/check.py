@@ -11,6 +11,7 @@ from typing import TextIO
 from . import __version__
 from .config import ConfigError, Settings, envFile, hermesHome, resolveEndpoint, stateDatabase
 from .engine.sandbox import describe
+from .engine.tools.websearch import searchStatus
 
 
 def stateProblem(path: Path) -> str | None:
@@ -72,6 +73,7 @@ def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
         ("state.db", f"{state} ({'not writable' if stateIssue else 'writable'})"),
         ("commands", describe(settings.sandbox != "off", settings.sandboxNetwork)),
         ("MCP servers", mcpSummary(hermesHome(env))),
+        ("web search", searchStatus(env)[1]),
     ]
     for name, value in rows:
         out.write(f"{name + ':':13}{value}\n")
