@@ -11,7 +11,8 @@ from typing import TextIO
 from . import __version__
 from .config import ConfigError, Settings, envFile, hermesHome, resolveEndpoint, stateDatabase
 from .engine.sandbox import describe
-from .engine.tools.websearch import searchStatus
+from .engine.tools.websearch import searchLimits, searchStatus
+from .engine.webfetch import FetchSettings
 
 
 def stateProblem(path: Path) -> str | None:
@@ -62,6 +63,10 @@ def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
     except ConfigError as e:
         problems.append(str(e))
         settings = Settings()
+    try:
+        FetchSettings.fromEnv(env), searchLimits(env)
+    except ConfigError as e:
+        problems.append(str(e))
     rows = [
         ("version", __version__),
         ("home", str(hermesHome(env))),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from twisted.internet import reactor, task
+from twisted.internet import task
 from twisted.internet.interfaces import IListeningPort
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
@@ -130,6 +130,8 @@ class FakeWeb(Resource):
 
 
 def listenWeb(braveKey: str) -> tuple[FakeWeb, IListeningPort]:
+    from twisted.internet import reactor
+
     web = FakeWeb(braveKey)
     site = Site(web)
     site.noisy = False

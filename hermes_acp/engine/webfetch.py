@@ -129,10 +129,10 @@ def _blockedKind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str 
         return _blockedKind(address.ipv4_mapped)
     if address in _METADATA_ADDRESSES:
         return "a cloud metadata address"
-    for kind, hit in (("a loopback address", address.is_loopback), ("a link-local address", address.is_link_local),
-                      ("a private address", address.is_private), ("a multicast address", address.is_multicast),
-                      ("an unspecified address", address.is_unspecified), ("a reserved address", address.is_reserved),
-                      ("a shared (CGNAT) address", address.version == 4 and address in _CGNAT)):
+    for kind, hit in (("a loopback address", address.is_loopback), ("an unspecified address", address.is_unspecified),
+                      ("a link-local address", address.is_link_local), ("a multicast address", address.is_multicast),
+                      ("a shared (CGNAT) address", address.version == 4 and address in _CGNAT),
+                      ("a private address", address.is_private), ("a reserved address", address.is_reserved)):
         if hit:
             return kind
     if not address.is_global:

@@ -29,12 +29,12 @@ import attrs
 from hermes_acp.config import envInt, envSeconds
 from hermes_acp.engine.chat_http import USER_AGENT, tlsContext
 from hermes_acp.engine.secrets import redactURL, secretValues
+from hermes_acp.engine.webfetch import DEFAULT_SECONDS
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
 
 MAX_LIMIT = 100
 MAX_TITLE, MAX_URL, MAX_DESCRIPTION = 300, 2048, 1000
 DEFAULT_SEARCH_BYTES = 2 * 1024 * 1024
-DEFAULT_SEARCH_SECONDS = 15.0
 ENABLE_HINT = ("set SEARXNG_URL (a SearXNG you run, no key) or one of BRAVE_SEARCH_API_KEY, TAVILY_API_KEY, "
                "EXA_API_KEY, FIRECRAWL_API_KEY in $HERMES_HOME/.env")
 
@@ -193,11 +193,16 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
+def searchLimits(env: Mapping[str, str] | None = None) -> tuple[float, int]:
+    """How long a search may take and how big its answer may be (``ConfigError`` for a bad setting)."""
+    env = os.environ if env is None else env
+    return (envSeconds(env, "HERMES_ACP_WEB_SECONDS", DEFAULT_SECONDS),
+            envInt(env, "HERMES_ACP_WEB_SEARCH_BYTES", DEFAULT_SEARCH_BYTES, minimum=1024))
+
+
 def search(backend: Backend, query: str, limit: int, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Ask the backend; the results in Hermes' shape, or ``ToolError`` in plain words."""
-    env = os.environ if env is None else env
-    seconds = envSeconds(env, "HERMES_ACP_WEB_SECONDS", DEFAULT_SEARCH_SECONDS)
-    maxBytes = envInt(env, "HERMES_ACP_WEB_SEARCH_BYTES", DEFAULT_SEARCH_BYTES, minimum=1024)
+    seconds, maxBytes = searchLimits(env)
     opener = urllib.request.build_opener(_NoRedirects, urllib.request.HTTPSHandler(context=tlsContext()))
     try:
         with opener.open(_request(backend, query, limit), timeout=seconds) as response:
