@@ -255,3 +255,21 @@ async def test_aRefusedFetchFetchesNothing(scriptedServer, fakeWeb, tmp_path) ->
     assert "Fetch not approved (the user denied it)" in toolResult(server, "1")
     assert "refused fetching from localhost for the rest of the session" in toolResult(server, "2")
     assert len(client.permissionRequests) == 1 and fakeWeb.requests == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_theUsersSecretsLeaveInNoURLAndNoQuery(scriptedServer, fakeWeb, tmp_path) -> None:
+    """The model puts the agent's own key (``HERMES_API_KEY``) in a URL and in a search query:
+    neither is sent anywhere, nothing is asked, and the model reads why."""
+    server, url = scriptedServer
+    base = f"http://localhost:{fakeWeb.port}"
+    key = modelEnv(url)["HERMES_API_KEY"]
+    server.default.responses += calls([("u", "web_extract", {"urls": [f"{base}/article?k={key}"]}),
+                                       ("q", "web_search", {"query": f"who owns {key}"})])
+    env = {**extractEnv(fakeWeb), "SEARXNG_URL": f"http://127.0.0.1:{fakeWeb.port}"}
+    client = RecordingClient(permission=answers("allow_once"))
+    response, wire, client, *_ = await onLoop(turn(url, str(tmp_path), env, client=client))
+    assert wire.problems() == [] and response.stop_reason == "end_turn"
+    assert "carries one of the user's secrets" in toolResult(server, "u")
+    assert "carries one of the user's secrets" in toolResult(server, "q")
+    assert fakeWeb.requests == [] and client.permissionRequests == []

@@ -212,10 +212,14 @@ def fetch(url: str, settings: FetchSettings, cancelEvent: threading.Event,
         if host not in seen:
             approveHost(url, host)
             seen.add(host)
+        try:
+            asciiHost = host.encode("idna").decode("ascii") if not host.isascii() else host
+        except UnicodeError:
+            raise Blocked(f"{host!r} is not a valid host name") from None
         https = parts.scheme.lower() == "https"
         port = parts.port or (443 if https else 80)
-        addresses = resolve(host, port, settings)
-        page, location = _get(url, parts, host, port, addresses, https, settings, deadline, cancelEvent, accept)
+        addresses = resolve(asciiHost, port, settings)
+        page, location = _get(url, parts, asciiHost, port, addresses, https, settings, deadline, cancelEvent, accept)
         if location is None:
             assert page is not None
             return page
@@ -235,7 +239,9 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
             raise FetchFailed("cancelled")
         return left
 
-    target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    safe = "/%:@!$&'()*+,;=-._~?"  # what a path or query may hold as it is; the rest is quoted
+    target = urllib.parse.urlunsplit(("", "", urllib.parse.quote(parts.path or "/", safe),
+                                      urllib.parse.quote(parts.query, safe), ""))
     connection = _PinnedConnection(host, port, addresses, https, remaining())
     done, sockets = threading.Event(), []
     threading.Thread(target=_shutOnCancel, args=(sockets, cancelEvent, done), daemon=True,
@@ -277,7 +283,7 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
         raise
     except (socket.timeout, TimeoutError):
         raise FetchFailed(f"timed out after {settings.seconds:g} s (HERMES_ACP_WEB_SECONDS)") from None
-    except (OSError, http.client.HTTPException) as e:
+    except (OSError, http.client.HTTPException, UnicodeError) as e:
         if cancelEvent.is_set():
             raise FetchFailed("cancelled") from None
         raise FetchFailed(f"could not fetch it: {type(e).__name__}: {e}") from None
