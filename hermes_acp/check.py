@@ -64,7 +64,8 @@ def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
         problems.append(str(e))
         settings = Settings()
     try:
-        FetchSettings.fromEnv(env), searchLimits(env)
+        FetchSettings.fromEnv(env)
+        searchLimits(env)
     except ConfigError as e:
         problems.append(str(e))
     rows = [

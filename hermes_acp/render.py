@@ -185,8 +185,7 @@ class Renderer:
 
     def locations(self, name: str, args: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]]:
         path = extras.get("path") or (args.get("path") if "path" in args else None)
-        if name not in KINDS or name in ("terminal", "todo", "session_search", "web_search", "web_extract") \
-                or path is None:
+        if name not in KINDS or name in ("terminal", "todo", "session_search") or path is None:
             return []
         location: dict[str, Any] = {"path": self.absolute(path)}
         line = extras.get("line") or (args.get("offset") if name == "read_file" else None)

@@ -243,7 +243,7 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
     target = urllib.parse.urlunsplit(("", "", urllib.parse.quote(parts.path or "/", safe),
                                       urllib.parse.quote(parts.query, safe), ""))
     connection = _PinnedConnection(host, port, addresses, https, remaining())
-    done, sockets = threading.Event(), []
+    done, sockets, response = threading.Event(), [], None
     threading.Thread(target=_shutOnCancel, args=(sockets, cancelEvent, done), daemon=True,
                      name="hermes-web-cancel").start()
     try:
@@ -266,7 +266,7 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
         chunks, size, truncated = [], 0, False
         while True:
             sock.settimeout(remaining())
-            chunk = response.read1(_READ) if hasattr(response, "read1") else response.read(_READ)
+            chunk = response.read1(_READ)
             if not chunk:
                 break
             chunks.append(chunk)
@@ -289,6 +289,8 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
         raise FetchFailed(f"could not fetch it: {type(e).__name__}: {e}") from None
     finally:
         done.set()
+        if response is not None:
+            response.close()  # with "Connection: close" the response holds the socket, not the connection
         connection.close()
 
 

@@ -128,9 +128,9 @@ def extract(page: Page) -> tuple[str, str]:
         if page.truncated:
             raise ToolError("the PDF is larger than HERMES_ACP_WEB_MAX_BYTES; a cut PDF cannot be read")
         return "", pdfText(page.body)
-    if page.contentType in ("text/html", "application/xhtml+xml", "") or page.body.lstrip()[:1] == b"<" and \
-            not page.contentType.startswith(_TEXT_TYPES):
-        body: bytes | str = _decoded(page) if page.charset else page.body
+    looksLikeMarkup = page.body.lstrip()[:1] == b"<" and not page.contentType.startswith(_TEXT_TYPES)
+    if page.contentType in ("text/html", "application/xhtml+xml", "") or looksLikeMarkup:
+        body: bytes | str = _decoded(page) if page.charset else page.body  # else trafilatura detects it
         return pageTitle(page.body), htmlMarkdown(body, page.url)
     if page.contentType.startswith("text/") or page.contentType in _TEXT_TYPES:
         return "", _decoded(page)
