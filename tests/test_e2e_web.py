@@ -22,7 +22,7 @@ import pytest
 import pytest_twisted
 
 from .e2e import answers, modelEnv, text
-from .sdkclient import RecordingClient, connect, initialized, onLoop
+from .sdkclient import RecordingClient, connect, initialized, onLoop, rawNotify, until
 from .web_server import BIG_HEAD, BIG_TAIL, listenWeb
 
 BRAVE_KEY = "brave-key-0123456789-do-not-leak"
@@ -119,7 +119,7 @@ async def test_braveErrorsReachTheModelAsTextAndTheKeyNowhere(scriptedServer, fa
     assert "rate limiting" in toolResult(server, "r") and "retry after 7 seconds" in toolResult(server, "r")
     assert "not search results" in toolResult(server, "g")
     assert "did not answer within 2 s" in toolResult(server, "t")
-    assert took < 30  # the stalled backend is bounded (measured: about 2 s)
+    assert took < 30  # the stalled backend is bounded (measured: 2.2-2.3 s)
     braveHeaders = [headers for path, headers in fakeWeb.requests if path.startswith("/res/v1/web/search")]
     assert braveHeaders and all(h.get("x-subscription-token") == BRAVE_KEY for h in braveHeaders)
     frames = json.dumps(wire.received) + json.dumps(server.chatRequests)
@@ -201,7 +201,7 @@ async def test_webExtractTurnsFixturePagesIntoWhatTheDocsPromise(scriptedServer,
     assert whole.startswith("# A very long report") and "Paragraph 5000 of a long report" in whole
     [slow] = json.loads(toolResult(server, "c"))["results"]
     assert slow["error"] == "timed out after 3 s (HERMES_ACP_WEB_SECONDS)"
-    assert took < 40  # measured: about 4 s (the slow page's 3 s bound, in parallel with the big page)
+    assert took < 60  # measured: 8-9 s on the loaded machine (trafilatura's import, the 5 MB page, the 3 s bound)
 
 
 @pytest_twisted.ensureDeferred
@@ -273,3 +273,32 @@ async def test_theUsersSecretsLeaveInNoURLAndNoQuery(scriptedServer, fakeWeb, tm
     assert "carries one of the user's secrets" in toolResult(server, "u")
     assert "carries one of the user's secrets" in toolResult(server, "q")
     assert fakeWeb.requests == [] and client.permissionRequests == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_aCancelEndsAStalledFetchAtOnce(scriptedServer, fakeWeb, tmp_path) -> None:
+    """The page drips a byte a second and its bound is far off (60 s): a cancel ends the turn at
+    once, and the agent closes the page's connection."""
+    server, url = scriptedServer
+    base = f"http://localhost:{fakeWeb.port}"
+    server.default.responses += calls([("s", "web_extract", {"urls": [f"{base}/slow"]})])
+
+    async def scenario():
+        env = modelEnv(url, **extractEnv(fakeWeb, seconds="60"))
+        async with connect(RecordingClient(), env=env) as (conn, client, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await conn.set_session_mode(session_id=sid, mode_id="dont_ask")
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("read it")]))
+            await until(lambda: any(path == "/slow" for path, _ in fakeWeb.requests), 30, "the slow page's request")
+            await asyncio.sleep(0.5)
+            began = time.monotonic()
+            await rawNotify(conn, "session/cancel", {"sessionId": sid})
+            response = await asyncio.wait_for(prompt, 30)
+            took = time.monotonic() - began
+            await until(lambda: not fakeWeb.openSlow(), 10, "the slow page's connection to close")
+            return response, took, wire
+
+    response, took, wire = await onLoop(scenario())
+    assert wire.problems() == [] and response.stop_reason == "cancelled"
+    assert took < 3  # measured: 0.09-0.10 s (the page's own bound is 60 s)

@@ -123,6 +123,10 @@ class FakeWeb(Resource):
                                                            "description": h["snippet"]} for h in hits]}}
         return json.dumps(body).encode()
 
+    def openSlow(self) -> bool:
+        """Whether a ``/slow`` request is still being answered (its client has not gone)."""
+        return any(drip.running for drip in self._drips)
+
     def stop(self) -> None:
         for drip in self._drips:
             if drip.running:
