@@ -18,6 +18,7 @@ import html
 import json
 import os
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -204,9 +205,19 @@ def search(backend: Backend, query: str, limit: int, env: Mapping[str, str] | No
     """Ask the backend; the results in Hermes' shape, or ``ToolError`` in plain words."""
     seconds, maxBytes = searchLimits(env)
     opener = urllib.request.build_opener(_NoRedirects, urllib.request.HTTPSHandler(context=tlsContext()))
+    deadline = time.monotonic() + seconds
     try:
         with opener.open(_request(backend, query, limit), timeout=seconds) as response:
-            body = response.read(maxBytes + 1)
+            chunks, size = [], 0
+            while size <= maxBytes:  # a total bound: a backend that drips bytes cannot hold the call
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+                chunk = response.read1(64 * 1024)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            body = b"".join(chunks)
     except urllib.error.HTTPError as e:
         raise ToolError(_failure(backend, e)) from None
     except (TimeoutError, OSError) as e:  # URLError is an OSError
@@ -221,7 +232,7 @@ def search(backend: Backend, query: str, limit: int, env: Mapping[str, str] | No
                         "the answer was not read")
     try:
         items = _items(backend, json.loads(body))
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ToolError(f"{backend.label} answered something that is not search results ({e}); "
                         "the backend may be misconfigured or down") from None
     results = []
