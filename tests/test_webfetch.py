@@ -33,6 +33,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(5)
             return
+        if self.path in ("/loop", "/to-file", "/to-loopback-ip"):
+            self.send_response(302)
+            where = {"/loop": "/loop", "/to-file": "file:///etc/passwd",
+                     "/to-loopback-ip": f"http://127.0.0.1:{self.server.server_address[1]}/x"}
+            self.send_header("Location", where[self.path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         body = b"x" * (10_000 if self.path == "/big" else 10)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
@@ -160,3 +168,26 @@ def test_theFetchRulePerMode() -> None:
     rule = HostApprovals(PathApprovals(("/w",), "dont_ask"))
     asked.clear()
     assert rule.decide("https://c.example/", "c.example", question(REJECT_ALWAYS)).allowed and asked == []
+
+
+def test_redirectsAreBoundedAndCheckedLikeTheFirstURL(local: int) -> None:
+    settings = FetchSettings(redirects=2, allowedNetworks=(webfetch.ipaddress.ip_network("127.0.0.0/8"),))
+    with pytest.raises(FetchFailed, match="more than 2 redirects"):
+        fetch(f"http://127.0.0.1:{local}/loop", settings, threading.Event())
+    assert _Handler.hits == ["/loop"] * 3
+    with pytest.raises(Blocked, match="only http and https"):
+        fetch(f"http://127.0.0.1:{local}/to-file", settings, threading.Event())
+
+
+def test_aRedirectToAnotherHostAsksAboutThatHost(local: int) -> None:
+    settings = FetchSettings.fromEnv({"HERMES_ACP_WEB_ALLOW_HOSTS": "127.0.0.0/8, localhost"})
+    asked = []
+
+    def approve(url: str, host: str) -> None:
+        asked.append(host)
+        if host == "127.0.0.1":
+            raise Blocked("not approved")
+
+    with pytest.raises(Blocked, match="not approved"):
+        fetch(f"http://localhost:{local}/to-loopback-ip", settings, threading.Event(), approve)
+    assert asked == ["localhost", "127.0.0.1"] and _Handler.hits == ["/to-loopback-ip"]
