@@ -179,6 +179,16 @@ def test_redirectsAreBoundedAndCheckedLikeTheFirstURL(local: int) -> None:
         fetch(f"http://127.0.0.1:{local}/to-file", settings, threading.Event())
 
 
+def test_aRedirectToARefusedAddressAsksNothing(local: int) -> None:
+    """An address is checked before the question: the user is never asked about what the guard refuses."""
+    settings = FetchSettings.fromEnv({"HERMES_ACP_WEB_ALLOW_HOSTS": "localhost"})
+    asked = []
+    with pytest.raises(Blocked, match="127.0.0.1, a loopback address"):
+        fetch(f"http://localhost:{local}/to-loopback-ip", settings, threading.Event(),
+              lambda url, host: asked.append(host))
+    assert asked == ["localhost"]
+
+
 def test_aRedirectToAnotherHostAsksAboutThatHost(local: int) -> None:
     settings = FetchSettings.fromEnv({"HERMES_ACP_WEB_ALLOW_HOSTS": "127.0.0.0/8, localhost"})
     asked = []

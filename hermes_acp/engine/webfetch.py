@@ -140,6 +140,14 @@ def _blockedKind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str 
     return None
 
 
+def _isAddress(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
 def resolve(host: str, port: int, settings: FetchSettings) -> list[str]:
     """The checked addresses of ``host``: every one it resolves to must be public or allowed,
     else ``Blocked``; resolved once, so the connection goes where the check looked."""
@@ -209,16 +217,19 @@ def fetch(url: str, settings: FetchSettings, cancelEvent: threading.Event,
     for hop in range(settings.redirects + 1):
         parts = checkURL(url, secrets)
         host = hostOf(url)
-        if host not in seen:
-            approveHost(url, host)
-            seen.add(host)
         try:
             asciiHost = host.encode("idna").decode("ascii") if not host.isascii() else host
         except UnicodeError:
             raise Blocked(f"{host!r} is not a valid host name") from None
         https = parts.scheme.lower() == "https"
         port = parts.port or (443 if https else 80)
-        addresses = resolve(asciiHost, port, settings)
+        # An address needs no lookup, so it is checked before the user is asked about it; a
+        # name is looked up only once the user allowed it (the lookup itself could carry data out).
+        addresses = resolve(asciiHost, port, settings) if _isAddress(asciiHost) else None
+        if host not in seen:
+            approveHost(url, host)
+            seen.add(host)
+        addresses = addresses or resolve(asciiHost, port, settings)
         page, location = _get(url, parts, asciiHost, port, addresses, https, settings, deadline, cancelEvent, accept)
         if location is None:
             assert page is not None
