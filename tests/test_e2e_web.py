@@ -89,7 +89,7 @@ async def test_aSearxngAnswersWebSearch(scriptedServer, fakeWeb, tmp_path) -> No
     offered = {tool["function"]["name"] for tool in server.chatRequests[0]["tools"]}
     assert {"web_search", "web_extract"} <= offered
     result = json.loads(toolResult(server, "s"))
-    assert result["success"] is True
+    assert result["success"] is True and "not instructions" in result["note"]
     web = result["data"]["web"]
     assert [hit["position"] for hit in web] == [1, 2, 3]  # bounded by limit
     assert web[0]["title"] == "Result 1 for twisted reactor"  # the backend's HTML marks are gone

@@ -1,5 +1,6 @@
 """``web_search``: a query to the search backend the user configured, under Hermes' name,
-arguments and result shape (``{success, data: {web: [{title, url, description, position}]}}``).
+arguments and result shape (``{success, data: {web: [{title, url, description, position}]}}``, with a
+``note`` that frames the results as data).
 
 Backends and their settings are Hermes' where it has them: SearXNG (``SEARXNG_URL``, no key:
 the one a self-hosting user runs), Brave (``BRAVE_SEARCH_API_KEY``), Tavily
@@ -30,7 +31,7 @@ import attrs
 from hermes_acp.config import envInt, envSeconds
 from hermes_acp.engine.chat_http import USER_AGENT, tlsContext
 from hermes_acp.engine.secrets import redactURL, secretValues
-from hermes_acp.engine.webfetch import DEFAULT_SECONDS
+from hermes_acp.engine.webfetch import DEFAULT_SECONDS, NOTE
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
 
 MAX_LIMIT = 100
@@ -265,7 +266,8 @@ def webSearch(ctx: ToolContext, query: str, limit: int = 5) -> ToolOutcome:
         results = search(backend, query, limit)
     except ValueError as e:  # a bad HERMES_ACP_WEB_* setting
         raise ToolError(str(e)) from None
-    return ToolOutcome(jsonText({"success": True, "data": {"web": results}}), {"backend": backend.label})
+    return ToolOutcome(jsonText({"success": True, "note": NOTE, "data": {"web": results}}),
+                       {"backend": backend.label})
 
 
 WEB_SEARCH = Tool(
