@@ -363,6 +363,58 @@ def spawnPairs(workspace: Path, runs: int) -> tuple[list[float], list[float]]:
     return plain, confined
 
 
+#: The pages ``web_extract`` is measured on: the fixtures of its tests (``tests/data/web``).
+WEB_PAGES = Path(__file__).resolve().parent.parent / "tests" / "data" / "web"
+
+
+def extractTimes(runs: int) -> list[tuple[str, list[float]]]:
+    """Seconds to turn each fixture page into what the model reads (``webextract.extract``:
+    trafilatura for HTML, pypdf for the PDF), in this process, after a first warm-up run."""
+    from hermes_acp.engine.tools.webextract import extract
+    from hermes_acp.engine.webfetch import Page
+    from tests.web_server import bigPage
+
+    pages = [(path.name, path.read_bytes(), "application/pdf" if path.suffix == ".pdf" else "text/html")
+             for path in sorted(WEB_PAGES.iterdir()) if path.suffix in (".html", ".pdf")]
+    pages.append(("the 5 MB page of the tests", bigPage(), "text/html"))
+    timed = []
+    for name, body, kind in pages:
+        page = Page("https://example.org/page", kind, "utf-8" if kind == "text/html" else None, body, False)
+        extract(page)
+        samples = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            extract(page)
+            samples.append(time.perf_counter() - started)
+        timed.append((f"{name} ({len(body) // 1024} KB)", samples))
+    return timed
+
+
+async def caseExtract(b: Bench) -> list[Result]:
+    """``web_extract``'s work on each fixture page, and what its libraries cost to import (in a
+    fresh process: the first web_extract of a session pays it, nothing else does)."""
+    rows = []
+    for module in ("trafilatura", "pypdf"):
+        samples = []
+        for _ in range(max(3, b.runs.spawns // 2)):
+            started = time.perf_counter()
+            process = await asyncio.create_subprocess_exec(sys.executable, "-c", f"import {module}")
+            if await asyncio.wait_for(process.wait(), 60) != 0:
+                raise BenchError(f"python -c 'import {module}' failed")
+            samples.append(time.perf_counter() - started)
+        floor = []
+        for _ in range(len(samples)):
+            started = time.perf_counter()
+            process = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+            await asyncio.wait_for(process.wait(), 60)
+            floor.append(time.perf_counter() - started)
+        extra = [max(0.0, sample - statistics.median(floor)) for sample in samples]
+        rows.append(Result(f"web_extract: import {module} (a fresh process, less `python -c pass`)", extra, "ms"))
+    for name, samples in await asyncio.to_thread(extractTimes, max(3, b.runs.toolTurns)):
+        rows.append(Result(f"web_extract: extract {name}", samples, "ms"))
+    return rows
+
+
 async def caseStream(b: Bench) -> list[Result]:
     agent = await b.ready()
     samples, chunks = [], []
@@ -610,6 +662,7 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "sandbox": caseSandbox,
     "mcp": caseMCP,
     "compaction": caseCompaction,
+    "extract": caseExtract,
     "stream": caseStream,
     "concurrent": caseConcurrent,
     "cancel": caseCancel,

@@ -11,6 +11,8 @@ from typing import TextIO
 from . import __version__
 from .config import ConfigError, Settings, envFile, hermesHome, resolveEndpoint, stateDatabase
 from .engine.sandbox import describe
+from .engine.tools.websearch import searchLimits, searchStatus
+from .engine.webfetch import FetchSettings
 
 
 def stateProblem(path: Path) -> str | None:
@@ -61,6 +63,11 @@ def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
     except ConfigError as e:
         problems.append(str(e))
         settings = Settings()
+    try:
+        FetchSettings.fromEnv(env)
+        searchLimits(env)
+    except ConfigError as e:
+        problems.append(str(e))
     rows = [
         ("version", __version__),
         ("home", str(hermesHome(env))),
@@ -72,6 +79,7 @@ def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
         ("state.db", f"{state} ({'not writable' if stateIssue else 'writable'})"),
         ("commands", describe(settings.sandbox != "off", settings.sandboxNetwork)),
         ("MCP servers", mcpSummary(hermesHome(env))),
+        ("web search", searchStatus(env)[1]),
     ]
     for name, value in rows:
         out.write(f"{name + ':':13}{value}\n")

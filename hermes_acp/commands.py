@@ -19,6 +19,7 @@ from .catalog import ModelCatalog
 from .client import ClientInfo
 from .config import Endpoint, Settings, stateDatabase
 from .engine.access import EDIT_MODES, PLAN
+from .engine.tools.websearch import searchStatus
 from .interfaces import ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import JSONRPCError
 from .mcp.registry import MCPServers
@@ -211,6 +212,7 @@ class Commands:
             ("Client offers", ", ".join(self.client.offers()) or "nothing beyond the basics"),
             ("Commands", self._protection()),
             ("MCP servers", self.mcp.summary(state)),
+            ("Web search", searchStatus()[1]),
             ("Session state", str(stateDatabase())),
             ("Logs", "stderr of this process (your editor's agent log); `hermes-acp --check` from a terminal"),
         ]

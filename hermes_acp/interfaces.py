@@ -56,7 +56,8 @@ class ITurnObserver(Interface):
 
     def approveRead(callId: str, path: str, reason: str) -> str:
         """Ask the user whether the model may read ``path`` (``reason`` says why it
-        asks: a secret, or outside the workspace); an answer of ``ANSWERS``."""
+        asks: a secret, or outside the workspace; for a fetch, ``path`` is the URL and
+        ``reason`` names the host); an answer of ``ANSWERS``."""
 
     def approvePlan(callId: str, plan: str) -> str:
         """Show the user the plan the model made in plan mode and ask whether to implement

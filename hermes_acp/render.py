@@ -26,6 +26,8 @@ KINDS = {
     "terminal": "execute",
     "todo": "think",
     "clarify": "think",
+    "web_search": "search",
+    "web_extract": "fetch",
 }
 #: Cap on text shown in a tool call's content and on rawOutput.
 CONTENT_LIMIT = 16 * 1024
@@ -171,6 +173,11 @@ class Renderer:
         if name == "todo":
             count = len(args.get("todos") or [])
             return f"Update plan ({count} item{'s' if count != 1 else ''})"
+        if name == "web_search":
+            return f'Search the web: "{_oneLine(str(args.get("query", "")), 60)}"'
+        if name == "web_extract":
+            urls = [str(url) for url in args.get("urls") or []] if isinstance(args.get("urls"), list) else []
+            return f"Fetch {_oneLine(urls[0])}" if len(urls) == 1 else f"Fetch {len(urls)} pages"
         if name == "session_search":
             where = " in all projects" if args.get("all_projects") is True else ""
             return f'Search past sessions{where}: "{_oneLine(str(args.get("query", "")), 60)}"'
@@ -263,6 +270,8 @@ class Renderer:
         elif "newText" in detail:
             call["content"] = [self.diff(detail)]
             call["locations"] = [{"path": self.absolute(detail["path"])}]
+        elif KINDS.get(name) == "fetch":  # a fetch: which URL, and why it asks
+            call["content"] = [textContent(f"This {detail['reason']}:\n{fenced(str(detail['path']))}")]
         elif "command" not in detail:  # a read: which path, and why it asks
             path = self.absolute(detail["path"])
             call["content"] = [textContent(f"This {detail['reason']}:\n{fenced(path)}")]

@@ -24,6 +24,8 @@ ENTRY_POINTS: dict[str, list[str]] = {
 _MODEL_VARS = (
     "HERMES_BASE_URL", "HERMES_API_KEY", "HERMES_MODEL", "HERMES_MODELS", "HERMES_PROVIDER",
     "OPENROUTER_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "NOUS_API_KEY",
+    # the web search backends (a developer's own would offer web_search to every test's model)
+    "SEARXNG_URL", "BRAVE_SEARCH_API_KEY", "TAVILY_API_KEY", "EXA_API_KEY", "FIRECRAWL_API_KEY", "FIRECRAWL_API_URL",
 )
 
 

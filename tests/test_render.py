@@ -305,6 +305,33 @@ class PermissionTests(SchemaMixin, SynchronousTestCase):
         self.assertEqual(texts(default), ["This command needs approval\n```sh\nls\n```"])
 
 
+class WebTests(SchemaMixin, SynchronousTestCase):
+    """``web_search`` and ``web_extract``: their kinds, titles, and a fetch's permission card (the URL, no location)."""
+
+    def setUp(self) -> None:
+        self.r = Renderer(CWD)
+
+    def test_kindsAndTitles(self) -> None:
+        search = self.r.toolStarted("c", "web_search", {"query": "twisted reactor"})
+        self.assertEqual((search["kind"], search["title"], search["locations"]),
+                         ("search", 'Search the web: "twisted reactor"', []))
+        one = self.r.toolStarted("c", "web_extract", {"urls": ["https://example.org/a"]})
+        self.assertEqual((one["kind"], one["title"]), ("fetch", "Fetch https://example.org/a"))
+        self.assertEqual(self.r.title("web_extract", {"urls": ["https://a.example/", "https://b.example/"]}),
+                         "Fetch 2 pages")
+        self.assertEqual(self.r.title("web_extract", {"urls": "not a list"}), "Fetch 0 pages")
+        self.assertValid(search)
+        self.assertValid(one)
+
+    def test_aFetchQuestionShowsTheURL(self) -> None:
+        call = self.r.permissionToolCall("c", "web_extract", {"urls": ["https://example.org/a"]},
+                                         {"path": "https://example.org/a", "reason": "fetches a web page from example.org"})
+        self.assertEqual(call["kind"], "fetch")
+        self.assertNotIn("locations", call)
+        self.assertEqual(texts(call), ["This fetches a web page from example.org:\n```\nhttps://example.org/a\n```"])
+        self.assertValid(call, "ToolCallUpdate")
+
+
 class PlanTests(SchemaMixin, SynchronousTestCase):
     def test_entries(self) -> None:
         """Statuses map to the plan's; cancelled shows completed with a "[cancelled] " prefix."""

@@ -22,6 +22,8 @@ from zope.interface import implementer
 from hermes_acp import safejson
 from hermes_acp.config import DEFAULT_MAX_TOOL_CALLS, DEFAULT_TOOL_PARALLEL, DEFAULT_TOOL_THREADS, Endpoint
 from hermes_acp.engine.access import PLAN, PathApprovals
+from hermes_acp.engine.webaccess import HostApprovals
+from hermes_acp.engine.tools.websearch import searchBackend
 from hermes_acp.engine.approval import Verdict, ask
 from hermes_acp.engine.cancel import CANCELLED as _WOKEN
 from hermes_acp.engine.cancel import Cancellation
@@ -235,6 +237,7 @@ class AIAgent:
     _commandApprovals: CommandApprovals | None = attrs.field(default=None, init=False)
     _approvalsLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     pathApprovals: PathApprovals = attrs.field(init=False)
+    hostApprovals: HostApprovals = attrs.field(init=False)
     _locks: PathLocks = attrs.field(factory=PathLocks, init=False)
     _runLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _planLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
@@ -242,6 +245,7 @@ class AIAgent:
 
     def __attrs_post_init__(self) -> None:
         self.pathApprovals = PathApprovals.forWorkspace(self.cwd, self.additionalDirectories)
+        self.hostApprovals = HostApprovals(self.pathApprovals)
         if self.model is None:
             self.model = self.endpoint.model
 
@@ -329,6 +333,8 @@ class AIAgent:
         tools = selectTools(self.tools)
         if self.sessionSearch is None and self.tools is None:
             tools.pop("session_search")
+        if self.tools is None and searchBackend() is None:
+            tools.pop("web_search")  # no backend configured: /doctor and --check say how to add one
         if self.planning:
             tools[EXIT_PLAN.name] = EXIT_PLAN
         return tools
@@ -361,6 +367,8 @@ class AIAgent:
             delegate=lambda name, arguments: _delegated(observer.callTool(callId, name, arguments)),
             approvePlan=lambda plan: self._approvePlan(plan, lambda p: observer.approvePlan(callId, p)),
             askUser=lambda question, choices: Answer(*observer.askUser(callId, question, choices)),
+            approveFetch=lambda url, host: self.hostApprovals.decide(
+                url, host, lambda u, reason: observer.approveRead(callId, u, reason)),
         )
 
     def _approvePlan(self, plan: str, question: Callable[[str], str]) -> str | None:

@@ -12,10 +12,13 @@ from hermes_acp.engine.tools.search import SEARCH_FILES
 from hermes_acp.engine.tools.sessions import SESSION_SEARCH
 from hermes_acp.engine.tools.terminal import TERMINAL
 from hermes_acp.engine.tools.todo import TODO
+from hermes_acp.engine.tools.webextract import WEB_EXTRACT
+from hermes_acp.engine.tools.websearch import WEB_SEARCH
 
 BUILTIN_TOOLS: dict[str, Tool] = {
     tool.name: tool
-    for tool in (READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, SESSION_SEARCH, CLARIFY)
+    for tool in (READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, SESSION_SEARCH, CLARIFY,
+                 WEB_SEARCH, WEB_EXTRACT)
 }
 
 

@@ -94,6 +94,8 @@ class ToolContext:
     #: ``askUser(question, choices)``: ask the user through the turn that owns this
     #: call; an ``engine.asking.Answer`` (nobody to ask: no answer).
     askUser: Callable[[str, list[str]], Answer] = lambda question, choices: NOBODY
+    #: ``approveFetch(url, host)``: may the call fetch from ``host`` (``engine.webaccess``)?
+    approveFetch: Callable[[str, str], Verdict] = lambda url, host: Verdict(False, "fetching is not available here")
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
