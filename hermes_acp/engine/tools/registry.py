@@ -94,6 +94,8 @@ class ToolContext:
     #: ``askUser(question, choices)``: ask the user through the turn that owns this
     #: call; an ``engine.asking.Answer`` (nobody to ask: no answer).
     askUser: Callable[[str, list[str]], Answer] = lambda question, choices: NOBODY
+    #: The session's background processes (``engine.background.SessionProcesses``; None: none here).
+    background: Any = None
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""

@@ -1,0 +1,149 @@
+"""What the editor sees of background processes: the card of the ``terminal`` call
+that started one stays ``in_progress`` with the output's tail, and completes (or
+fails) with the exit code when the process ends, in a turn or between turns (a
+``session/update`` outside a turn is valid ACP).
+
+The engine's ``BackgroundProcesses`` reports from its reader thread; each report
+crosses to the reactor here (``callFromThread``), where the card's updates go out
+through the update channel. The start and the end are journaled, tagged in
+``_meta`` (``hermesAcp.background``), so a replay shows the card as it ended; the
+live tail is not (like a foreground command's). After a restart, ``loaded`` finds
+the cards a previous agent process left running: their processes ended with it,
+so the cards fail, that is journaled, and the model is told at the next prompt.
+Wired once per connection; the state is per session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from twisted.internet.interfaces import IReactorFromThreads
+
+from .engine.background import BackgroundError, BackgroundProcesses
+from .interfaces import ISessionStore, IUpdateChannel
+from .render import shownOutput, textContent
+from .session_state import SessionState
+
+#: Ends heard before their card was shown (the process ended as its call was answered), kept at most.
+MAX_EARLY = 64
+LOST = "Ended when the agent's previous process stopped (the agent was restarted)."
+
+
+def backgroundMeta(snapshot: dict[str, Any], status: str) -> dict[str, Any]:
+    return {"hermesAcp": {"background": {"processId": snapshot["processId"], "number": snapshot["number"],
+                                         "command": snapshot["command"], "status": status}}}
+
+
+def _tagged(update: dict[str, Any]) -> dict[str, Any] | None:
+    meta = update.get("_meta")
+    tagged = meta.get("hermesAcp") if isinstance(meta, dict) else None
+    found = tagged.get("background") if isinstance(tagged, dict) else None
+    return found if isinstance(found, dict) and isinstance(found.get("processId"), str) else None
+
+
+@attrs.define(eq=False)
+class BackgroundCards:
+    """The cards of every session's background processes, on the reactor."""
+
+    reactor: IReactorFromThreads
+    store: ISessionStore
+    updates: IUpdateChannel
+    processes: BackgroundProcesses
+    #: (session id, process id) -> the card's toolCallId.
+    _cards: dict[tuple[str, str], str] = attrs.field(factory=dict)
+    _early: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        self.processes.listener = self._heard
+
+    def _heard(self, sessionId: str, kind: str, snapshot: dict[str, Any]) -> None:
+        """In the reader's thread."""
+        self.reactor.callFromThread(self._event, sessionId, kind, snapshot)
+
+    def adopt(self, session: SessionState, toolCallId: str, extras: dict[str, Any]) -> None:
+        """The ``terminal`` call that started a process answered: its card stays in progress."""
+        owner = self.processes.find(session.sessionId)
+        try:
+            proc = owner.find(extras["background"]) if owner is not None else None
+        except BackgroundError:
+            proc = None
+        if proc is None:
+            return
+        snapshot = proc.snapshot()
+        key = (session.sessionId, proc.processId)
+        self._cards[key] = toolCallId
+        self.updates.send(session, {
+            "sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "in_progress",
+            "content": self._running(snapshot), "rawOutput": {"processId": proc.processId, "pid": proc.pid},
+            "_meta": backgroundMeta(snapshot, "running"),
+        })  # fmt: skip
+        ended = self._early.pop(key, None)
+        if ended is not None:
+            self._event(session.sessionId, "ended", ended)
+
+    def _running(self, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+        header = (f"Running in the background as #{snapshot['number']} ({snapshot['processId']}, pid "
+                  f"{snapshot['pid']}); `/kill {snapshot['number']}` ends it.")
+        return [textContent(header), textContent(shownOutput(snapshot["tail"], "(no output yet)"))]
+
+    def _event(self, sessionId: str, kind: str, snapshot: dict[str, Any]) -> None:
+        key = (sessionId, snapshot["processId"])
+        session = self.store.sessions.get(sessionId)
+        toolCallId = self._cards.get(key)
+        if session is None:
+            self._cards.pop(key, None)
+            return
+        if toolCallId is None:
+            if kind == "ended":
+                self._early[key] = snapshot
+                while len(self._early) > MAX_EARLY:
+                    self._early.pop(next(iter(self._early)))
+            return
+        if kind == "output":
+            self.updates.send(session, {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
+                                        "content": self._running(snapshot),
+                                        "_meta": backgroundMeta(snapshot, "running")}, journal=False)
+            return
+        del self._cards[key]
+        code = snapshot["exitCode"]
+        how = "killed" if snapshot["reason"] == "killed" else (
+            "ended with the session" if snapshot["reason"] == "session_closed" else "exited")
+        self.updates.send(session, {
+            "sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
+            "status": "completed" if code == 0 else "failed",
+            "content": [textContent(f"{shownOutput(snapshot['tail'])}\n{how}, exit code {code}")],
+            "rawOutput": {"output": snapshot["tail"], "exitCode": code, "processId": snapshot["processId"]},
+            "_meta": backgroundMeta(snapshot, "exited"),
+        })  # fmt: skip
+
+    def loaded(self, session: SessionState, replayed: list[dict[str, Any]]) -> None:
+        """A load replayed the journal: cards of processes that neither ended nor run in
+        this agent ended with the agent's previous process. They fail (journaled), and the
+        model hears of them at the next prompt."""
+        started: dict[str, tuple[str, dict[str, Any]]] = {}
+        for update in replayed:
+            tagged = _tagged(update) if isinstance(update, dict) else None
+            if tagged is None:
+                continue
+            if tagged.get("status") == "running" and isinstance(update.get("toolCallId"), str):
+                started[tagged["processId"]] = (update["toolCallId"], tagged)
+            else:
+                started.pop(tagged["processId"], None)
+        owner = self.processes.find(session.sessionId)
+        live = {proc.processId for proc in owner.processes()} if owner is not None else set()
+        lost = [(toolCallId, tagged) for processId, (toolCallId, tagged) in started.items() if processId not in live]
+        for toolCallId, tagged in lost:
+            self.updates.send(session, {
+                "sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "failed",
+                "content": [textContent(LOST)], "_meta": backgroundMeta(tagged, "lost"),
+            })  # fmt: skip
+        if lost:
+            self.processes.forSession(session.sessionId).lost([tagged for _, tagged in lost])
+
+    def forget(self, session: SessionState) -> None:
+        """The session is closed or deleted: its processes end (their cards are the editor's no more)."""
+        self.processes.drop(session.sessionId)
+        for key in [key for key in (*self._cards, *self._early) if key[0] == session.sessionId]:
+            self._cards.pop(key, None)
+            self._early.pop(key, None)
