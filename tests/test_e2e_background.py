@@ -275,3 +275,51 @@ async def test_limitsPsAndKill(scriptedServer, tmp_path: Path) -> None:
             assert wire.problems() == []
 
     await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_backgroundProcessesDoNotStarveTurns(scriptedServer, tmp_path: Path) -> None:
+    """16 sessions each start 2 background processes; then a prompt in every session
+    runs at once (a barrier answers none until all 16 have asked the model): every turn
+    gets a worker while 32 background processes run and print. The agent's threads grow
+    by the one reader, not by one per process."""
+    server, url = scriptedServer
+    sleep = uniqueSleep(351)
+    chatty = f"while true; do echo tick; sleep 0.2; done & {sleep}"
+    found: dict[str, Any] = {}
+
+    def threads(pid: int) -> int:
+        return len(os.listdir(f"/proc/{pid}/task"))
+
+    async def scenario() -> None:
+        client = RecordingClient(permission=approve)
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, agent):
+            await initialized(conn)
+            sids = [(await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id for _ in range(16)]
+            for index, sid in enumerate(sids):
+                server.addRule(f"start-{index}.", [background(chatty, "a"), background(chatty, "b"),
+                                                   [{"text": "started"}]])
+            for index, sid in enumerate(sids):
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text(f"start-{index}.")]), 60)
+            pids = found["pids"] = [call["rawOutput"]["pid"] for sid in sids
+                                    for call in toolCalls(updates(wire, sid)).values() if call.get("_meta")]
+            assert len(set(pids)) == 32 and not any(processGone(pid) for pid in pids)
+            before = threads(agent.pid)
+            requests = len(server.chatRequests)
+            for index in range(16):
+                server.addRule(f"ping-{index}.", [[{"barrier": requests + 16}, {"text": f"pong-{index}"}]])
+            answers = await asyncio.wait_for(asyncio.gather(*(
+                conn.prompt(session_id=sid, prompt=[text(f"ping-{index}.")]) for index, sid in enumerate(sids))), 120)
+            assert [a.stop_reason for a in answers] == ["end_turn"] * 16
+            found["threads"] = (before, threads(agent.pid))
+            assert wire.problems() == []
+            agent.stdin.close()
+            await asyncio.wait_for(agent.wait(), 60)
+
+    try:
+        await onLoop(scenario())
+        await onLoop(until(lambda: all(processGone(pid) for pid in found["pids"]), 30, "every process to end"))
+    finally:
+        for pid in found.get("pids", []):
+            if not processGone(pid):
+                os.kill(pid, signal.SIGKILL)
