@@ -9,7 +9,9 @@ through the update channel. The start and the end are journaled, tagged in
 ``_meta`` (``hermesAcp.background``), so a replay shows the card as it ended; the
 live tail is not (like a foreground command's). After a restart, ``loaded`` finds
 the cards a previous agent process left running: their processes ended with it,
-so the cards fail, that is journaled, and the model is told at the next prompt.
+so the cards fail, that is journaled, and the model is told at the next prompt
+(a fork's copy of a card whose process runs in the session it came from fails
+too, saying so: the process is not the fork's).
 Wired once per connection; the state is per session.
 """
 
@@ -28,6 +30,7 @@ from .session_state import SessionState
 #: Ends heard before their card was shown (the process ended as its call was answered), kept at most.
 MAX_EARLY = 64
 LOST = "Ended when the agent's previous process stopped (the agent was restarted)."
+FORKED = "It belongs to the session this one was forked from, where it runs on."
 
 
 def backgroundMeta(snapshot: dict[str, Any], status: str) -> dict[str, Any]:
@@ -130,16 +133,20 @@ class BackgroundCards:
                 started[tagged["processId"]] = (update["toolCallId"], tagged)
             else:
                 started.pop(tagged["processId"], None)
-        owner = self.processes.find(session.sessionId)
-        live = {proc.processId for proc in owner.processes()} if owner is not None else set()
-        lost = [(toolCallId, tagged) for processId, (toolCallId, tagged) in started.items() if processId not in live]
-        for toolCallId, tagged in lost:
+        lost = []
+        for processId, (toolCallId, tagged) in started.items():
+            owner = self.processes.ownerOf(processId)
+            if owner == session.sessionId:
+                continue  # it runs here: its card goes on
+            if owner is None:
+                lost.append(tagged)
             self.updates.send(session, {
                 "sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "failed",
-                "content": [textContent(LOST)], "_meta": backgroundMeta(tagged, "lost"),
+                "content": [textContent(LOST if owner is None else FORKED)],
+                "_meta": backgroundMeta(tagged, "lost" if owner is None else "elsewhere"),
             })  # fmt: skip
         if lost:
-            self.processes.forSession(session.sessionId).lost([tagged for _, tagged in lost])
+            self.processes.forSession(session.sessionId).lost(lost)
 
     def forget(self, session: SessionState) -> None:
         """The session is closed or deleted: its processes end (their cards are the editor's no more)."""

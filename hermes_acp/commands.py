@@ -20,6 +20,7 @@ from .client import ClientInfo
 from .config import Endpoint, Settings, stateDatabase
 from .engine.access import EDIT_MODES, PLAN
 from .engine.background import BackgroundError, BackgroundProcesses
+from .engine.secrets import redact, secretValues
 from .interfaces import ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import JSONRPCError
 from .mcp.registry import MCPServers
@@ -230,7 +231,7 @@ class Commands:
         for entry in (proc.describe() for proc in procs):
             status = entry["status"] if entry["status"] == "running" else (
                 f"{entry['completion_reason']}, exit code {entry['exit_code']}")
-            command = entry["command"].splitlines()[0][:80].replace("|", "\\|").replace("`", "'")
+            command = redact(entry["command"].splitlines()[0][:80], secretValues()).replace("|", "\\|").replace("`", "'")
             lines.append(f"| {entry['number']} | {status} | {entry['pid']} | {entry['uptime_seconds']} s | "
                          f"{entry['output_bytes']:,} bytes | `{command}` |")
         return "\n".join(lines + ["", "End one with `/kill N`."])

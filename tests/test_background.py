@@ -116,6 +116,15 @@ def test_waitWriteSubmitClose(session, registry) -> None:
     assert ended and ended[-1]["exitCode"] == 3 and "eof" in ended[-1]["tail"]
 
 
+def test_inputIsJudgedAsPipedIntoTheCommand(session) -> None:
+    """A shell fed commands through its input is judged as ``printf ... | sh``: it asks."""
+    started = call(session, "terminal", command="sh", background=True)
+    refused = session.call("process", action="submit", session_id=started["session_id"], data="touch ~/x")
+    assert refused.failed and "BLOCKED" in refused.text
+    asked = session.observer.commands[-1]
+    assert "touch ~/x" in str(asked) and "| sh" in str(asked)
+
+
 def test_waitIsInterruptedByACancel(session) -> None:
     started = call(session, "terminal", command="sleep 30", background=True)
     threading.Timer(0.3, session.cancelEvent.set).start()

@@ -323,3 +323,32 @@ async def test_backgroundProcessesDoNotStarveTurns(scriptedServer, tmp_path: Pat
         for pid in found.get("pids", []):
             if not processGone(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest_twisted.ensureDeferred
+async def test_aForkLoadedDoesNotClaimItsSourcesProcess(scriptedServer, tmp_path: Path) -> None:
+    """A fork copies the journal, the running card with it; loaded, the fork's copy fails
+    saying the process is its source's, which runs on, and the model is not told it ended."""
+    from hermes_acp.backgroundcards import FORKED
+
+    server, url = scriptedServer
+    sleep = uniqueSleep(361)
+    server.default.responses += [background(sleep), [{"text": "started"}], [{"text": "in the fork"}]]
+
+    async def scenario() -> None:
+        async with connect(RecordingClient(permission=approve), env=modelEnv(url)) as (conn, _, wire, agent):
+            sid = await agentSession(conn, tmp_path)
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("start")]), 30)
+            pid = toolResult(server.chatRequests[1])["pid"]
+            fork = (await conn.fork_session(session_id=sid, cwd=str(tmp_path), mcp_servers=[])).session_id
+            await conn.load_session(session_id=fork, cwd=str(tmp_path), mcp_servers=[])
+            _, card = backgroundCard(wire, fork)
+            assert card["status"] == "failed" and FORKED in json.dumps(card["content"])
+            assert not processGone(pid) and backgroundCard(wire, sid)[1]["status"] == "in_progress"
+            await asyncio.wait_for(conn.prompt(session_id=fork, prompt=[text("forked")]), 30)
+            assert lastUser(server.chatRequests[-1]) == "forked"
+            assert wire.problems() == []
+            await raw(conn, "session/close", {"sessionId": sid})
+            await until(lambda: processGone(pid), 10, "the process to end with its session")
+
+    await onLoop(scenario())

@@ -5,6 +5,7 @@ by its ``session_id`` (``proc_…``) or by its number in the session (``/ps``)."
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
@@ -86,6 +87,12 @@ def _act(ctx: ToolContext, owner: Any, proc: BackgroundProcess, action: str, dat
         text = (data or "") + ("\n" if action == "submit" else "")
         if action == "write" and not text:
             raise BackgroundError("write needs data")
+        # What a process does with its input the guard never saw: it judges the input piped into
+        # the command, as confined as the process is (a shell fed commands asks, ``cat`` does not).
+        verdict = ctx.approveCommand(f"printf '%s' {shlex.quote(text)} | {proc.command}", proc.confined, None,
+                                     proc.cwd)
+        if not verdict.allowed:
+            raise BackgroundError(verdict.message)
         return {"status": "ok", "bytes_written": owner.write(proc, text)}
     if action == "close":
         closed = owner.closeInput(proc)
