@@ -19,10 +19,10 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from . import __version__
+from .backgroundcards import BackgroundCards
 from .catalog import ModelCatalog
 from .client import ClientInfo
 from .clientio import ClientWorkspace
-from .backgroundcards import BackgroundCards
 from .commands import Commands
 from .config import Endpoint, Settings, hermesHome, loadDotenv, resolveEndpoint
 from .engine.background import BackgroundLimits, BackgroundProcesses

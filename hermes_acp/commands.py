@@ -231,7 +231,7 @@ class Commands:
         for entry in (proc.describe() for proc in procs):
             status = entry["status"] if entry["status"] == "running" else (
                 f"{entry['completion_reason']}, exit code {entry['exit_code']}")
-            command = redact(entry["command"].splitlines()[0][:80], secretValues()).replace("|", "\\|").replace("`", "'")
+            command = _shownCommand(entry["command"]).replace("|", "\\|").replace("`", "'")
             lines.append(f"| {entry['number']} | {status} | {entry['pid']} | {entry['uptime_seconds']} s | "
                          f"{entry['output_bytes']:,} bytes | `{command}` |")
         return "\n".join(lines + ["", "End one with `/kill N`."])
@@ -248,4 +248,9 @@ class Commands:
             return f"/kill: {e}".replace("process(action='list') lists them", "`/ps` lists them")
         if not owner.kill(proc, "killed", "user./kill", wait=0):
             return f"#{proc.number} has already ended (exit code {proc.exitCode})."
-        return f"Ending #{proc.number} (`{proc.command.splitlines()[0][:80]}`) and everything it started."
+        return f"Ending #{proc.number} (`{_shownCommand(proc.command)}`) and everything it started."
+
+
+def _shownCommand(command: str) -> str:
+    """A background process's command as ``/ps`` and ``/kill`` show it: its first line, cut, redacted."""
+    return redact((command.strip().splitlines() or [""])[0][:80], secretValues())

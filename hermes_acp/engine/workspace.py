@@ -108,7 +108,7 @@ class OutputCap:
 
     def tail(self, limit: int) -> str:
         """About the last ``limit`` bytes kept, as text (the whole text when it is shorter)."""
-        kept = self._head + self._tail if len(self._tail) < limit and not self.dropped else self._tail
+        kept = self._tail if self.dropped else self._head + self._tail
         return bytes(kept[-limit:]).decode("utf-8", "replace")
 
     def feed(self, data: bytes) -> None:

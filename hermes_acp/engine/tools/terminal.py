@@ -6,6 +6,10 @@ the model may ask to run one outside it (``outside_sandbox`` with a
 ``justification``), which is always a question to the user. A command without
 the sandbox, here or in the editor's terminal, asks unless it is known to only
 read, and such a git then runs with its configured programs turned off.
+
+With ``background`` (Hermes' argument) the command is judged the same way, then
+starts through the session's ``engine.background.SessionProcesses`` and the call
+answers at once with its process id; the ``process`` tool manages it from then on.
 """
 
 from __future__ import annotations
