@@ -216,3 +216,11 @@ def test_oneReaderThreadForAllProcesses(session, registry) -> None:
     registry.drop("s")
     registry.drop("t")
     until(lambda: not any(t.is_alive() for t in new), what="the reader to end")
+
+
+def test_planModeRefusesABackgroundCommandThatChangesThings(session) -> None:
+    """The plan rules apply as to a foreground command: refused without a question."""
+    session.agent.setEditMode("plan")
+    refused = session.call("terminal", command="touch made.txt", background=True)
+    assert refused.failed and session.observer.commands == []
+    assert session.agent.background.processes() == []

@@ -352,3 +352,29 @@ async def test_aForkLoadedDoesNotClaimItsSourcesProcess(scriptedServer, tmp_path
             await until(lambda: processGone(pid), 10, "the process to end with its session")
 
     await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_withEditorTerminalsBackgroundStillRunsHere(scriptedServer, tmp_path: Path) -> None:
+    """Without the sandbox a foreground command would run in the editor's terminal; a
+    background one runs here all the same (asked about as unconfined), so the agent reads
+    its output and ends it with the session: no ``terminal/*`` request reaches the editor."""
+    server, url = scriptedServer
+    sleep = uniqueSleep(371)
+    server.default.responses += [background(sleep), [{"text": "started"}]]
+
+    async def scenario() -> None:
+        client = RecordingClient(permission=approve)
+        async with connect(client, env=modelEnv(url, HERMES_ACP_SANDBOX="off")) as (conn, _, wire, agent):
+            await initialized(conn, terminal=True)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("start")]), 30)
+            assert len(client.permissionRequests) == 1  # unconfined and not read-only: asked
+            pid = toolResult(server.chatRequests[1])["pid"]
+            assert not processGone(pid)
+            assert not [m for m in wire.received if str(m.get("method", "")).startswith("terminal/")]
+            assert wire.problems() == []
+            await raw(conn, "session/delete", {"sessionId": sid})
+            await until(lambda: processGone(pid), 10, "the process to end with its session")
+
+    await onLoop(scenario())

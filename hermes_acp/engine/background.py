@@ -95,8 +95,8 @@ class BackgroundProcess:
     closed: bool = False
     exitedAt: float | None = None
     _stdin: int | None = None
-    _shownAt: float = 0.0
-    _unshown: bool = False
+    shownAt: float = 0.0
+    unshown: bool = False
 
     @property
     def pid(self) -> int:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import logging
 import os
 import selectors
+import subprocess
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from hermes_acp.engine.background import BackgroundProcess
+from hermes_acp.engine.workspace import OutputCap
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,20 @@ OUTPUT_EVERY = 1.0
 DRAIN_GRACE = 0.5
 #: Without pidfds, how often the reader looks whether a process has exited.
 POLL = 0.25
+
+
+class BackgroundProcess(Protocol):
+    """What the reader reads and marks of a process (``engine.background.BackgroundProcess``)."""
+
+    popen: subprocess.Popen[bytes]
+    output: OutputCap
+    #: Its exit status was collected, and when; its output pipe reached end-of-file.
+    exited: bool
+    exitedAt: float | None
+    closed: bool
+    #: Output read since it was last reported, and when that was.
+    unshown: bool
+    shownAt: float
 
 
 class OutputReader:
@@ -121,8 +135,8 @@ class OutputReader:
                 self._exited(proc)
             if proc.exited and (proc.closed or now - (proc.exitedAt or now) >= DRAIN_GRACE):
                 self._finish(proc)
-            elif proc._unshown and now - proc._shownAt >= OUTPUT_EVERY:
-                proc._unshown, proc._shownAt = False, now
+            elif proc.unshown and now - proc.shownAt >= OUTPUT_EVERY:
+                proc.unshown, proc.shownAt = False, now
                 self._onOutput(proc)
 
     def _timeout(self) -> float | None:
@@ -130,7 +144,7 @@ class OutputReader:
             return None
         waits = [POLL if pidfd is None else None for _, pidfd in self._procs.values()]
         waits += [DRAIN_GRACE / 2 for proc, _ in self._procs.values() if proc.exited]
-        waits += [OUTPUT_EVERY / 2 for proc, _ in self._procs.values() if proc._unshown]
+        waits += [OUTPUT_EVERY / 2 for proc, _ in self._procs.values() if proc.unshown]
         found = [w for w in waits if w is not None]
         return min(found) if found else None
 
@@ -143,7 +157,7 @@ class OutputReader:
             chunk = b""
         if chunk:
             proc.output.feed(chunk)
-            proc._unshown = True
+            proc.unshown = True
         else:
             self._selector.unregister(fd)
             proc.closed = True
