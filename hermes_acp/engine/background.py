@@ -94,7 +94,6 @@ class BackgroundProcess:
     exited: bool = False
     closed: bool = False
     exitedAt: float | None = None
-    _stdin: int | None = None
     shownAt: float = 0.0
     unshown: bool = False
 
@@ -105,6 +104,10 @@ class BackgroundProcess:
     @property
     def running(self) -> bool:
         return self.status == RUNNING
+
+    @property
+    def inputClosed(self) -> bool:
+        return self.popen.stdin is None or self.popen.stdin.closed
 
     def lastLines(self, chars: int, lines: int | None = None) -> str:
         text = plainText(self.output.tail(chars * 2 + 256))
@@ -182,11 +185,9 @@ class SessionProcesses:
                 self._starting -= 1
             raise
         assert popen.stdin is not None
-        stdin = os.dup(popen.stdin.fileno())
-        popen.stdin.close()
-        os.set_blocking(stdin, False)
+        os.set_blocking(popen.stdin.fileno(), False)  # a process that does not read never blocks a write
         proc = BackgroundProcess(f"proc_{uuid.uuid4().hex[:12]}", number, command, cwd, popen, mark,
-                                 OutputCap(registry.limits.outputBytes), policy is not None, stdin=stdin)
+                                 OutputCap(registry.limits.outputBytes), policy is not None)
         with self._changed:
             self._starting -= 1
             self._procs[proc.processId] = proc
@@ -273,10 +274,11 @@ class SessionProcesses:
         with self._changed:
             if not proc.running:
                 raise BackgroundError(f"{proc.processId} has already exited")
-            if proc._stdin is None:
+            if proc.inputClosed:
                 raise BackgroundError(f"the input of {proc.processId} was closed")
+            assert proc.popen.stdin is not None
             try:
-                return os.write(proc._stdin, encoded) if encoded else 0
+                return os.write(proc.popen.stdin.fileno(), encoded) if encoded else 0
             except BlockingIOError:
                 return 0
             except OSError as e:
@@ -287,10 +289,10 @@ class SessionProcesses:
     def closeInput(self, proc: BackgroundProcess) -> bool:
         """Close the process's input (it reads end-of-file); False when it already was."""
         with self._changed:
-            if proc._stdin is None:
+            if proc.inputClosed:
                 return False
-            os.close(proc._stdin)
-            proc._stdin = None
+            assert proc.popen.stdin is not None
+            proc.popen.stdin.close()
             return True
 
     def endAll(self, reason: str) -> None:
@@ -306,9 +308,8 @@ class SessionProcesses:
             proc.status = EXITED
             proc.completionReason = proc.completionReason or "exited"
             proc.terminationSource = proc.terminationSource or "process"
-            if proc._stdin is not None:
-                os.close(proc._stdin)
-                proc._stdin = None
+            if proc.popen.stdin is not None:
+                proc.popen.stdin.close()
             self._changed.notify_all()
 
     # -- telling the model ------------------------------------------------------------
