@@ -65,23 +65,26 @@ class BackgroundCards:
         self.reactor.callFromThread(self._event, sessionId, kind, snapshot)
 
     def adopt(self, session: SessionState, toolCallId: str, extras: dict[str, Any]) -> None:
-        """The ``terminal`` call that started a process answered: its card stays in progress."""
+        """The ``terminal`` call that started a process answered: its card stays in progress
+        (or ends at once, when the process already ended)."""
         owner = self.processes.find(session.sessionId)
+        key = (session.sessionId, str(extras["background"]))
         try:
-            proc = owner.find(extras["background"]) if owner is not None else None
-        except BackgroundError:
+            proc = owner.find(key[1]) if owner is not None else None
+        except BackgroundError:  # already forgotten: it ended, and many more after it
             proc = None
-        if proc is None:
+        ended = self._early.pop(key, None)
+        snapshot = proc.snapshot() if proc is not None else ended
+        if snapshot is None:  # nothing is known of it any more
+            self.updates.send(session, {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
+                                        "status": "completed", "content": [textContent("It has ended.")]})
             return
-        snapshot = proc.snapshot()
-        key = (session.sessionId, proc.processId)
         self._cards[key] = toolCallId
         self.updates.send(session, {
             "sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "in_progress",
-            "content": self._running(snapshot), "rawOutput": {"processId": proc.processId, "pid": proc.pid},
+            "content": self._running(snapshot), "rawOutput": {"processId": key[1], "pid": snapshot["pid"]},
             "_meta": backgroundMeta(snapshot, "running"),
         })  # fmt: skip
-        ended = self._early.pop(key, None)
         if ended is not None:
             self._event(session.sessionId, "ended", ended)
 

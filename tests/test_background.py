@@ -224,3 +224,16 @@ def test_planModeRefusesABackgroundCommandThatChangesThings(session) -> None:
     refused = session.call("terminal", command="touch made.txt", background=True)
     assert refused.failed and session.observer.commands == []
     assert session.agent.background.processes() == []
+
+
+def test_endedProcessesKeptAreBounded(session, registry) -> None:
+    """Past ``perSession`` ended processes the oldest are forgotten; the model still hears of
+    those it was not told of (their note), and of how many more past that."""
+    owner = registry.forSession("s")
+    for n in range(6):
+        proc = owner.start(f"echo run {n}", str(session.agent.cwd), None, None)
+        until(lambda: not proc.running, what="the process to end")
+    assert [p.number for p in owner.processes()] == [5, 6]
+    note = owner.endedNote()
+    assert note is not None and "2 more that ended earlier" in note
+    assert all(f"run {n}" in note for n in (2, 3, 4, 5)) and "run 1" not in note

@@ -378,3 +378,22 @@ async def test_withEditorTerminalsBackgroundStillRunsHere(scriptedServer, tmp_pa
             await until(lambda: processGone(pid), 10, "the process to end with its session")
 
     await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_aProcessThatEndsAtOnceStillCompletesItsCard(scriptedServer, tmp_path: Path) -> None:
+    """Its end may reach the reactor before the call's answer does: the card still completes."""
+    server, url = scriptedServer
+    server.default.responses += [background("echo quick", "q1"), background("exit 3", "q2"), [{"text": "done"}]]
+
+    async def scenario() -> None:
+        client = RecordingClient(permission=approve)
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, agent):
+            sid = await agentSession(conn, tmp_path)
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("quick")]), 30)
+            for status, said in (("completed", "quick"), ("failed", "exit code 3")):
+                await client.waitForUpdate(lambda s, u: tagged(u).get("status") == "exited" and u["status"] == status
+                                           and said in json.dumps(u["content"]), 10)
+            assert wire.problems() == []
+
+    await onLoop(scenario())

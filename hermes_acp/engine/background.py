@@ -148,6 +148,9 @@ class SessionProcesses:
     _starting: int = 0  # being started: they count against the limit already
     #: Processes that ended with the agent's previous process (``session/load`` after a restart).
     _lost: list[dict[str, Any]] = attrs.field(factory=list)
+    #: Notes of ended processes forgotten (``_trim``) before the model was told, and how many more.
+    _unreported: list[str] = attrs.field(factory=list)
+    _unreportedMore: int = 0
     _changed: threading.Condition = attrs.field(factory=threading.Condition)
 
     # -- starting ------------------------------------------------------------------
@@ -196,11 +199,18 @@ class SessionProcesses:
         return proc
 
     def _trim(self) -> None:
-        """Under the lock: forget the oldest ended processes the model was told of, past
-        ``perSession`` of them (what they kept is memory)."""
-        ended = [p for p in self._procs.values() if not p.running and p.told]
-        for proc in ended[:max(0, len(ended) - self.registry.limits.perSession)]:
+        """Under the lock: keep at most ``perSession`` ended processes (what each kept is
+        memory), forgetting the oldest first; of one the model was not told of yet, only
+        the note it will read stays (at most ``perSession`` of those too, then a count)."""
+        limit = self.registry.limits.perSession
+        ended = sorted((p for p in self._procs.values() if not p.running), key=lambda p: (not p.told, p.number))
+        for proc in ended[:max(0, len(ended) - limit)]:
             del self._procs[proc.processId]
+            if not proc.told:
+                self._unreported.append(_noteOf(proc))
+        if len(self._unreported) > limit:
+            self._unreportedMore += len(self._unreported) - limit
+            del self._unreported[:-limit]
 
     # -- finding -------------------------------------------------------------------
 
@@ -310,6 +320,7 @@ class SessionProcesses:
             proc.terminationSource = proc.terminationSource or "process"
             if proc.popen.stdin is not None:
                 proc.popen.stdin.close()
+            self._trim()
             self._changed.notify_all()
 
     # -- telling the model ------------------------------------------------------------
@@ -324,24 +335,32 @@ class SessionProcesses:
     def endedNote(self) -> str | None:
         """What the model has not been told yet of processes that ended (then it has)."""
         with self._changed:
-            fresh = [p for p in self._procs.values() if not p.running and not p.told]
+            fresh = sorted((p for p in self._procs.values() if not p.running and not p.told), key=lambda p: p.number)
             lost, self._lost = self._lost, []
+            notes, self._unreported = [*self._unreported, *map(_noteOf, fresh)], []
+            more, self._unreportedMore = self._unreportedMore, 0
             for proc in fresh:
                 proc.told = True
-        if not fresh and not lost:
+        if not notes and not lost and not more:
             return None
-        secrets = secretValues()
         parts = ["[Background processes that ended since your last turn:"]
-        for proc in sorted(fresh, key=lambda p: p.number):
-            how = {"killed": "killed", "session_closed": "ended"}.get(proc.completionReason or "", "exited")
-            parts.append(f"- {proc.processId} (#{proc.number}) `{proc.command}`: {how}, exit code {proc.exitCode}")
-            last = proc.lastLines(ENDED_CHARS, ENDED_LINES)
-            if last.strip():
-                parts.append("  last lines:\n" + "\n".join(f"    {line}" for line in last.splitlines()))
+        if more:
+            parts.append(f"- {more} more that ended earlier (not listed)")
+        parts += notes
         for entry in lost:
             parts.append(f"- {entry.get('processId')} (#{entry.get('number')}) `{entry.get('command')}`: ended when "
                          "the agent's previous process stopped (it was restarted); exit code unknown")
-        return redact("\n".join(parts) + "]", secrets)
+        return redact("\n".join(parts) + "]", secretValues())
+
+
+def _noteOf(proc: BackgroundProcess) -> str:
+    """How one process that ended is told to the model: how it ended and its last lines."""
+    how = {"killed": "killed", "session_closed": "ended"}.get(proc.completionReason or "", "exited")
+    note = f"- {proc.processId} (#{proc.number}) `{proc.command}`: {how}, exit code {proc.exitCode}"
+    last = proc.lastLines(ENDED_CHARS, ENDED_LINES)
+    if last.strip():
+        note += "\n  last lines:\n" + "\n".join(f"    {line}" for line in last.splitlines())
+    return note
 
 
 @attrs.define(eq=False)
