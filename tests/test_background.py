@@ -237,3 +237,11 @@ def test_endedProcessesKeptAreBounded(session, registry) -> None:
     note = owner.endedNote()
     assert note is not None and "2 more that ended earlier" in note
     assert all(f"run {n}" in note for n in (2, 3, 4, 5)) and "run 1" not in note
+
+
+def test_nothingStartsInADroppedSession(session, registry) -> None:
+    owner = registry.forSession("s")
+    registry.drop("s")
+    with pytest.raises(BackgroundError, match="closed"):
+        owner.start("sleep 30", str(session.agent.cwd), None, None)
+    assert registry.running == 0

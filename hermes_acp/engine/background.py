@@ -85,7 +85,7 @@ class BackgroundProcess:
     startedAt: float = attrs.field(factory=time.monotonic)
     status: str = RUNNING
     exitCode: int | None = None
-    #: How it ended: "exited", "killed" (by the model or the user), "session_closed", "agent_exit".
+    #: How it ended: "exited", "killed" (by the model or the user), "session_closed" (closed or deleted).
     completionReason: str | None = None
     terminationSource: str | None = None
     #: The model has seen that it ended (poll, wait, log, or the note at the next prompt).
@@ -146,6 +146,7 @@ class SessionProcesses:
     _procs: dict[str, BackgroundProcess] = attrs.field(factory=dict)
     _numbers: int = 0
     _starting: int = 0  # being started: they count against the limit already
+    _closed: bool = False
     #: Processes that ended with the agent's previous process (``session/load`` after a restart).
     _lost: list[dict[str, Any]] = attrs.field(factory=list)
     #: Notes of ended processes forgotten (``_trim``) before the model was told, and how many more.
@@ -163,6 +164,8 @@ class SessionProcesses:
 
         registry = self.registry
         with self._changed:
+            if self._closed:
+                raise BackgroundError("the session is closed; nothing starts in it any more")
             running = sum(proc.running for proc in self._procs.values()) + self._starting
             if running >= registry.limits.perSession:
                 raise BackgroundError(
@@ -195,7 +198,11 @@ class SessionProcesses:
             self._starting -= 1
             self._procs[proc.processId] = proc
             self._trim()
+            closed = self._closed
         registry.watch(self, proc)
+        if closed:  # the session was closed while it started (a call that outlived its turn's cancel)
+            self.kill(proc, "session_closed", "session.closed", wait=0)
+            raise BackgroundError("the session was closed as the process started; it was ended")
         return proc
 
     def _trim(self) -> None:
@@ -306,7 +313,9 @@ class SessionProcesses:
             return True
 
     def endAll(self, reason: str) -> None:
-        """End every running process (the session is closed or deleted)."""
+        """End every running process (the session is closed or deleted); nothing starts after."""
+        with self._changed:
+            self._closed = True
         for proc in self.processes():
             self.kill(proc, reason, f"session.{reason}", wait=0)
 
