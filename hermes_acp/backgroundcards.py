@@ -34,8 +34,9 @@ FORKED = "It belongs to the session this one was forked from, where it runs on."
 
 
 def backgroundMeta(snapshot: dict[str, Any], status: str) -> dict[str, Any]:
-    return {"hermesAcp": {"background": {"processId": snapshot["processId"], "number": snapshot["number"],
-                                         "command": snapshot["command"], "status": status}}}
+    """The tag of a background card's update (a snapshot, or a tag read back from the journal)."""
+    return {"hermesAcp": {"background": {"processId": snapshot["processId"], "number": snapshot.get("number"),
+                                         "command": snapshot.get("command"), "status": status}}}
 
 
 def _tagged(update: dict[str, Any]) -> dict[str, Any] | None:

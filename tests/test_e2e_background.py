@@ -24,7 +24,7 @@ import pytest_twisted
 from hermes_acp.backgroundcards import LOST
 
 from .agentproc import processGone
-from .e2e import agentText, modelEnv, text, toolCalls, uniqueSleep, updates
+from .e2e import agentText, commandRunning, modelEnv, text, toolCalls, uniqueSleep, updates
 from .sdkclient import RecordingClient, connect, initialized, onLoop, raw, until
 from .test_e2e_safety import approve
 
@@ -201,15 +201,14 @@ async def test_nothingBackgroundOutlivesItsSessionOrTheAgent(scriptedServer, tmp
                 await raw(conn, ending, {"sessionId": sid})
                 await until(lambda: processGone(pid), 10, "the background process to end")
                 assert not processGone(agent.pid)
-            elif ending == "SIGKILL":
-                agent.kill()
             else:
-                agent.stdin.close()
-            await asyncio.wait_for(agent.wait(), 60) if not ending.startswith("session/") else None
+                agent.kill() if ending == "SIGKILL" else agent.stdin.close()
+                await asyncio.wait_for(agent.wait(), 60)
 
     try:
         await onLoop(scenario())
         await onLoop(until(lambda: processGone(found["pid"]), 30, "the background process to end"))
+        await onLoop(until(lambda: not commandRunning(sleep), 30, f"every {sleep!r} to end"))
     finally:
         if "pid" in found and not processGone(found["pid"]):
             os.kill(found["pid"], signal.SIGKILL)
