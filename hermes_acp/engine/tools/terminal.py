@@ -106,7 +106,7 @@ def startBackground(ctx: ToolContext, command: str, cwd: str, policy: Policy | N
 TERMINAL = Tool(
     "terminal",
     "Run a shell command (sh -c) in the session's working directory, or in workdir, with no "
-    "input. Output is capped (the start and the end are kept). Dangerous commands need the "
+    "input (a background one's input is what the process tool writes). Output is capped (the start and the end are kept). Dangerous commands need the "
     f"user's approval. Default timeout {DEFAULT_TIMEOUT} s, at most {MAX_TIMEOUT} s. For a "
     "long-running server or watcher, set background=true (no timeout; the process tool checks on it). "
     "Commands run in a sandbox where there is one: they may write only in the session's folders, the "
