@@ -61,6 +61,10 @@ SCRIPT: dict[str, Any] = {
               for n in range(COMMANDS)),
             [{"text": f"Ran true {COMMANDS} times."}],
         ]},
+        {"match": "[background]", "responses": [
+            [{"tool_calls": [{"id": "bg", "name": "terminal", "arguments": {"command": "sleep 60", "background": True}}]}],
+            [{"text": "Started sleep 60 in the background."}],
+        ]},
         {"match": "[stream]", "responses": [[{"text": STREAM_DELTA, "times": STREAM_DELTAS}]]},
         {"match": "[second]", "responses": [[{"stall": 1.0}, {"text": "One second later."}]]},
         {"match": "[stall]", "responses": [[{"stall": True}]]},
@@ -299,6 +303,24 @@ async def caseTools(b: Bench) -> list[Result]:
     await b.close(agent)
     return [Result(f"{TOOL_CALLS}-tool turn", samples, "ms",
                    note=f"{TOOL_CALLS} sequential `read_file` calls, {TOOL_CALLS + 1} model requests; the session's second turn")]
+
+
+async def caseBackground(b: Bench) -> list[Result]:
+    """Turns that each start a background process (a fresh session each: at most 8 run in one).
+    The agent's exit ends them."""
+    agent = await b.ready()
+    samples = []
+    for n in range(b.runs.toolTurns):
+        sessionId = await b.warmSession(agent)
+        before = len(agent.updates[sessionId])
+        samples.append((await agent.prompt(sessionId, f"[background] turn {n}"))[0])
+        cards = [u for u in agent.updates[sessionId][before:] if u.get("status") == "in_progress"
+                 and "background" in json.dumps(u.get("_meta", {}))]
+        if not cards:
+            raise BenchError("a background turn showed no background card")
+    await b.close(agent)
+    return [Result("turn starting a background process", samples, "ms",
+                   note="`terminal(background=true)` `sleep 60`, 2 model requests; its card stays in progress")]
 
 
 async def caseSandbox(b: Bench) -> list[Result]:
@@ -660,6 +682,7 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "turn": caseTurn,
     "tools": caseTools,
     "sandbox": caseSandbox,
+    "background": caseBackground,
     "mcp": caseMCP,
     "compaction": caseCompaction,
     "extract": caseExtract,

@@ -19,11 +19,13 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from . import __version__
+from .backgroundcards import BackgroundCards
 from .catalog import ModelCatalog
 from .client import ClientInfo
 from .clientio import ClientWorkspace
 from .commands import Commands
 from .config import Endpoint, Settings, hermesHome, loadDotenv, resolveEndpoint
+from .engine.background import BackgroundLimits, BackgroundProcesses
 from .engine_factory import EngineAgentFactory
 from .interfaces import IAgentFactory, ISessionStore
 from .jsonrpc import AuthRequired, InvalidParams, JSONRPCConnection, Reply
@@ -68,7 +70,11 @@ class ACPServer:
         self.store = store
         self.workers = workers
         self.endpointSource = endpointSource
-        self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, store.searchNow, settings)
+        #: Every session's background processes (the engine's side); their cards are wired per connection.
+        self.background = BackgroundProcesses(BackgroundLimits(
+            settings.backgroundProcesses, settings.backgroundOutput, settings.backgroundTotal))
+        self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, store.searchNow, settings,
+                                                               background=self.background)
         self.client = ClientInfo()
         self.loggedOut = False
         self._warm = False
@@ -88,7 +94,9 @@ class ACPServer:
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
         mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
-        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp)
+        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp,
+                            background=self.background)
+        background = BackgroundCards(reactor, store, updates, self.background)
 
         def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
             return ClientWorkspace(reactor, state.sessionId, request, readFiles=client.fs("readTextFile"),
@@ -98,15 +106,17 @@ class ACPServer:
             reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
             lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
             connection.callRemote, mcp, SessionNamer(self.workers.run, updates, store, self.settings.titleSeconds),
-            client, self.settings.permissionTimeout,
+            client, self.settings.permissionTimeout, background=background,
         ))  # fmt: skip
-        lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp)
+        lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp,
+                              background=background)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)
             permissions.forget(state.sessionId)
             prompts.forget(state)
             mcp.detach(state)
+            background.forget(state)
 
         def storage(state: SessionState, severity: str, title: str, description: str) -> None:
             """Whether the session's work is saved: a notice, for an editor that knows the

@@ -20,6 +20,8 @@ from .client import ClientInfo
 from .config import Endpoint, Settings, stateDatabase
 from .engine.access import EDIT_MODES, PLAN
 from .engine.tools.websearch import searchStatus
+from .engine.background import BackgroundError, BackgroundProcesses
+from .engine.secrets import redact, secretValues
 from .interfaces import ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import JSONRPCError
 from .mcp.registry import MCPServers
@@ -44,6 +46,8 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "title": ("Show or set this session's title", "new title"),
     "usage": ("Show token usage for this session", None),
     "doctor": ("Versions, endpoint, capabilities and where logs go", None),
+    "ps": ("List this session's background processes", None),
+    "kill": ("End one of this session's background processes", "its number from /ps"),
 }
 
 #: Other names of commands (Hermes' own name for /compact).
@@ -91,6 +95,8 @@ class Commands:
     endpointSource: Callable[[], Endpoint]
     settings: Settings
     mcp: MCPServers
+    #: Every session's background processes (``/ps``, ``/kill``; None: there are none).
+    background: BackgroundProcesses | None = None
 
     async def run(self, state: SessionState, name: str, argument: str) -> str:
         """The command's reply text; a bad argument is explained, not raised."""
@@ -217,3 +223,36 @@ class Commands:
             ("Logs", "stderr of this process (your editor's agent log); `hermes-acp --check` from a terminal"),
         ]
         return "\n".join(f"- **{name}:** {value}" for name, value in rows)
+
+    async def _ps(self, state: SessionState, argument: str) -> str:
+        owner = self.background.find(state.sessionId) if self.background is not None else None
+        procs = owner.processes() if owner is not None else []
+        if not procs:
+            return "No background processes in this session."
+        lines = ["| # | status | pid | uptime | output | command |", "|---|---|---|---|---|---|"]
+        for entry in (proc.describe() for proc in procs):
+            status = entry["status"] if entry["status"] == "running" else (
+                f"{entry['completion_reason']}, exit code {entry['exit_code']}")
+            command = _shownCommand(entry["command"]).replace("|", "\\|").replace("`", "'")
+            lines.append(f"| {entry['number']} | {status} | {entry['pid']} | {entry['uptime_seconds']} s | "
+                         f"{entry['output_bytes']:,} bytes | `{command}` |")
+        return "\n".join(lines + ["", "End one with `/kill N`."])
+
+    async def _kill(self, state: SessionState, argument: str) -> str:
+        owner = self.background.find(state.sessionId) if self.background is not None else None
+        if not argument:
+            return "/kill: which one? Give its number from `/ps`, e.g. `/kill 1`."
+        if owner is None:
+            return "No background processes in this session."
+        try:
+            proc = owner.find(argument)
+        except BackgroundError as e:
+            return f"/kill: {e}".replace("process(action='list') lists them", "`/ps` lists them")
+        if not owner.kill(proc, "killed", "user./kill", wait=0):
+            return f"#{proc.number} has already ended (exit code {proc.exitCode})."
+        return f"Ending #{proc.number} (`{_shownCommand(proc.command)}`) and everything it started."
+
+
+def _shownCommand(command: str) -> str:
+    """A background process's command as ``/ps`` and ``/kill`` show it: its first line, cut, redacted."""
+    return redact((command.strip().splitlines() or [""])[0][:80], secretValues())

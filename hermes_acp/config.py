@@ -41,6 +41,11 @@ DEFAULT_MODEL_MAX_EVENT = 8 * 1024 * 1024
 DEFAULT_MODEL_MAX_REPLY = 32 * 1024 * 1024
 DEFAULT_MODEL_REPLY_SECONDS = 3600.0
 DEFAULT_TITLE_SECONDS = 15.0
+#: Background processes (``terminal(background=true)``): running per session, running in the
+#: whole agent, bytes of output kept per process (head and tail).
+DEFAULT_BACKGROUND_PROCESSES = 8
+DEFAULT_BACKGROUND_TOTAL = 64
+DEFAULT_BACKGROUND_OUTPUT = 200_000
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -288,6 +293,10 @@ class Settings:
     modelReplySeconds: float = DEFAULT_MODEL_REPLY_SECONDS
     #: How long the request for a session's title may take (it never delays a turn).
     titleSeconds: float = DEFAULT_TITLE_SECONDS
+    #: Background processes: running per session, running in the agent, output bytes kept per process.
+    backgroundProcesses: int = DEFAULT_BACKGROUND_PROCESSES
+    backgroundTotal: int = DEFAULT_BACKGROUND_TOTAL
+    backgroundOutput: int = DEFAULT_BACKGROUND_OUTPUT
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -318,4 +327,7 @@ class Settings:
             modelMaxReply=envInt(env, "HERMES_ACP_MODEL_MAX_REPLY", DEFAULT_MODEL_MAX_REPLY, minimum=1024),
             modelReplySeconds=envSeconds(env, "HERMES_ACP_MODEL_REPLY_SECONDS", DEFAULT_MODEL_REPLY_SECONDS),
             titleSeconds=envSeconds(env, "HERMES_ACP_TITLE_SECONDS", DEFAULT_TITLE_SECONDS),
+            backgroundProcesses=envInt(env, "HERMES_ACP_BACKGROUND_PROCESSES", DEFAULT_BACKGROUND_PROCESSES),
+            backgroundTotal=envInt(env, "HERMES_ACP_BACKGROUND_TOTAL", DEFAULT_BACKGROUND_TOTAL),
+            backgroundOutput=envInt(env, "HERMES_ACP_BACKGROUND_OUTPUT", DEFAULT_BACKGROUND_OUTPUT, minimum=1024),
         )

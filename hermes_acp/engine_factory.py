@@ -17,6 +17,7 @@ from .session_state import SessionState
 
 if TYPE_CHECKING:  # the engine is imported with the first agent, not with this module
     from .engine.agent import AIAgent
+    from .engine.background import BackgroundProcesses
 
 
 @implementer(IAgentFactory)
@@ -36,6 +37,9 @@ class EngineAgentFactory:
     #: The process's tool slots: every session's agent shares them (``HERMES_ACP_TOOL_THREADS``).
     toolSlots: ToolSlots = attrs.field(
         default=attrs.Factory(lambda self: ToolSlots(self.settings.toolThreads), takes_self=True))
+    #: Every session's background processes (None: the agents start none); a session's
+    #: outlive its agent, which is rebuilt when the session moves folders.
+    background: BackgroundProcesses | None = None
 
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
@@ -61,6 +65,7 @@ class EngineAgentFactory:
             toolParallel=settings.toolParallel,
             toolSlots=self.toolSlots,
             replyLimits=ReplyLimits(settings.modelMaxEvent, settings.modelMaxReply, settings.modelReplySeconds),
+            background=None if self.background is None else self.background.forSession(session.sessionId),
         )
         agent.setEditMode(session.mode)
         return agent

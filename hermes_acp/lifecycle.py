@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 from twisted.logger import Logger
 
+from .backgroundcards import BackgroundCards
 from .catalog import ModelCatalog
 from .commands import availableCommands
 from .config import Endpoint
@@ -68,6 +69,8 @@ class Lifecycle:
     requireEndpoint: Callable[[], Endpoint]
     #: The sessions' MCP servers.
     mcp: MCPServers
+    #: The cards of background processes (a load finds those that ended with a previous agent).
+    background: BackgroundCards | None = None
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {
@@ -144,6 +147,8 @@ class Lifecycle:
             )
         for update in replay.updates:
             self.updates.replay(state, update)
+        if self.background is not None:
+            self.background.loaded(state, replay.updates)
         log.debug("session {id} loaded: {n} updates replayed, {m} left out", id=state.sessionId,
                   n=len(replay.updates), m=replay.omittedCount)
         return self.setupResult(state, servers)

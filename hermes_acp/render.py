@@ -28,6 +28,7 @@ KINDS = {
     "clarify": "think",
     "web_search": "search",
     "web_extract": "fetch",
+    "process": "execute",
 }
 #: Cap on text shown in a tool call's content and on rawOutput.
 CONTENT_LIMIT = 16 * 1024
@@ -169,7 +170,8 @@ class Renderer:
             return f"Search {what} {_oneLine(str(args.get('pattern', '')), 60)!r} in {path}{glob}"
         if name == "terminal":
             outside = " outside the sandbox" if args.get("outside_sandbox") is True else ""
-            return f"Run{outside} {_oneLine(str(args.get('command', '')))}"
+            background = " in the background:" if args.get("background") is True else ""
+            return f"Run{outside}{background} {_oneLine(str(args.get('command', '')))}"
         if name == "todo":
             count = len(args.get("todos") or [])
             return f"Update plan ({count} item{'s' if count != 1 else ''})"
@@ -178,6 +180,12 @@ class Renderer:
         if name == "web_extract":
             urls = [str(url) for url in args.get("urls") or []] if isinstance(args.get("urls"), list) else []
             return f"Fetch {_oneLine(urls[0])}" if len(urls) == 1 else f"Fetch {len(urls)} pages"
+        if name == "process":
+            target = args.get("session_id")
+            if args.get("action") == "list" or target is None:
+                return "List background processes"
+            which = f"#{target}" if str(target).isdigit() else _oneLine(str(target), 40)
+            return f"Background process {which}: {_oneLine(str(args.get('action', '')), 20)}"
         if name == "session_search":
             where = " in all projects" if args.get("all_projects") is True else ""
             return f'Search past sessions{where}: "{_oneLine(str(args.get("query", "")), 60)}"'
@@ -185,7 +193,7 @@ class Renderer:
 
     def locations(self, name: str, args: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]]:
         path = extras.get("path") or (args.get("path") if "path" in args else None)
-        if name not in KINDS or name in ("terminal", "todo", "session_search") or path is None:
+        if name not in KINDS or name in ("terminal", "todo", "session_search", "process") or path is None:
             return []
         location: dict[str, Any] = {"path": self.absolute(path)}
         line = extras.get("line") or (args.get("offset") if name == "read_file" else None)

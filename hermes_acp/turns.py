@@ -63,6 +63,7 @@ from .store import timestamp
 from .updates import usageUpdate
 
 if TYPE_CHECKING:
+    from .backgroundcards import BackgroundCards
     from .engine.model import ModelError
     from .engine.result import TurnResult
     from .engine.workspace import Workspace
@@ -132,6 +133,8 @@ class TurnServices:
     client: ClientInfo = attrs.field(factory=ClientInfo)
     #: How long a question to the user waits for its answer (HERMES_ACP_PERMISSION_TIMEOUT).
     askTimeout: float = DEFAULT_PERMISSION_TIMEOUT
+    #: The cards of background processes, which outlive the turn (None: none are started).
+    background: BackgroundCards | None = None
 
 
 @attrs.define(eq=False)
@@ -391,6 +394,9 @@ class Turn:
             log.warn("end of unknown tool call {id} ({name})", id=callId, name=name)
             return
         toolCallId, _, arguments = card
+        if name == "terminal" and not failed and extras.get("background") and self.services.background is not None:
+            self.services.background.adopt(self.session, toolCallId, extras)  # the card lives on with the process
+            return
         self.services.updates.send(self.session, self.renderer.toolFinished(toolCallId, name, arguments, result, failed, extras))
         if name == "todo" and not failed and isinstance(extras.get("todos"), list):
             self.services.updates.send(self.session, {"sessionUpdate": "plan", "entries": planEntries(extras["todos"])})

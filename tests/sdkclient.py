@@ -143,9 +143,17 @@ class Wire:
                 kind = message["params"]["update"]["sessionUpdate"]
                 if sessionId not in known and sessionId not in restoring.values():
                     found.append(f"{kind} for {sessionId} before the editor knew the session")
-                elif kind in TURN_CONTENT and not prompting.get(sessionId) and sessionId not in restoring.values():
+                elif (kind in TURN_CONTENT and not prompting.get(sessionId) and sessionId not in restoring.values()
+                      and not _background(message["params"]["update"])):
                     found.append(f"{kind} for {sessionId} outside any prompt turn")
         return found
+
+
+def _background(update: dict[str, Any]) -> bool:
+    """A background process's card, which changes between turns too (tagged in ``_meta``)."""
+    meta = update.get("_meta")
+    return (update.get("sessionUpdate") == "tool_call_update" and isinstance(meta, dict)
+            and isinstance(meta.get("hermesAcp"), dict) and "background" in meta["hermesAcp"])
 
 
 def _tapWriter(writer: asyncio.StreamWriter, wire: Wire) -> asyncio.StreamWriter:

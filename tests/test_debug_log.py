@@ -5,6 +5,8 @@ exit code) and permission outcomes; never a secret or a file's contents."""
 
 from __future__ import annotations
 
+import re
+
 import sys
 import tempfile
 from pathlib import Path
@@ -53,12 +55,14 @@ async def test_debugLogTellsTheStoryWithoutSecrets(scriptedServer, tmp_path) -> 
         "request initialize id 0 (", "answer to initialize id 0: ok (",
         "request session/prompt id ", "answer to session/prompt id ",
         f"session {sid} created in {tmp_path}", f"session {sid} closed",
-        "model request: scripted-model, 2 messages, 8 tools", "retry 1 in",
+        "retry 1 in",
         "120 prompt + 7 completion tokens", "1 retries",
         "tool read_file finished in", "tool write_file finished in", "tool terminal finished in",
         "exit code 3", "allow_once",
         "sent request session/request_permission (", "answer to our session/request_permission id ",
     ]:
         assert line in said, line
+    # The tool count changes as tools are added; that a count is said is what matters.
+    assert re.search(r"model request: scripted-model, 2 messages, \d+ tools", said)
     assert " ms)" in said
     assert SECRET_KEY not in said and FILE_SECRET not in said

@@ -66,6 +66,7 @@ class TitleAndKindTests(SynchronousTestCase):
             ("patch", {"path": "a.py", "old_string": "x", "new_string": "y"}, "Edit a.py"),
             ("patch", {"path": "a.py", "replace_all": True}, "Edit a.py (all occurrences)"),
             ("terminal", {"command": "pytest -q"}, "Run pytest -q"),
+            ("terminal", {"command": "npm run dev", "background": True}, "Run in the background: npm run dev"),
             ("terminal", {"command": "  cd src\nmake all\n"}, "Run cd src…"),
             ("search_files", {"pattern": "TODO", "path": "src"}, "Search for 'TODO' in src"),
             ("search_files", {"pattern": "*.py", "target": "files"}, "Search files named '*.py' in ."),
@@ -78,6 +79,9 @@ class TitleAndKindTests(SynchronousTestCase):
             ("session_search", {"query": "flaky test", "all_projects": True},
              'Search past sessions in all projects: "flaky test"'),
             ("browser_click", {"selector": "#go"}, "browser_click"),
+            ("process", {"action": "list"}, "List background processes"),
+            ("process", {"action": "poll", "session_id": 2}, "Background process #2: poll"),
+            ("process", {"action": "kill", "session_id": "proc_0123456789ab"}, "Background process proc_0123456789ab: kill"),
         ]
         for name, args, title in cases:
             self.assertEqual(self.r.title(name, args), title, (name, args))

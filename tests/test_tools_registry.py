@@ -12,7 +12,7 @@ from hermes_acp.engine.tools.registry import ToolError, checkArguments, parseArg
 
 def test_hermesToolNames() -> None:
     assert list(BUILTIN_TOOLS) == [
-        "read_file", "write_file", "patch", "search_files", "terminal", "todo", "session_search", "clarify",
+        "read_file", "write_file", "patch", "search_files", "terminal", "todo", "session_search", "clarify", "process",
         "web_search", "web_extract",
     ]
     for tool in BUILTIN_TOOLS.values():

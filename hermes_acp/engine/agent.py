@@ -47,6 +47,7 @@ from hermes_acp.engine.workspace import LocalWorkspace, Workspace
 from hermes_acp.interfaces import IEngineAgent, ITurnObserver
 
 if TYPE_CHECKING:
+    from hermes_acp.engine.background import SessionProcesses
     from hermes_acp.engine.guard import CommandApprovals
 
 log = logging.getLogger(__name__)
@@ -232,6 +233,9 @@ class AIAgent:
     maxToolCalls: int = DEFAULT_MAX_TOOL_CALLS
     toolParallel: int = DEFAULT_TOOL_PARALLEL
     toolSlots: ToolSlots = attrs.field(factory=lambda: ToolSlots(DEFAULT_TOOL_THREADS))
+    #: The session's background processes (``engine.background.SessionProcesses``: they outlive
+    #: the agent, which is rebuilt when the session moves); None: no background processes.
+    background: SessionProcesses | None = None
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
     _commandApprovals: CommandApprovals | None = attrs.field(default=None, init=False)
@@ -335,6 +339,8 @@ class AIAgent:
             tools.pop("session_search")
         if self.tools is None and searchBackend() is None:
             tools.pop("web_search")  # no backend configured: /doctor and --check say how to add one
+        if self.background is None and self.tools is None:
+            tools.pop("process")
         if self.planning:
             tools[EXIT_PLAN.name] = EXIT_PLAN
         return tools
@@ -369,6 +375,7 @@ class AIAgent:
             askUser=lambda question, choices: Answer(*observer.askUser(callId, question, choices)),
             approveFetch=lambda url, host: self.hostApprovals.decide(
                 url, host, lambda u, reason: observer.approveRead(callId, u, reason)),
+            background=self.background,
         )
 
     def _approvePlan(self, plan: str, question: Callable[[str], str]) -> str | None:
@@ -383,6 +390,16 @@ def _delegated(answer: tuple[str, bool, dict[str, Any]]) -> ToolOutcome:
     """The observer's (text, failed, extras) for a delegated call, as an outcome."""
     text, failed, extras = answer
     return ToolOutcome(text, extras, failed)
+
+
+def withNote(content: str | list[dict[str, Any]], note: str | None) -> str | list[dict[str, Any]]:
+    """The user's message with a note of the agent's before it (what background processes
+    did since the last turn): one user message, as strict chat templates want."""
+    if note is None:
+        return content
+    if isinstance(content, str):
+        return f"{note}\n\n{content}"
+    return [{"type": "text", "text": note}, *content]
 
 
 @attrs.frozen
@@ -498,7 +515,8 @@ class _Conversation:
     def run(self) -> TurnResult:
         agent, observer = self.agent, self.observer
         assert self.userMessage is not None
-        self.remember({"role": "user", "content": self.userMessage})
+        note = agent.background.endedNote() if agent.background is not None else None
+        self.remember({"role": "user", "content": withNote(self.userMessage, note)})
         system = self._system()
         tools = self._tools()
         schemas = [tool.schema() for tool in tools.values()]

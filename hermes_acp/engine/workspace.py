@@ -95,7 +95,8 @@ def looksBinary(data: bytes) -> bool:
 
 
 class OutputCap:
-    """Keep the head and the tail of a byte stream, counting what falls between."""
+    """Keep the head and the tail of a byte stream, counting what falls between
+    (a foreground command's output, and each background process's ring buffer)."""
 
     def __init__(self, limit: int) -> None:
         self._headLimit = int(limit * 0.4)
@@ -103,8 +104,15 @@ class OutputCap:
         self._head = bytearray()
         self._tail = bytearray()
         self.dropped = 0
+        self.total = 0  # every byte fed, kept or not
+
+    def tail(self, limit: int) -> str:
+        """About the last ``limit`` bytes kept, as text (the whole text when it is shorter)."""
+        kept = self._tail if self.dropped else self._head + self._tail
+        return bytes(kept[-limit:]).decode("utf-8", "replace")
 
     def feed(self, data: bytes) -> None:
+        self.total += len(data)
         room = self._headLimit - len(self._head)
         if room > 0:
             self._head += data[:room]

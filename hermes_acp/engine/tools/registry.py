@@ -96,6 +96,8 @@ class ToolContext:
     askUser: Callable[[str, list[str]], Answer] = lambda question, choices: NOBODY
     #: ``approveFetch(url, host)``: may the call fetch from ``host`` (``engine.webaccess``)?
     approveFetch: Callable[[str, str], Verdict] = lambda url, host: Verdict(False, "fetching is not available here")
+    #: The session's background processes (``engine.background.SessionProcesses``; None: none here).
+    background: Any = None
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""

@@ -6,15 +6,21 @@ the model may ask to run one outside it (``outside_sandbox`` with a
 ``justification``), which is always a question to the user. A command without
 the sandbox, here or in the editor's terminal, asks unless it is known to only
 read, and such a git then runs with its configured programs turned off.
+
+With ``background`` (Hermes' argument) the command is judged the same way, then
+starts through the session's ``engine.background.SessionProcesses`` and the call
+answers at once with its process id; the ``process`` tool manages it from then on.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 
 from hermes_acp.engine import readonly
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
+from hermes_acp.engine.sandbox import Policy
 from hermes_acp.engine.workspace import WorkspaceError
 
 DEFAULT_TIMEOUT = 180
@@ -34,7 +40,8 @@ def sandboxNote(ctx: ToolContext) -> str:
 
 
 def runTerminal(ctx: ToolContext, command: str, timeout: int, workdir: str | None = None,
-                outside_sandbox: bool = False, justification: str | None = None) -> ToolOutcome:
+                outside_sandbox: bool = False, justification: str | None = None,
+                background: bool = False) -> ToolOutcome:
     if not command.strip():
         raise ToolError("command is empty")
     cwd = ctx.resolve(workdir) if workdir else ctx.cwd
@@ -51,6 +58,8 @@ def runTerminal(ctx: ToolContext, command: str, timeout: int, workdir: str | Non
         raise ToolError("the command was not run: the user cancelled the turn", {"command": command})
     timeout = min(timeout, MAX_TIMEOUT)
     env = readonly.safeEnvironment(command, cwd) if policy is None else None
+    if background:
+        return startBackground(ctx, command, cwd, policy, env)
     try:
         result = ctx.workspace.runCommand(command, cwd, float(timeout), ctx.cancelEvent,
                                           onStarted=ctx.terminalStarted, policy=policy, limits=ctx.limits, env=env,
@@ -69,12 +78,37 @@ def runTerminal(ctx: ToolContext, command: str, timeout: int, workdir: str | Non
     return ToolOutcome(jsonText(report), extras, failed=result.timedOut)
 
 
+def startBackground(ctx: ToolContext, command: str, cwd: str, policy: Policy | None,
+                    env: Mapping[str, str] | None) -> ToolOutcome:
+    """The command, approved, starts in the background and the call answers at once.
+    It always runs here (in the sandbox when there is one), never in the editor's
+    terminal: the agent must read its output between turns, and end it with the
+    session and with the agent."""
+    from hermes_acp.engine.background import BackgroundError
+
+    if ctx.background is None:
+        raise ToolError("background processes are not available here; run the command in the foreground",
+                        {"command": command})
+    try:
+        proc = ctx.background.start(command, cwd, policy, ctx.limits, env)
+    except BackgroundError as e:
+        raise ToolError(str(e), {"command": command}) from e
+    except OSError as e:
+        raise ToolError(f"cannot start the command in {cwd}: {e.strerror or e}", {"command": command}) from e
+    report = {"output": "Background process started", "session_id": proc.processId, "pid": proc.pid,
+              "exit_code": 0, "error": None,
+              "hint": f"It runs on after this turn. Use process(action='poll'|'log'|'wait'|'kill'|'write'|'submit'|"
+                      f"'close', session_id='{proc.processId}') to check on it; you will be told when it ends."}
+    extras = {"command": command, "cwd": cwd, "background": proc.processId, "number": proc.number, "pid": proc.pid}
+    return ToolOutcome(jsonText(report), extras)
+
+
 TERMINAL = Tool(
     "terminal",
     "Run a shell command (sh -c) in the session's working directory, or in workdir, with no "
-    "input. Output is capped (the start and the end are kept). Dangerous commands need the "
+    "input (a background one's input is what the process tool writes). Output is capped (the start and the end are kept). Dangerous commands need the "
     f"user's approval. Default timeout {DEFAULT_TIMEOUT} s, at most {MAX_TIMEOUT} s. For a "
-    "long-running server, background it with its output sent to a file (cmd > log 2>&1 &). "
+    "long-running server or watcher, set background=true (no timeout; the process tool checks on it). "
     "Commands run in a sandbox where there is one: they may write only in the session's folders, the "
     "temp folder and build caches, and cannot read the user's secrets; if a command needs more, set "
     "outside_sandbox with a justification and the user will be asked.",
@@ -86,6 +120,10 @@ TERMINAL = Tool(
         outside_sandbox={"type": "boolean", "default": False,
                          "description": "Run without the sandbox (the user is asked first)"},
         justification={"type": "string", "description": "Why the command must run outside the sandbox"},
+        background={"type": "boolean", "default": False,
+                    "description": "Start it in the background and answer at once with its process id (for "
+                                   "servers and watchers); it runs on after the turn. Check on it with the "
+                                   "process tool"},
     ),
     runTerminal,
 )

@@ -1,0 +1,160 @@
+"""What the editor sees of background processes: the card of the ``terminal`` call
+that started one stays ``in_progress`` with the output's tail, and completes (or
+fails) with the exit code when the process ends, in a turn or between turns (a
+``session/update`` outside a turn is valid ACP).
+
+The engine's ``BackgroundProcesses`` reports from its reader thread; each report
+crosses to the reactor here (``callFromThread``), where the card's updates go out
+through the update channel. The start and the end are journaled, tagged in
+``_meta`` (``hermesAcp.background``), so a replay shows the card as it ended; the
+live tail is not (like a foreground command's). After a restart, ``loaded`` finds
+the cards a previous agent process left running: their processes ended with it,
+so the cards fail, that is journaled, and the model is told at the next prompt
+(a fork's copy of a card whose process runs in the session it came from fails
+too, saying so: the process is not the fork's).
+Wired once per connection; the state is per session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from twisted.internet.interfaces import IReactorFromThreads
+
+from .engine.background import BackgroundError, BackgroundProcesses
+from .interfaces import ISessionStore, IUpdateChannel
+from .render import shownOutput, textContent
+from .session_state import SessionState
+
+#: Ends heard before their card was shown (the process ended as its call was answered), kept at most.
+MAX_EARLY = 64
+LOST = "Ended when the agent's previous process stopped (the agent was restarted)."
+FORKED = "It belongs to the session this one was forked from, where it runs on."
+
+
+def backgroundMeta(snapshot: dict[str, Any], status: str) -> dict[str, Any]:
+    """The tag of a background card's update (a snapshot, or a tag read back from the journal)."""
+    return {"hermesAcp": {"background": {"processId": snapshot["processId"], "number": snapshot.get("number"),
+                                         "command": snapshot.get("command"), "status": status}}}
+
+
+def _tagged(update: dict[str, Any]) -> dict[str, Any] | None:
+    meta = update.get("_meta")
+    tagged = meta.get("hermesAcp") if isinstance(meta, dict) else None
+    found = tagged.get("background") if isinstance(tagged, dict) else None
+    return found if isinstance(found, dict) and isinstance(found.get("processId"), str) else None
+
+
+@attrs.define(eq=False)
+class BackgroundCards:
+    """The cards of every session's background processes, on the reactor."""
+
+    reactor: IReactorFromThreads
+    store: ISessionStore
+    updates: IUpdateChannel
+    processes: BackgroundProcesses
+    #: (session id, process id) -> the card's toolCallId.
+    _cards: dict[tuple[str, str], str] = attrs.field(factory=dict)
+    _early: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        self.processes.listener = self._heard
+
+    def _heard(self, sessionId: str, kind: str, snapshot: dict[str, Any]) -> None:
+        """In the reader's thread."""
+        self.reactor.callFromThread(self._event, sessionId, kind, snapshot)
+
+    def adopt(self, session: SessionState, toolCallId: str, extras: dict[str, Any]) -> None:
+        """The ``terminal`` call that started a process answered: its card stays in progress
+        (or ends at once, when the process already ended)."""
+        owner = self.processes.find(session.sessionId)
+        key = (session.sessionId, str(extras["background"]))
+        try:
+            proc = owner.find(key[1]) if owner is not None else None
+        except BackgroundError:  # already forgotten: it ended, and many more after it
+            proc = None
+        ended = self._early.pop(key, None)
+        snapshot = proc.snapshot() if proc is not None else ended
+        if snapshot is None:  # nothing is known of it any more
+            self.updates.send(session, {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
+                                        "status": "completed", "content": [textContent("It has ended.")]})
+            return
+        self._cards[key] = toolCallId
+        self.updates.send(session, {
+            "sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "in_progress",
+            "content": self._running(snapshot), "rawOutput": {"processId": key[1], "pid": snapshot["pid"]},
+            "_meta": backgroundMeta(snapshot, "running"),
+        })  # fmt: skip
+        if ended is not None:
+            self._event(session.sessionId, "ended", ended)
+
+    def _running(self, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+        header = (f"Running in the background as #{snapshot['number']} ({snapshot['processId']}, pid "
+                  f"{snapshot['pid']}); `/kill {snapshot['number']}` ends it.")
+        return [textContent(header), textContent(shownOutput(snapshot["tail"], "(no output yet)"))]
+
+    def _event(self, sessionId: str, kind: str, snapshot: dict[str, Any]) -> None:
+        key = (sessionId, snapshot["processId"])
+        session = self.store.sessions.get(sessionId)
+        toolCallId = self._cards.get(key)
+        if session is None:
+            self._cards.pop(key, None)
+            return
+        if toolCallId is None:
+            if kind == "ended":
+                self._early[key] = snapshot
+                while len(self._early) > MAX_EARLY:
+                    self._early.pop(next(iter(self._early)))
+            return
+        if kind == "output":
+            self.updates.send(session, {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
+                                        "content": self._running(snapshot),
+                                        "_meta": backgroundMeta(snapshot, "running")}, journal=False)
+            return
+        del self._cards[key]
+        code = snapshot["exitCode"]
+        how = "killed" if snapshot["reason"] == "killed" else (
+            "ended with the session" if snapshot["reason"] == "session_closed" else "exited")
+        self.updates.send(session, {
+            "sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
+            "status": "completed" if code == 0 else "failed",
+            "content": [textContent(f"{shownOutput(snapshot['tail'])}\n{how}, exit code {code}")],
+            "rawOutput": {"output": snapshot["tail"], "exitCode": code, "processId": snapshot["processId"]},
+            "_meta": backgroundMeta(snapshot, "exited"),
+        })  # fmt: skip
+
+    def loaded(self, session: SessionState, replayed: list[dict[str, Any]]) -> None:
+        """A load replayed the journal: cards of processes that neither ended nor run in
+        this agent ended with the agent's previous process. They fail (journaled), and the
+        model hears of them at the next prompt."""
+        started: dict[str, tuple[str, dict[str, Any]]] = {}
+        for update in replayed:
+            tagged = _tagged(update) if isinstance(update, dict) else None
+            if tagged is None:
+                continue
+            if tagged.get("status") == "running" and isinstance(update.get("toolCallId"), str):
+                started[tagged["processId"]] = (update["toolCallId"], tagged)
+            else:
+                started.pop(tagged["processId"], None)
+        lost = []
+        for processId, (toolCallId, tagged) in started.items():
+            owner = self.processes.ownerOf(processId)
+            if owner == session.sessionId:
+                continue  # it runs here: its card goes on
+            if owner is None:
+                lost.append(tagged)
+            self.updates.send(session, {
+                "sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "failed",
+                "content": [textContent(LOST if owner is None else FORKED)],
+                "_meta": backgroundMeta(tagged, "lost" if owner is None else "elsewhere"),
+            })  # fmt: skip
+        if lost:
+            self.processes.forSession(session.sessionId).lost(lost)
+
+    def forget(self, session: SessionState) -> None:
+        """The session is closed or deleted: its processes end (their cards are the editor's no more)."""
+        self.processes.drop(session.sessionId)
+        for key in [key for key in (*self._cards, *self._early) if key[0] == session.sessionId]:
+            self._cards.pop(key, None)
+            self._early.pop(key, None)
