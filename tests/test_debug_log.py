@@ -6,7 +6,6 @@ exit code) and permission outcomes; never a secret or a file's contents."""
 from __future__ import annotations
 
 import re
-
 import sys
 import tempfile
 from pathlib import Path
