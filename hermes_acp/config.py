@@ -41,6 +41,8 @@ DEFAULT_MODEL_MAX_EVENT = 8 * 1024 * 1024
 DEFAULT_MODEL_MAX_REPLY = 32 * 1024 * 1024
 DEFAULT_MODEL_REPLY_SECONDS = 3600.0
 DEFAULT_TITLE_SECONDS = 15.0
+#: How long a memory write waits for another process's lock on its file (``engine.memory``).
+DEFAULT_MEMORY_LOCK_SECONDS = 10.0
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -288,6 +290,11 @@ class Settings:
     modelReplySeconds: float = DEFAULT_MODEL_REPLY_SECONDS
     #: How long the request for a session's title may take (it never delays a turn).
     titleSeconds: float = DEFAULT_TITLE_SECONDS
+    #: The memory files' limits in characters (None: config.yaml's, else Hermes' 2,200 and 1,375),
+    #: and how long a write waits for another process's lock.
+    memoryChars: int | None = None
+    userChars: int | None = None
+    memoryLockSeconds: float = DEFAULT_MEMORY_LOCK_SECONDS
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -318,4 +325,7 @@ class Settings:
             modelMaxReply=envInt(env, "HERMES_ACP_MODEL_MAX_REPLY", DEFAULT_MODEL_MAX_REPLY, minimum=1024),
             modelReplySeconds=envSeconds(env, "HERMES_ACP_MODEL_REPLY_SECONDS", DEFAULT_MODEL_REPLY_SECONDS),
             titleSeconds=envSeconds(env, "HERMES_ACP_TITLE_SECONDS", DEFAULT_TITLE_SECONDS),
+            memoryChars=envInt(env, "HERMES_ACP_MEMORY_CHARS", 0, minimum=1) or None,
+            userChars=envInt(env, "HERMES_ACP_USER_CHARS", 0, minimum=1) or None,
+            memoryLockSeconds=envSeconds(env, "HERMES_ACP_MEMORY_LOCK_SECONDS", DEFAULT_MEMORY_LOCK_SECONDS),
         )

@@ -46,6 +46,7 @@ from hermes_acp.interfaces import IEngineAgent, ITurnObserver
 
 if TYPE_CHECKING:
     from hermes_acp.engine.guard import CommandApprovals
+    from hermes_acp.engine.memory import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +231,10 @@ class AIAgent:
     maxToolCalls: int = DEFAULT_MAX_TOOL_CALLS
     toolParallel: int = DEFAULT_TOOL_PARALLEL
     toolSlots: ToolSlots = attrs.field(factory=lambda: ToolSlots(DEFAULT_TOOL_THREADS))
+    #: The user's memory files for the ``memory`` tool (None: no memory), and the snapshot of them
+    #: the system prompt carries: taken once for the session and kept with it (``engine.memory``).
+    memory: MemoryStore | None = None
+    memorySnapshot: str = ""
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
     _commandApprovals: CommandApprovals | None = attrs.field(default=None, init=False)
@@ -329,6 +334,8 @@ class AIAgent:
         tools = selectTools(self.tools)
         if self.sessionSearch is None and self.tools is None:
             tools.pop("session_search")
+        if self.memory is None and self.tools is None:
+            tools.pop("memory")
         if self.planning:
             tools[EXIT_PLAN.name] = EXIT_PLAN
         return tools
@@ -361,6 +368,9 @@ class AIAgent:
             delegate=lambda name, arguments: _delegated(observer.callTool(callId, name, arguments)),
             approvePlan=lambda plan: self._approvePlan(plan, lambda p: observer.approvePlan(callId, p)),
             askUser=lambda question, choices: Answer(*observer.askUser(callId, question, choices)),
+            memory=self.memory,
+            approveMemory=lambda proposal: self.pathApprovals.decideMemory(
+                proposal, lambda p: observer.approveEdit(callId, p)),
         )
 
     def _approvePlan(self, plan: str, question: Callable[[str], str]) -> str | None:
@@ -479,6 +489,8 @@ class _Conversation:
         agent = self.agent
         content = agent.systemPrompt or defaultSystemPrompt(agent.cwd, agent.additionalDirectories,
                                                             projectInstructions(agent.cwd).text)
+        if agent.memorySnapshot:  # frozen for the session: the prompt's prefix stays the same
+            content = f"{content}\n\n{agent.memorySnapshot}"
         return {"role": "system", "content": f"{content}\n\n{NOTE}" if agent.planning else content}
 
     def _tools(self) -> dict[str, Tool]:

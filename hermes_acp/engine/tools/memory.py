@@ -1,0 +1,126 @@
+"""``memory``: Hermes' tool for the two memory files (``engine.memory``), under Hermes' name,
+actions and arguments.
+
+The model adds, replaces or removes one entry (``action``, ``content``, ``old_text``), or sends
+a batch of them (``operations``) that is applied whole or not at all, the limit checked on the
+result. Its answer is Hermes' result object. Writing asks like an edit in the ``default`` mode
+(the card shows the file's change), goes through in ``accept_edits`` and ``dont_ask``, and is
+refused in ``plan`` (``access.PathApprovals.decideMemory``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermes_acp.engine.access import EditProposal
+from hermes_acp.engine.memory import ACTIONS, TARGETS, Operation
+from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText
+
+#: The most operations one call may carry (Hermes sets none; the files hold a few dozen entries).
+MAX_OPERATIONS = 50
+
+
+def _operation(action: Any, content: Any, oldText: Any, position: str) -> Operation:
+    """One operation, its strings stripped (as Hermes does), or a ``ToolError`` saying what is missing."""
+    if action not in ACTIONS:
+        raise ToolError(f"{position}action must be one of {', '.join(ACTIONS)}")
+    for name, value in (("content", content), ("old_text", oldText)):
+        if value is not None and not isinstance(value, str):
+            raise ToolError(f"{position}{name} must be a string")
+    content, oldText = (content or "").strip(), (oldText or "").strip()
+    if action in ("add", "replace") and not content:
+        raise ToolError(f"{position}content is required for '{action}'"
+                        + (" (use 'remove' to delete an entry)" if action == "replace" else ""))
+    if action in ("replace", "remove") and not oldText:
+        raise ToolError(f"{position}old_text is required for '{action}': a short unique part of the entry "
+                        f"to {action} (the entries are in your system prompt)")
+    return Operation(action, content, oldText)
+
+
+def parseOperations(action: str | None, content: str | None, oldText: str | None,
+               batch: list[Any] | None) -> list[Operation]:
+    """The call's operations: the batch when given, else the single one."""
+    if batch:
+        if len(batch) > MAX_OPERATIONS:
+            raise ToolError(f"operations holds {len(batch)} items; at most {MAX_OPERATIONS} in one call")
+        found = []
+        for number, item in enumerate(batch, 1):
+            if not isinstance(item, dict):
+                raise ToolError(f"operations[{number - 1}] must be an object {{action, content?, old_text?}}")
+            unknown = sorted(set(item) - {"action", "content", "old_text"})
+            if unknown:
+                raise ToolError(f"operations[{number - 1}] has unknown field(s): {', '.join(unknown)}")
+            found.append(_operation(item.get("action"), item.get("content"), item.get("old_text"),
+                                    f"operations[{number - 1}]: "))
+        return found
+    if action is None:
+        raise ToolError("give an action (add, replace or remove) or a list of operations")
+    return [_operation(action, content, oldText, "")]
+
+
+def remember(ctx: ToolContext, target: str, action: str | None = None, content: str | None = None,
+             old_text: str | None = None, operations: list[Any] | None = None) -> ToolOutcome:
+    store = ctx.memory
+    if store is None:
+        raise ToolError("memory is not available in this session (turned off in config.yaml)")
+    ops = parseOperations(action, content, old_text, operations)
+
+    def approve(path: Any, oldText: str, newText: str) -> str | None:
+        verdict = ctx.approveMemory(EditProposal("memory", str(path), oldText, newText))
+        return None if verdict.allowed else verdict.message
+
+    change = store.change(target, ops, approve, ctx.cancelEvent.is_set)
+    extras = {} if change.failed else {"path": str(change.path), "oldText": change.oldText, "newText": change.newText}
+    return ToolOutcome(jsonText(change.reply), extras, failed=change.failed)
+
+
+MEMORY = Tool(
+    "memory",
+    "Save durable facts to persistent memory that survive across sessions. Memory is in the system "
+    "prompt of every later session (not this one: it keeps the memory it started with), so keep "
+    "entries compact and high-signal.\n\n"
+    "HOW: for several changes use ONE call with 'operations' (each item {action, content?, old_text?}); "
+    "the batch applies atomically and the char limit is checked on the final result, so one call can "
+    "remove or shorten stale entries AND add new ones. Use action/content/old_text for a single change. "
+    "The answer reports current/limit chars; a saved write is done, do not repeat it.\n\n"
+    "WHEN: when the user states a preference, a correction or a personal detail, or you learn a stable "
+    "fact about their environment, conventions or workflow. Priority: user preferences and corrections > "
+    "environment facts > procedures.\n\n"
+    "IF FULL: an add is refused with the current entries; send ONE batch that removes or shortens stale "
+    "entries and adds the new one.\n\n"
+    "TARGETS: 'user' = who the user is (name, role, preferences, style); 'memory' = your notes "
+    "(environment, conventions, tool quirks, lessons).\n\n"
+    "NEVER: secrets (keys, tokens, passwords: they are refused; say where one is kept instead), "
+    "trivial or easily re-discovered facts, raw data, task progress or temporary TODO state.",
+    {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": list(ACTIONS),
+                       "description": "The action (single-op shape). Omit when using 'operations'."},
+            "target": {"type": "string", "enum": list(TARGETS),
+                       "description": "Which store: 'memory' for your notes, 'user' for the user profile."},
+            "content": {"type": "string",
+                        "description": "The entry's content. Required for 'add' and 'replace' (single-op shape)."},
+            "old_text": {"type": "string",
+                         "description": "REQUIRED for 'replace' and 'remove' (single-op shape): a short unique "
+                                        "substring of the existing entry. Omit for 'add'."},
+            "operations": {
+                "type": "array",
+                "description": "Batch shape: operations applied atomically in one call against the final "
+                               "char budget. Each item is {action, content?, old_text?}.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "action": {"type": "string", "enum": list(ACTIONS)},
+                        "content": {"type": "string", "description": "Entry content for add/replace."},
+                        "old_text": {"type": "string",
+                                     "description": "Substring identifying the entry for replace/remove."},
+                    },
+                    "required": ["action"],
+                },
+            },
+        },
+        "required": ["target"],
+    },
+    remember,
+)
