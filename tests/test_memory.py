@@ -134,6 +134,15 @@ def test_aLinkToTheUsersOwnFileStaysALink(home: Path, tmp_path_factory: pytest.T
     assert (dotfiles / "MEMORY.md").read_text() == "kept in dotfiles\n§\nadded"
 
 
+def test_aHermesHomeReachedThroughALinkWorks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "link"))
+    memory = store(tmp_path / "link")
+    assert add(memory, "first")["success"] is True and add(memory, "second")["success"] is True
+    assert memory.read("memory").problem is None and "first\n§\nsecond" in memory.snapshot()
+
+
 def test_writesAreAtomic(tmp_path: Path) -> None:
     """A write that fails leaves the old file whole and no temporary file behind."""
     path = tmp_path / "MEMORY.md"

@@ -170,9 +170,9 @@ class MemoryFile:
 
 def readMemory(target: Target, path: Path, limit: int) -> MemoryFile:
     """``path`` read as memory. Reads do not lock: writes replace the file whole, by rename."""
-    real = os.path.realpath(path)
-    if real != os.path.abspath(path) and secretKind(real) is not None:
-        return MemoryFile(target, path, problem=f"it is a link to {secretKind(real)}, which is not memory")
+    kind = secretKind(os.path.realpath(path)) if os.path.islink(path) else None
+    if kind is not None:  # a link to the user's own file elsewhere is fine; to a secret, not
+        return MemoryFile(target, path, problem=f"it is a link to {kind}, which is not memory")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
