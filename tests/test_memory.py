@@ -1,4 +1,4 @@
-"""The memory files (``engine.memory``): Hermes' format, the limits, the lock and the atomic
+"""The memory files (``engine.memory``, ``engine.memoryfiles``): Hermes' format, the limits, the lock and the atomic
 write, hand-edited and malformed files, the settings, the secret screen, the tool's arguments
 (``engine.tools.memory``) and each mode's decision (``access.PathApprovals.decideMemory``)."""
 
@@ -15,9 +15,8 @@ import pytest
 
 from hermes_acp.engine.access import EditProposal, PathApprovals
 from hermes_acp.engine.approval import REJECT_ALWAYS
-from hermes_acp.engine.memory import (
-    DELIMITER, MemorySettings, MemoryStore, Operation, memorySettings, parseEntries, writeAtomically,
-)
+from hermes_acp.engine.memory import MemorySettings, MemoryStore, Operation, memorySettings
+from hermes_acp.engine.memoryfiles import DELIMITER, parseEntries, writeAtomically
 from hermes_acp.engine.secrets import secretLike
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_acp.engine.access import EditProposal
-from hermes_acp.engine.memory import ACTIONS, TARGETS, Operation
+from hermes_acp.engine.memory import ACTIONS, Operation
+from hermes_acp.engine.memoryfiles import TARGETS
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText
 
 #: The most operations one call may carry (Hermes sets none; the files hold a few dozen entries).
@@ -76,45 +77,29 @@ def remember(ctx: ToolContext, target: str, action: str | None = None, content: 
 
 MEMORY = Tool(
     "memory",
-    "Save durable facts to persistent memory that survive across sessions. Memory is in the system "
-    "prompt of every later session (not this one: it keeps the memory it started with), so keep "
-    "entries compact and high-signal.\n\n"
-    "HOW: for several changes use ONE call with 'operations' (each item {action, content?, old_text?}); "
-    "the batch applies atomically and the char limit is checked on the final result, so one call can "
-    "remove or shorten stale entries AND add new ones. Use action/content/old_text for a single change. "
-    "The answer reports current/limit chars; a saved write is done, do not repeat it.\n\n"
-    "WHEN: when the user states a preference, a correction or a personal detail, or you learn a stable "
-    "fact about their environment, conventions or workflow. Priority: user preferences and corrections > "
-    "environment facts > procedures.\n\n"
-    "IF FULL: an add is refused with the current entries; send ONE batch that removes or shortens stale "
-    "entries and adds the new one.\n\n"
-    "TARGETS: 'user' = who the user is (name, role, preferences, style); 'memory' = your notes "
-    "(environment, conventions, tool quirks, lessons).\n\n"
-    "NEVER: secrets (keys, tokens, passwords: they are refused; say where one is kept instead), "
-    "trivial or easily re-discovered facts, raw data, task progress or temporary TODO state.",
+    "Save durable facts for later sessions: memory goes into the system prompt of every new session "
+    "(this one keeps the memory it started with). Targets: 'user' = who the user is (name, role, "
+    "preferences, style); 'memory' = your notes (environment, conventions, tool quirks, lessons). One "
+    "change: action add (content), replace (old_text -> content) or remove (old_text: a short unique part "
+    "of the entry). Several: 'operations', applied together with the char limit checked on the result; "
+    "when full, remove or shorten stale entries and add in one batch. Save preferences, corrections and "
+    "stable facts; never secrets (refused), trivia or task progress. A saved write is done: do not repeat it.",
     {
         "type": "object",
         "properties": {
-            "action": {"type": "string", "enum": list(ACTIONS),
-                       "description": "The action (single-op shape). Omit when using 'operations'."},
-            "target": {"type": "string", "enum": list(TARGETS),
-                       "description": "Which store: 'memory' for your notes, 'user' for the user profile."},
-            "content": {"type": "string",
-                        "description": "The entry's content. Required for 'add' and 'replace' (single-op shape)."},
-            "old_text": {"type": "string",
-                         "description": "REQUIRED for 'replace' and 'remove' (single-op shape): a short unique "
-                                        "substring of the existing entry. Omit for 'add'."},
+            "action": {"type": "string", "enum": list(ACTIONS), "description": "One change (omit with operations)"},
+            "target": {"type": "string", "enum": list(TARGETS), "description": "memory: your notes; user: the user"},
+            "content": {"type": "string", "description": "The entry, for add and replace"},
+            "old_text": {"type": "string", "description": "A unique part of the entry, for replace and remove"},
             "operations": {
                 "type": "array",
-                "description": "Batch shape: operations applied atomically in one call against the final "
-                               "char budget. Each item is {action, content?, old_text?}.",
+                "description": "Several changes, all or none",
                 "items": {
                     "type": "object",
                     "properties": {
                         "action": {"type": "string", "enum": list(ACTIONS)},
-                        "content": {"type": "string", "description": "Entry content for add/replace."},
-                        "old_text": {"type": "string",
-                                     "description": "Substring identifying the entry for replace/remove."},
+                        "content": {"type": "string"},
+                        "old_text": {"type": "string"},
                     },
                     "required": ["action"],
                 },
