@@ -48,7 +48,8 @@ def memoryFile(home: str, name: str) -> str:
 async def test_memoryReachesTheNextSessionAlsoAfterARestartAndTheWriterKeepsItsSnapshot(scriptedServer, tmp_path) -> None:
     """A session (edits accepted) saves a user preference: the file is Hermes' USER.md, the card
     shows the change, the model reads Hermes' result. The same session's next request keeps the
-    prompt it started with; a new session's prompt has the entry under Hermes' heading. After a
+    prompt it started with (``/memory`` there says memory changed since); a new session's prompt
+    has the entry under Hermes' heading. After a
     restart, the loaded session's prompt is byte for byte what it was (a hand edit since is not
     in it) and a new session gets the file as it is now."""
     server, url = scriptedServer
@@ -67,9 +68,13 @@ async def test_memoryReachesTheNextSessionAlsoAfterARestartAndTheWriterKeepsItsS
             await conn.set_session_mode(session_id=alpha, mode_id="accept_edits")
             await conn.prompt(session_id=alpha, prompt=[text("alpha-one: remember that I like tabs")])
             await conn.prompt(session_id=alpha, prompt=[text("alpha-two")])
+            before = len(updates(wire, alpha))
+            await conn.prompt(session_id=alpha, prompt=[text("/memory")])
+            shown = agentText(updates(wire, alpha)[before:])
+            assert "1. Prefers tabs over spaces" in shown and "Changed since this session started" in shown
             bravo = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
             await conn.prompt(session_id=bravo, prompt=[text("bravo-one")])
-            return bravo, updates(wire, alpha), wire.problems()
+            return bravo, updates(wire, alpha)[:before], wire.problems()
 
     async def secondLife(bravo: str) -> list[str]:
         async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):

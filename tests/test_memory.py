@@ -195,6 +195,17 @@ def test_settingsComeFromConfigYamlUnderTheOverrides(home: Path, caplog: pytest.
     assert "turned off in config.yaml" in add(disabled, "x", "user")["error"]
 
 
+def test_theEnvironmentsBoundsAreChecked() -> None:
+    from hermes_acp.config import ConfigError, Settings
+
+    settings = Settings.fromEnv({"HERMES_ACP_MEMORY_CHARS": "500", "HERMES_ACP_MEMORY_LOCK_SECONDS": "2.5"})
+    assert (settings.memoryChars, settings.userChars, settings.memoryLockSeconds) == (500, None, 2.5)
+    with pytest.raises(ConfigError, match="HERMES_ACP_USER_CHARS must be at least 1"):
+        Settings.fromEnv({"HERMES_ACP_USER_CHARS": "-3"})
+    with pytest.raises(ConfigError, match="HERMES_ACP_MEMORY_LOCK_SECONDS"):
+        Settings.fromEnv({"HERMES_ACP_MEMORY_LOCK_SECONDS": "inf"})
+
+
 @pytest.mark.parametrize(("value", "kind"), [
     ("User prefers tabs over spaces", None),
     ("The key is OPENAI_API_KEY in $HERMES_HOME/.env", None),

@@ -4,7 +4,8 @@ Writes (``write_file``, ``patch``): the mode decides inside the workspace; a
 secret or protected path (``engine.sensitive``) asks in every mode. Reads
 (``read_file``, ``search_files``): inside the workspace they go through;
 outside it they ask in the ``default`` and ``accept_edits`` modes; a secret
-asks in every mode.
+asks in every mode. The user's memory files (the ``memory`` tool) ask in the
+``default`` mode only, and plan mode refuses them (``decideMemory``).
 """
 
 from __future__ import annotations
