@@ -32,6 +32,7 @@ DELIMITER = "\n§\n"
 #: anything the tool writes; a longer one was not written as memory and is cut, never rewritten.
 READ_FACTOR = 64
 
+
 @attrs.frozen
 class Target:
     """One of the two files: the tool's ``target`` name, its file, and its heading in the prompt."""

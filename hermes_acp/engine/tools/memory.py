@@ -39,24 +39,24 @@ def _operation(action: Any, content: Any, oldText: Any, position: str) -> Operat
 
 
 def parseOperations(action: str | None, content: str | None, oldText: str | None,
-               batch: list[Any] | None) -> list[Operation]:
+                    batch: list[Any] | None) -> list[Operation]:
     """The call's operations: the batch when given, else the single one."""
-    if batch:
-        if len(batch) > MAX_OPERATIONS:
-            raise ToolError(f"operations holds {len(batch)} items; at most {MAX_OPERATIONS} in one call")
-        found = []
-        for number, item in enumerate(batch, 1):
-            if not isinstance(item, dict):
-                raise ToolError(f"operations[{number - 1}] must be an object {{action, content?, old_text?}}")
-            unknown = sorted(set(item) - {"action", "content", "old_text"})
-            if unknown:
-                raise ToolError(f"operations[{number - 1}] has unknown field(s): {', '.join(unknown)}")
-            found.append(_operation(item.get("action"), item.get("content"), item.get("old_text"),
-                                    f"operations[{number - 1}]: "))
-        return found
-    if action is None:
-        raise ToolError("give an action (add, replace or remove) or a list of operations")
-    return [_operation(action, content, oldText, "")]
+    if not batch:
+        if action is None:
+            raise ToolError("give an action (add, replace or remove) or a list of operations")
+        return [_operation(action, content, oldText, "")]
+    if len(batch) > MAX_OPERATIONS:
+        raise ToolError(f"operations holds {len(batch)} items; at most {MAX_OPERATIONS} in one call")
+    found = []
+    for index, item in enumerate(batch):
+        if not isinstance(item, dict):
+            raise ToolError(f"operations[{index}] must be an object {{action, content?, old_text?}}")
+        unknown = sorted(set(item) - {"action", "content", "old_text"})
+        if unknown:
+            raise ToolError(f"operations[{index}] has unknown field(s): {', '.join(unknown)}")
+        found.append(_operation(item.get("action"), item.get("content"), item.get("old_text"),
+                                f"operations[{index}]: "))
+    return found
 
 
 def remember(ctx: ToolContext, target: str, action: str | None = None, content: str | None = None,
@@ -71,7 +71,8 @@ def remember(ctx: ToolContext, target: str, action: str | None = None, content: 
         return None if verdict.allowed else verdict.message
 
     change = store.change(target, ops, approve, ctx.cancelEvent.is_set)
-    extras = {} if change.failed else {"path": str(change.path), "oldText": change.oldText, "newText": change.newText}
+    extras = {} if change.failed else {"path": str(change.path), "oldText": change.oldText,
+                                       "newText": change.newText}
     return ToolOutcome(jsonText(change.reply), extras, failed=change.failed)
 
 
