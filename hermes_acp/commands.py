@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "doctor": ("Versions, endpoint, capabilities and where logs go", None),
     "ps": ("List this session's background processes", None),
     "kill": ("End one of this session's background processes", "its number from /ps"),
+    "memory": ("Show the agent's memory: its notes (MEMORY.md) and your profile (USER.md)", None),
 }
 
 #: Other names of commands (Hermes' own name for /compact).
@@ -192,6 +193,15 @@ class Commands:
             return "No model requests in this session since the agent started." + cost
         lines = ["Token usage since the agent started:", "", "| tokens | count |", "|---|---|"]
         return "\n".join(lines + [f"| {k} | {v:,} |" for k, v in totals.items()]) + cost
+
+    async def _memory(self, state: SessionState, argument: str) -> str:
+        from .engine_factory import MEMORY_SNAPSHOT, memoryStore
+
+        memory = memoryStore(self.settings)
+        if memory is None:
+            return "Memory is turned off in config.yaml (`memory.memory_enabled`, `memory.user_profile_enabled`)."
+        frozen = state.config.get(MEMORY_SNAPSHOT)
+        return memory.describe(frozen if isinstance(frozen, str) else None)
 
     def _protection(self) -> str:
         from .engine.sandbox import describe, probe

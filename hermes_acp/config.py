@@ -46,6 +46,8 @@ DEFAULT_TITLE_SECONDS = 15.0
 DEFAULT_BACKGROUND_PROCESSES = 8
 DEFAULT_BACKGROUND_TOTAL = 64
 DEFAULT_BACKGROUND_OUTPUT = 200_000
+#: How long a memory write waits for another process's lock on its file (``engine.memory``).
+DEFAULT_MEMORY_LOCK_SECONDS = 10.0
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -297,6 +299,11 @@ class Settings:
     backgroundProcesses: int = DEFAULT_BACKGROUND_PROCESSES
     backgroundTotal: int = DEFAULT_BACKGROUND_TOTAL
     backgroundOutput: int = DEFAULT_BACKGROUND_OUTPUT
+    #: The memory files' limits in characters (None: config.yaml's, else Hermes' 2,200 and 1,375),
+    #: and how long a write waits for another process's lock.
+    memoryChars: int | None = None
+    userChars: int | None = None
+    memoryLockSeconds: float = DEFAULT_MEMORY_LOCK_SECONDS
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -330,4 +337,7 @@ class Settings:
             backgroundProcesses=envInt(env, "HERMES_ACP_BACKGROUND_PROCESSES", DEFAULT_BACKGROUND_PROCESSES),
             backgroundTotal=envInt(env, "HERMES_ACP_BACKGROUND_TOTAL", DEFAULT_BACKGROUND_TOTAL),
             backgroundOutput=envInt(env, "HERMES_ACP_BACKGROUND_OUTPUT", DEFAULT_BACKGROUND_OUTPUT, minimum=1024),
+            memoryChars=envInt(env, "HERMES_ACP_MEMORY_CHARS", 0, minimum=1) or None,
+            userChars=envInt(env, "HERMES_ACP_USER_CHARS", 0, minimum=1) or None,
+            memoryLockSeconds=envSeconds(env, "HERMES_ACP_MEMORY_LOCK_SECONDS", DEFAULT_MEMORY_LOCK_SECONDS),
         )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from zope.interface import implementer
 
-from .config import Endpoint, Settings
+from .config import Endpoint, Settings, hermesHome
 from .engine.toolslots import ToolSlots
 from .interfaces import IAgentFactory
 from .options import reasoningEffort
@@ -18,6 +18,11 @@ from .session_state import SessionState
 if TYPE_CHECKING:  # the engine is imported with the first agent, not with this module
     from .engine.agent import AIAgent
     from .engine.background import BackgroundProcesses
+    from .engine.memory import MemoryStore
+
+#: The key of ``SessionState.config`` that keeps the session's memory snapshot (``engine.memory``),
+#: saved with its other settings, so a load after a restart builds the same system prompt.
+MEMORY_SNAPSHOT = "memory"
 
 
 @implementer(IAgentFactory)
@@ -49,6 +54,7 @@ class EngineAgentFactory:
 
         settings = self.settings
         folders = (session.cwd, *session.additionalDirectories)
+        memory = memoryStore(settings)
 
         agent = AIAgent(
             endpoint=self.endpointSource(),
@@ -66,6 +72,8 @@ class EngineAgentFactory:
             toolSlots=self.toolSlots,
             replyLimits=ReplyLimits(settings.modelMaxEvent, settings.modelMaxReply, settings.modelReplySeconds),
             background=None if self.background is None else self.background.forSession(session.sessionId),
+            memory=memory,
+            memorySnapshot=frozenMemory(session, memory),
         )
         agent.setEditMode(session.mode)
         return agent
@@ -78,6 +86,26 @@ class EngineAgentFactory:
             agent.summaryFailures = 0
         agent.model, agent.reasoningEffort = model, effort
         agent.setEditMode(session.mode)
+
+
+def memoryStore(settings: Settings) -> MemoryStore | None:
+    """The user's memory files with the configured limits (config.yaml read now: a new session
+    follows its changes); None when config.yaml turns both off."""
+    from .engine.memory import MemoryStore
+
+    store = MemoryStore.forHome(hermesHome(), memoryChars=settings.memoryChars, userChars=settings.userChars,
+                                lockSeconds=settings.memoryLockSeconds)
+    return store if store.settings.targets else None
+
+
+def frozenMemory(session: SessionState, memory: MemoryStore | None) -> str:
+    """The session's memory snapshot: the one it keeps (a rebuilt agent, a load after a restart),
+    else one taken now, from its first turn on, and kept in its settings, which the turn's end
+    saves."""
+    snapshot = session.config.get(MEMORY_SNAPSHOT)
+    if not isinstance(snapshot, str):
+        snapshot = session.config[MEMORY_SNAPSHOT] = memory.snapshot() if memory is not None else ""
+    return snapshot
 
 
 def projectSearch(

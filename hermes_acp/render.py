@@ -29,6 +29,7 @@ KINDS = {
     "web_search": "search",
     "web_extract": "fetch",
     "process": "execute",
+    "memory": "edit",
 }
 #: Cap on text shown in a tool call's content and on rawOutput.
 CONTENT_LIMIT = 16 * 1024
@@ -189,6 +190,14 @@ class Renderer:
         if name == "session_search":
             where = " in all projects" if args.get("all_projects") is True else ""
             return f'Search past sessions{where}: "{_oneLine(str(args.get("query", "")), 60)}"'
+        if name == "memory":
+            store = "user profile" if args.get("target") == "user" else "notes"
+            operations = args.get("operations")
+            if isinstance(operations, list) and operations:
+                what = f"{len(operations)} change{'s' if len(operations) != 1 else ''}"
+            else:
+                what = _oneLine(str(args.get("action") or "change"), 20)
+            return f"Update memory ({store}): {what}"
         return name
 
     def locations(self, name: str, args: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]]:

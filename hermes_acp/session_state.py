@@ -22,6 +22,8 @@ class SessionState:
     additionalDirectories: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     model: str | None = None
     mode: str = "default"
+    #: The config options' values, and the memory snapshot of its system prompt
+    #: (``engine_factory.MEMORY_SNAPSHOT``): saved with the session's settings.
     config: dict[str, Any] = attrs.field(factory=dict)
     title: str | None = None
     #: The title is the first prompt line's stand-in, which the model's title may replace

@@ -239,9 +239,22 @@ async def test_editorWithTheCapabilitySeesCompactionUpdates(scriptedServer, tmp_
     assert [h["sessionId"] for h in hits] == [sid], "the compacted-away prompt is still found, once"
 
 
+def _bigSize() -> int:
+    """Characters of a big prompt: three fit the small window's compaction threshold (0.9 of it
+    less the reply's room, an eighth) beside the system prompt and the tools, whatever tools there
+    are, and four do not, each with a margin of half a prompt."""
+    from hermes_acp.engine.tools.builtin import BUILTIN_TOOLS
+
+    fixed = len(json.dumps([tool.schema() for tool in BUILTIN_TOOLS.values()])) + 600  # and the prompt
+    return (int(0.9 * (WINDOW - WINDOW // 8)) * 4 - fixed) * 2 // 7
+
+
+BIG = _bigSize()
+
+
 def big(n: int) -> str:
-    """A prompt of about 1,500 tokens: prompts are never shortened, so only a summary helps."""
-    return f"big {n} " + "w" * 6000
+    """A big prompt (``BIG``): prompts are never shortened, so only a summary helps."""
+    return f"big {n} " + "w" * BIG
 
 
 def smallWindow(model: ScriptedModel, summaries: list[Any]) -> None:

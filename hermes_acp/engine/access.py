@@ -4,7 +4,8 @@ Writes (``write_file``, ``patch``): the mode decides inside the workspace; a
 secret or protected path (``engine.sensitive``) asks in every mode. Reads
 (``read_file``, ``search_files``): inside the workspace they go through;
 outside it they ask in the ``default`` and ``accept_edits`` modes; a secret
-asks in every mode.
+asks in every mode. The user's memory files (the ``memory`` tool) ask in the
+``default`` mode only, and plan mode refuses them (``decideMemory``).
 """
 
 from __future__ import annotations
@@ -94,13 +95,35 @@ class PathApprovals:
                 self.mode == "dont_ask" or (self.mode == "accept_edits" and self.insideWorkspace(path))
             ):
                 return Verdict(True)
+        answer = self._askEdit(path, question, proposal)
+        if answer in ALLOWED:
+            return Verdict(True)
+        return Verdict(False, f"Edit not approved ({refusal(answer)}); {proposal.path} was not modified.")
+
+    def _askEdit(self, path: str, question: Callable[[EditProposal], str] | None, proposal: EditProposal) -> str:
+        """The user's answer about an edit of ``path``; "reject always" refuses the path from now on."""
         answer = ask(question, proposal)
         if answer == REJECT_ALWAYS:
             with self._lock:
                 self.refusedPaths.add(path)
+        return answer
+
+    def decideMemory(self, proposal: EditProposal, question: Callable[[EditProposal], str] | None) -> Verdict:
+        """A change to the user's memory files (``engine.memory``): their own notes, outside the
+        project, bounded and kept free of secrets. Asked like an edit in the default mode; the
+        modes that accept edits write it; plan mode changes nothing, so it refuses without asking."""
+        if self.mode == PLAN:
+            return Verdict(False, planRefusal("saving to memory"))
+        path = os.path.realpath(proposal.path)
+        with self._lock:
+            if path in self.refusedPaths:
+                return Verdict(False, "The user refused changes to this memory file for the rest of the session.")
+            if self.mode in ("accept_edits", "dont_ask"):
+                return Verdict(True)
+        answer = self._askEdit(path, question, proposal)
         if answer in ALLOWED:
             return Verdict(True)
-        return Verdict(False, f"Edit not approved ({refusal(answer)}); {proposal.path} was not modified.")
+        return Verdict(False, f"The change was not approved ({refusal(answer)}).")
 
     def decideRead(self, path: str, question: Callable[[str, str], str] | None) -> Verdict:
         """Allow reading ``path`` (a file, or a folder to search), or ask

@@ -49,6 +49,7 @@ from hermes_acp.interfaces import IEngineAgent, ITurnObserver
 if TYPE_CHECKING:
     from hermes_acp.engine.background import SessionProcesses
     from hermes_acp.engine.guard import CommandApprovals
+    from hermes_acp.engine.memory import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,10 @@ class AIAgent:
     #: The session's background processes (``engine.background.SessionProcesses``: they outlive
     #: the agent, which is rebuilt when the session moves); None: no background processes.
     background: SessionProcesses | None = None
+    #: The user's memory files for the ``memory`` tool (None: no memory), and the snapshot of them
+    #: the system prompt carries: taken once for the session and kept with it (``engine.memory``).
+    memory: MemoryStore | None = None
+    memorySnapshot: str = ""
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
     _commandApprovals: CommandApprovals | None = attrs.field(default=None, init=False)
@@ -341,6 +346,8 @@ class AIAgent:
             tools.pop("web_search")  # no backend configured: /doctor and --check say how to add one
         if self.background is None and self.tools is None:
             tools.pop("process")
+        if self.memory is None and self.tools is None:
+            tools.pop("memory")
         if self.planning:
             tools[EXIT_PLAN.name] = EXIT_PLAN
         return tools
@@ -376,6 +383,9 @@ class AIAgent:
             approveFetch=lambda url, host: self.hostApprovals.decide(
                 url, host, lambda u, reason: observer.approveRead(callId, u, reason)),
             background=self.background,
+            memory=self.memory,
+            approveMemory=lambda proposal: self.pathApprovals.decideMemory(
+                proposal, lambda p: observer.approveEdit(callId, p)),
         )
 
     def _approvePlan(self, plan: str, question: Callable[[str], str]) -> str | None:
@@ -504,6 +514,8 @@ class _Conversation:
         agent = self.agent
         content = agent.systemPrompt or defaultSystemPrompt(agent.cwd, agent.additionalDirectories,
                                                             projectInstructions(agent.cwd).text)
+        if agent.memorySnapshot:  # frozen for the session: the prompt's prefix stays the same
+            content = f"{content}\n\n{agent.memorySnapshot}"
         return {"role": "system", "content": f"{content}\n\n{NOTE}" if agent.planning else content}
 
     def _tools(self) -> dict[str, Tool]:

@@ -135,3 +135,51 @@ def childEnvironment(env: Mapping[str, str] | None = None) -> dict[str, str]:
         if name in child:
             child[name] = _replaceCredential(child[name], None)
     return child
+
+
+#: Credentials by their look, for text that must never hold one (memory entries): the
+#: well-known key formats, a private key block, a JWT, a bearer token, a password written
+#: as an assignment, and a long random-looking word. Each names its kind, never the value.
+_KEY_SHAPES = (
+    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+    ("an API key (sk-...)", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
+    ("a Stripe key", re.compile(r"\b[rsp]k_(?:live|test)_[A-Za-z0-9]{16,}")),
+    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
+    ("a GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),
+    ("a Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("an AWS access key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
+    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    ("a package registry token", re.compile(r"\b(?:npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,})")),
+    ("a JSON web token", re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}")),
+    ("a bearer token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}")),
+    ("a password or key written as a value", re.compile(
+        r"(?i)\b(?:api[_-]?key|access[_-]?key|secret(?:[_-]?key)?|token|password|passwd|pwd)\b[\"']?\s*[:=]\s*[\"']?"
+        r"(?=[^\s\"']*[0-9!@#$%^&*_+=-])[^\s\"']{8,}")),
+)
+# A word of letters and digits (and ``+=_-``; a path's slashes split it) long and mixed enough to
+# be random: upper and lower case and digits, and few repeats (an identifier repeats its letters).
+_RANDOM_WORD = re.compile(r"[A-Za-z0-9+=_-]{32,}")
+
+
+def _random(word: str) -> bool:
+    if not (any(c.isupper() for c in word) and any(c.islower() for c in word) and any(c.isdigit() for c in word)):
+        return False
+    return len(set(word)) >= min(len(word) * 0.55, 26)
+
+
+def secretLike(text: str, known: Iterable[str] = ()) -> str | None:
+    """What kind of secret ``text`` seems to hold (in words for the model; never the value): one
+    of ``known`` (the user's actual secret values, ``secretValues``), a URL with a password, or
+    a value shaped like a key; None when it holds none."""
+    if any(secret in text for secret in known):
+        return "one of your secret values (a key, token or password from the environment or .env)"
+    for kind, shape in _KEY_SHAPES:
+        if shape.search(text):
+            return kind
+    for url in re.findall(r"[A-Za-z][A-Za-z0-9+.-]*://\S+", text):
+        if _userinfo(url) is not None:
+            return "a URL with a password"
+    if any(_random(word) for word in _RANDOM_WORD.findall(text)):
+        return "a long random-looking value (a key or token)"
+    return None

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from hermes_acp.engine.tools.clarify import CLARIFY
 from hermes_acp.engine.tools.files import READ_FILE, WRITE_FILE
+from hermes_acp.engine.tools.memory import MEMORY
 from hermes_acp.engine.tools.patching import PATCH
 from hermes_acp.engine.tools.process import PROCESS
 from hermes_acp.engine.tools.registry import Tool
@@ -19,7 +20,7 @@ from hermes_acp.engine.tools.websearch import WEB_SEARCH
 BUILTIN_TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, SESSION_SEARCH, CLARIFY, PROCESS,
-                 WEB_SEARCH, WEB_EXTRACT)
+                 WEB_SEARCH, WEB_EXTRACT, MEMORY)
 }
 
 

@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -20,6 +20,9 @@ from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy
 from hermes_acp.engine.secrets import redact, redactAll, secretValues
 from hermes_acp.engine.workspace import Workspace
+
+if TYPE_CHECKING:
+    from hermes_acp.engine.memory import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +101,11 @@ class ToolContext:
     approveFetch: Callable[[str, str], Verdict] = lambda url, host: Verdict(False, "fetching is not available here")
     #: The session's background processes (``engine.background.SessionProcesses``; None: none here).
     background: Any = None
+    #: The user's memory files (``engine.memory``; None: memory is off), and the session's
+    #: decision on a change to them (``access.PathApprovals.decideMemory``), bound to the call.
+    memory: MemoryStore | None = None
+    approveMemory: Callable[[EditProposal], Verdict] = lambda proposal: Verdict(
+        False, "Memory cannot be written here.")
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
