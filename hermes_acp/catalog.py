@@ -11,6 +11,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from .config import Endpoint
+from .sight import Sight
 from .oneshot import OneShot
 
 log = Logger()
@@ -37,6 +38,22 @@ class ModelCatalog:
     windows: dict[str, int] = attrs.Factory(dict)
     #: The window of a model nobody said anything about (``HERMES_CONTEXT_WINDOW``).
     defaultWindow: int = 128_000
+    #: Whether models see images: ``HERMES_ACP_MODEL_VISION`` (``engine.vision.Sight``), what
+    #: the endpoint's list said, then what its refusals taught (they win).
+    sight: Sight = attrs.Factory(Sight)
+    seeing: dict[str, bool] = attrs.Factory(dict)
+    blind: set[str] = attrs.Factory(set)
+
+    def sees(self, model: str | None) -> bool | None:
+        """Whether ``model`` can see images (None: nobody said; it is shown them to find out)."""
+        model = model or ""
+        return False if model in self.blind else self.sight.sees(model, self.seeing.get(model))
+
+    def learnBlind(self, model: str | None) -> None:
+        """The endpoint refused ``model`` an image: it is sent none from now on."""
+        if model and model not in self.blind:
+            log.info("model {model} does not take images (the endpoint refused them); they are left out", model=model)
+            self.blind.add(model)
 
     def window(self, model: str | None) -> int:
         """The context window of ``model``, as far as anyone said."""
@@ -73,6 +90,7 @@ class ModelCatalog:
             pairs = [(m, None) if isinstance(m, str) else (str(m[0]), m[1]) for m in models or ()]
             self.fetched, self.fetchedFrom = tuple(name for name, _ in pairs), url
             self.windows.update((name, window) for name, window in pairs if window)
+            self.seeing.update((str(m[0]), m[2]) for m in models or () if not isinstance(m, str) and len(m) > 2)
             if self.fetched:
                 self.onChange()
 

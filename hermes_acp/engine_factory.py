@@ -39,6 +39,7 @@ class EngineAgentFactory:
 
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
+        from .engine.images import ImageLimits, visionModel
         from .engine.model import ReplyLimits
         from .engine.processes import Limits
         from .engine.sandbox import policyFor
@@ -61,6 +62,9 @@ class EngineAgentFactory:
             toolParallel=settings.toolParallel,
             toolSlots=self.toolSlots,
             replyLimits=ReplyLimits(settings.modelMaxEvent, settings.modelMaxReply, settings.modelReplySeconds),
+            imageLimits=ImageLimits(settings.imageMaxBytes, settings.imageMaxSide, settings.imagesPerRequest,
+                                    settings.imagePreviewBytes),
+            visionModel=visionModel(settings, self.endpointSource()),
         )
         agent.setEditMode(session.mode)
         return agent

@@ -26,6 +26,7 @@ KINDS = {
     "terminal": "execute",
     "todo": "think",
     "clarify": "think",
+    "vision_analyze": "read",
 }
 #: Cap on text shown in a tool call's content and on rawOutput.
 CONTENT_LIMIT = 16 * 1024
@@ -91,6 +92,22 @@ def _commandStatus(text: str, failed: bool, extras: dict[str, Any]) -> str:
 def shownOutput(body: str, empty: str = "(no output)") -> str:
     """A command's output as a card shows it: fenced, the middle cut past ``CONTENT_LIMIT``."""
     return fenced(truncateMiddle(body, CONTENT_LIMIT)) if body.strip() else empty
+
+
+def imagePreview(images: list[Any]) -> list[dict[str, Any]]:
+    """A read image's card: the image itself where it is small enough to preview (the journal
+    keeps what the card shows), and a line saying what it is."""
+    content = []
+    for image in images:
+        if not isinstance(image, dict) or not isinstance(image.get("data"), str) or not isinstance(image.get("mimeType"), str):
+            continue
+        if image.get("preview") is True:
+            content.append({"type": "content", "content": {"type": "image", "data": image["data"],
+                                                           "mimeType": image["mimeType"]}})
+        size = f"{image.get('width')}×{image.get('height')} pixels, {image.get('bytes')} bytes"
+        shown = "" if image.get("preview") is True else "; too big to preview here"
+        content.append(textContent(f"{image['mimeType']}, {size}{shown}"))
+    return content
 
 
 def textContent(text: str) -> dict[str, Any]:
@@ -171,6 +188,9 @@ class Renderer:
         if name == "todo":
             count = len(args.get("todos") or [])
             return f"Update plan ({count} item{'s' if count != 1 else ''})"
+        if name == "vision_analyze":
+            source = str(args.get("image_url", ""))
+            return f"Analyze image {self.shown(source) if not source.startswith('data:') else '(data URL)'}"
         if name == "session_search":
             where = " in all projects" if args.get("all_projects") is True else ""
             return f'Search past sessions{where}: "{_oneLine(str(args.get("query", "")), 60)}"'
@@ -243,6 +263,8 @@ class Renderer:
             content.append(textContent(f"{shown}\n{_commandStatus(text, failed, extras)}"))
             if extras.get("sandboxNote"):
                 content.append(textContent(str(extras["sandboxNote"])))
+        elif name == "read_file" and isinstance(extras.get("images"), list) and not failed:
+            content += imagePreview(extras["images"])
         elif failed or name != "todo":
             summary = text if failed or name not in ("write_file", "patch") else text.split("\n", 1)[0]
             content.append(textContent(fenced(truncateMiddle(summary, CONTENT_LIMIT))))

@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -20,6 +20,10 @@ from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy
 from hermes_acp.engine.secrets import redact, redactAll, secretValues
 from hermes_acp.engine.workspace import Workspace
+from hermes_acp.engine.images import ImageLimits, VisionModel
+
+if TYPE_CHECKING:
+    from hermes_acp.engine.cancel import Cancellation
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +98,12 @@ class ToolContext:
     #: ``askUser(question, choices)``: ask the user through the turn that owns this
     #: call; an ``engine.asking.Answer`` (nobody to ask: no answer).
     askUser: Callable[[str, list[str]], Answer] = lambda question, choices: NOBODY
+    #: How big an image may be to reach the model (``read_file``, ``vision_analyze``).
+    imageLimits: ImageLimits = ImageLimits()
+    #: The run's cancellation (a model request a tool makes stops with it), and the model
+    #: ``vision_analyze`` asks (None: not configured).
+    cancellation: Cancellation | None = None
+    vision: VisionModel | None = None
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
