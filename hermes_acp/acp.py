@@ -36,10 +36,10 @@ from .params import field, lenientObject
 from .permissions import PermissionBroker
 from .render import Renderer
 from .session_state import SessionState
+from .sight import Sight
 from .threads import WorkerPool
 from .turns import Prompts, TurnServices
 from .updates import UpdateChannel
-from .sight import Sight
 
 log = Logger()
 

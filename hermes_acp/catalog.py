@@ -11,8 +11,8 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from .config import Endpoint
-from .sight import Sight
 from .oneshot import OneShot
+from .sight import Sight
 
 log = Logger()
 
@@ -38,7 +38,7 @@ class ModelCatalog:
     windows: dict[str, int] = attrs.Factory(dict)
     #: The window of a model nobody said anything about (``HERMES_CONTEXT_WINDOW``).
     defaultWindow: int = 128_000
-    #: Whether models see images: ``HERMES_ACP_MODEL_VISION`` (``engine.vision.Sight``), what
+    #: Whether models see images: ``HERMES_ACP_MODEL_VISION`` (``sight.Sight``), what
     #: the endpoint's list said, then what its refusals taught (they win).
     sight: Sight = attrs.Factory(Sight)
     seeing: dict[str, bool] = attrs.Factory(dict)
@@ -50,8 +50,9 @@ class ModelCatalog:
         return False if model in self.blind else self.sight.sees(model, self.seeing.get(model))
 
     def learnBlind(self, model: str | None) -> None:
-        """The endpoint refused ``model`` an image: it is sent none from now on."""
-        if model and model not in self.blind:
+        """A run found ``model`` cannot see (the endpoint refused its images, unless this
+        catalog already said so): it is sent none from now on."""
+        if model and self.sees(model) is not False:
             log.info("model {model} does not take images (the endpoint refused them); they are left out", model=model)
             self.blind.add(model)
 

@@ -305,7 +305,7 @@ class Settings:
     modelReplySeconds: float = DEFAULT_MODEL_REPLY_SECONDS
     #: How long the request for a session's title may take (it never delays a turn).
     titleSeconds: float = DEFAULT_TITLE_SECONDS
-    #: Images (``hermes_acp.vision``, ``engine.images``): which models see them
+    #: Images (``hermes_acp.sight``, ``engine.images``): which models see them
     #: (``HERMES_ACP_MODEL_VISION``), the model ``vision_analyze`` asks and where, and the bounds.
     modelVision: str = "auto"
     visionModel: str | None = None

@@ -99,7 +99,7 @@ def imagePreview(images: list[Any]) -> list[dict[str, Any]]:
     keeps what the card shows), and a line saying what it is."""
     content = []
     for image in images:
-        if not isinstance(image, dict) or not isinstance(image.get("data"), str) or not isinstance(image.get("mimeType"), str):
+        if not (isinstance(image, dict) and isinstance(image.get("data"), str) and isinstance(image.get("mimeType"), str)):
             continue
         if image.get("preview") is True:
             content.append({"type": "content", "content": {"type": "image", "data": image["data"],

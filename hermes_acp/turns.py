@@ -268,7 +268,7 @@ class Turn:
         if command is None:
             if result is not None and result.window:
                 services.catalog.learnWindow(session.model, result.window)
-            if self.agent is not None and self.agent.vision is False and services.catalog.sees(session.model) is not False:
+            if self.agent is not None and self.agent.vision is False:
                 services.catalog.learnBlind(session.model)  # the endpoint refused its images
             services.updates.send(session, usageUpdate(session, services.catalog))
         if session.title is None and text and command is None and compact is None:

@@ -32,6 +32,17 @@ def dataURL(mime: str, data: bytes) -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode()}"
 
 
+async def oneTurn(env: dict[str, str], cwd: Any, prompt: str, client: RecordingClient | None = None,
+                  servers: list[Any] = ()) -> tuple[Any, list[dict[str, Any]], list[Any]]:
+    """One session in ``cwd`` and one prompt: the answer, the session's updates, the frames'
+    problems."""
+    async with connect(client, env=env) as (conn, _, wire, process):
+        await initialized(conn)
+        sid = (await conn.new_session(cwd=str(cwd), mcp_servers=list(servers))).session_id
+        response = await conn.prompt(session_id=sid, prompt=[text(prompt)])
+        return response, updates(wire, sid), wire.problems()
+
+
 @pytest_twisted.ensureDeferred
 async def test_imageReadReachesTheModelAndTheCard(scriptedServer, tmp_path) -> None:
     """read_file on a PNG, and on a JPEG without a suffix (found by its content): the next
@@ -96,15 +107,8 @@ async def test_visionAnalyzeAsksTheVisionModel(scriptedServer, tmp_path) -> None
         [{"text": "plain"}],
     ]
 
-    async def scenario(env):
-        async with connect(env=env) as (conn, client, wire, process):
-            await initialized(conn)
-            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
-            response = await conn.prompt(session_id=sid, prompt=[text("describe red.png")])
-            return response, updates(wire, sid), wire.problems()
-
     env = modelEnv(url, HERMES_ACP_MODEL_VISION="off", HERMES_ACP_VISION_MODEL="eye-model")
-    response, found, problems = await onLoop(scenario(env))
+    response, found, problems = await onLoop(oneTurn(env, tmp_path, "describe red.png"))
     assert (response.stop_reason, problems) == ("end_turn", [])
     main = [r for r in server.chatRequests if r["model"] == "scripted-model"]
     vision = [r for r in server.chatRequests if r["model"] == "eye-model"]
@@ -119,7 +123,7 @@ async def test_visionAnalyzeAsksTheVisionModel(scriptedServer, tmp_path) -> None
     card = list(toolCalls(found).values())[1]
     assert (card["kind"], card["title"], card["status"]) == ("read", "Analyze image red.png", "completed")
 
-    response, found, problems = await onLoop(scenario(modelEnv(url, HERMES_ACP_MODEL_VISION="off")))
+    await onLoop(oneTurn(modelEnv(url, HERMES_ACP_MODEL_VISION="off"), tmp_path, "describe red.png"))
     assert "vision_analyze" not in [t["function"]["name"] for t in server.chatRequests[-1]["tools"]]
 
 
@@ -127,7 +131,7 @@ async def test_visionAnalyzeAsksTheVisionModel(scriptedServer, tmp_path) -> None
 async def test_aModelThatRefusesImagesIsLearned(scriptedServer, tmp_path) -> None:
     """By default a model nobody said anything about is shown the image; an endpoint that
     refuses it (OpenAI's 400) makes the turn ask again without images, and the next turns
-    send none. A model list that says a model cannot see is believed from the start."""
+    send none."""
     server, url = scriptedServer
     server.blind.add("scripted-model")
     (tmp_path / "red.png").write_bytes(png())
@@ -153,6 +157,33 @@ async def test_aModelThatRefusesImagesIsLearned(scriptedServer, tmp_path) -> Non
 
 
 @pytest_twisted.ensureDeferred
+async def test_aModelListThatSaysAModelCannotSeeIsBelieved(scriptedServer, tmp_path) -> None:
+    """The endpoint's /models says the model takes text only (OpenRouter's
+    architecture.input_modalities): no request of it ever carries an image."""
+    server, url = scriptedServer
+    server.blind.add("scripted-model")
+    server.sight["scripted-model"] = False
+    (tmp_path / "red.png").write_bytes(png())
+    server.default.responses += [
+        [{"tool_calls": [{"id": "r", "name": "read_file", "arguments": {"path": "red.png"}}]}],
+        [{"text": "I cannot see it."}],
+    ]
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text("/model")])  # answered once the model list is in
+            response = await conn.prompt(session_id=sid, prompt=[text("look")])
+            return response, wire.problems()
+
+    response, problems = await onLoop(scenario())
+    assert (response.stop_reason, problems) == ("end_turn", [])
+    assert server.imageRefusals == 0
+    assert "cannot see images" in texts(server.chatRequests[-1])
+
+
+@pytest_twisted.ensureDeferred
 async def test_imageLimitsAndBadImages(scriptedServer, tmp_path) -> None:
     """Over the byte or pixel limit, damaged, of a format the model cannot be shown, or
     named like an image without being one: the call fails with a message that says why
@@ -174,16 +205,8 @@ async def test_imageLimitsAndBadImages(scriptedServer, tmp_path) -> None:
         [{"text": "None of them."}],
     ]
     client = RecordingClient(permission=answers("reject_once"))
-
-    async def scenario():
-        env = modelEnv(url, HERMES_ACP_IMAGE_MAX_BYTES="2048", HERMES_ACP_IMAGE_MAX_SIDE="200")
-        async with connect(client, env=env) as (conn, _, wire, process):
-            await initialized(conn)
-            sid = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
-            response = await conn.prompt(session_id=sid, prompt=[text("read them")])
-            return response, updates(wire, sid), wire.problems()
-
-    response, found, problems = await onLoop(scenario())
+    env = modelEnv(url, HERMES_ACP_IMAGE_MAX_BYTES="2048", HERMES_ACP_IMAGE_MAX_SIDE="200")
+    response, found, problems = await onLoop(oneTurn(env, work, "read them", client))
     assert (response.stop_reason, problems) == ("end_turn", [])
     results = [m["content"] for m in server.chatRequests[-1]["messages"] if m["role"] == "tool"]
     assert "images up to 2.0 KiB can be shown to the model (HERMES_ACP_IMAGE_MAX_BYTES)" in results[0]
@@ -210,15 +233,7 @@ async def test_mcpImageReachesTheModel(scriptedServer, tmp_path) -> None:
     srv, _ = scripted(tmp_path, "cam", tools=[tool])
     server.default.responses += [call("s", "mcp__cam__screenshot"), [{"text": "Seen."}]]
     client = RecordingClient(permission=answers("allow_once"))
-
-    async def scenario():
-        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
-            await initialized(conn)
-            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[srv])).session_id
-            response = await conn.prompt(session_id=sid, prompt=[text("take a screenshot")])
-            return response, updates(wire, sid), wire.problems()
-
-    response, found, problems = await onLoop(scenario())
+    response, found, problems = await onLoop(oneTurn(modelEnv(url), tmp_path, "take a screenshot", client, [srv]))
     assert (response.stop_reason, problems) == ("end_turn", [])
     request = server.chatRequests[-1]
     assert imageParts(request) == [f"data:image/png;base64,{shot}"]

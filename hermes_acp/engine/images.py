@@ -10,7 +10,8 @@ An image reaches the model as an OpenAI ``image_url`` part with a data URL, in a
 message the agent adds after the tool results of a step (``imagesMessage``): Chat
 Completions takes images in user messages only. Which images a request carries is decided
 for each request (``forModel``): a model that cannot see gets a line in place of each, and
-only the newest few go to one that can.
+only the newest few go to one that can. ``VisionModel`` is the model ``vision_analyze`` asks
+for one that cannot see.
 """
 
 from __future__ import annotations

@@ -209,7 +209,8 @@ def _modelLine(block: dict[str, Any]) -> str | None:
     if kind == "text":
         return str(block.get("text", ""))
     if kind == "image":
-        return f"[image: {block.get('mimeType', 'unknown type')}, {_size(block.get('data'))}; shown to the user, and after the tool results to you]"
+        return (f"[image: {block.get('mimeType', 'unknown type')}, {_size(block.get('data'))}; shown to the user, "
+                "and to you after the tool results]")
     if kind == "audio":
         return f"[{kind}: {block.get('mimeType', 'unknown type')}, {_size(block.get('data'))}; shown to the user]"
     if kind == "resource_link":
@@ -305,11 +306,16 @@ def modelImages(result: dict[str, Any]) -> list[dict[str, Any]]:
     it checks each before the model sees it): inline ``image`` blocks, and image ``blob``s."""
     found = []
     for number, block in enumerate(_blocks(result), 1):
-        source = block.get("resource") if block.get("type") == "resource" and isinstance(block.get("resource"), dict) else block
-        data = source.get("data") if block.get("type") == "image" else source.get("blob") if source is not block else None
-        mime = source.get("mimeType")
+        if block.get("type") == "image":
+            source, data = block, block.get("data")
+        elif block.get("type") == "resource" and isinstance(block.get("resource"), dict):
+            source = block["resource"]
+            data = source.get("blob")
+        else:
+            continue
+        mime, uri = source.get("mimeType"), source.get("uri")
         if isinstance(data, str) and isinstance(mime, str) and mime.startswith("image/"):
-            label = source.get("uri") if isinstance(source.get("uri"), str) else f"content block {number}"
+            label = uri if isinstance(uri, str) else f"content block {number}"
             found.append({"label": label[:200], "mimeType": mime, "data": data})
     return found
 

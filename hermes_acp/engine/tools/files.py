@@ -79,20 +79,27 @@ def _sniffed(path: str) -> bytes:
         return b""
 
 
-def readImage(ctx: ToolContext, absPath: str, size: int) -> ToolOutcome:
-    """An image file: checked (format, bytes, pixels) and attached for the model to look at
-    and for the card's preview (``engine.images``)."""
+def loadImage(ctx: ToolContext, absPath: str, size: int, purpose: str) -> tuple[bytes, images.Picture]:
+    """The bytes of the image file ``absPath`` (``size`` bytes on disk) and what its header
+    says, within the session's image limits; a ``ToolError`` that says why it cannot be
+    ``purpose`` ("shown to the model")."""
     limits = ctx.imageLimits
     try:
         images.checkBytes(size, limits)
         data = readBytes(absPath, limits.maxBytes + 1)
-        picture = images.checked(data, limits)
+        return data, images.checked(data, limits)
     except images.ImageError as e:
-        raise ToolError(f"{absPath} cannot be shown to the model: {e}", {"path": absPath}) from None
+        raise ToolError(f"{absPath} cannot be {purpose}: {e}", {"path": absPath}) from None
     except (WorkspaceError, OSError) as e:
         raise ToolError(f"cannot read {absPath}: {e}") from e
+
+
+def readImage(ctx: ToolContext, absPath: str, size: int) -> ToolOutcome:
+    """An image file: checked (format, bytes, pixels) and attached for the model to look at
+    and for the card's preview (``engine.images``)."""
+    data, picture = loadImage(ctx, absPath, size, "shown to the model")
     encoded = base64.b64encode(data).decode("ascii")
-    attached = images.attachment(absPath, picture.mime, encoded, picture, len(data), limits)
+    attached = images.attachment(absPath, picture.mime, encoded, picture, len(data), ctx.imageLimits)
     return ToolOutcome(f"Image file {absPath} ({picture.describe(len(data))}). The image itself follows the tool "
                        "results.", {"path": absPath, "images": [attached]})
 

@@ -19,9 +19,8 @@ from urllib.parse import unquote, urlparse
 from hermes_acp.engine import images
 from hermes_acp.engine.cancel import Cancellation
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError
-from hermes_acp.engine.tools.files import approvedRead, checkTextPath
+from hermes_acp.engine.tools.files import approvedRead, checkTextPath, loadImage
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
-from hermes_acp.engine.workspace import WorkspaceError, readBytes
 
 #: The most characters of the question sent on (the model's own words, bounded like a prompt line).
 MAX_QUESTION = 8000
@@ -34,14 +33,7 @@ def _fromFile(ctx: ToolContext, path: str) -> tuple[str, str, str]:
     info = checkTextPath(absPath)
     if info is None:
         raise ToolError(f"file not found: {absPath}")
-    try:
-        images.checkBytes(info.st_size, ctx.imageLimits)
-        data = readBytes(absPath, ctx.imageLimits.maxBytes + 1)
-        picture = images.checked(data, ctx.imageLimits)
-    except images.ImageError as e:
-        raise ToolError(f"{absPath} cannot be analysed: {e}", {"path": absPath}) from None
-    except (WorkspaceError, OSError) as e:
-        raise ToolError(f"cannot read {absPath}: {e}") from e
+    data, picture = loadImage(ctx, absPath, info.st_size, "analysed")
     return picture.mime, base64.b64encode(data).decode("ascii"), absPath
 
 
@@ -52,9 +44,7 @@ def _image(ctx: ToolContext, imageURL: str) -> tuple[str, str, str]:
     if match:
         data = "".join(match.group(2).split())
         try:
-            raw = images.decoded(data)
-            images.checkBytes(len(raw), ctx.imageLimits)
-            picture = images.checked(raw, ctx.imageLimits)
+            picture = images.checked(images.decoded(data), ctx.imageLimits)
         except images.ImageError as e:
             raise ToolError(f"the data URL cannot be analysed: {e}") from None
         return picture.mime, data, "a data URL"
@@ -102,5 +92,4 @@ VISION_ANALYZE = Tool(
         question={"type": "string", "description": "What to find out about the image"},
     ),
     visionAnalyze,
-    pathArgument=None,
 )
