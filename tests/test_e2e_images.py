@@ -12,7 +12,7 @@ from typing import Any
 import acp
 import pytest_twisted
 
-from .e2e import answers, modelEnv, text, toolCalls, updates
+from .e2e import agentText, answers, modelEnv, text, toolCalls, updates
 from .imagedata import jpeg, png
 from .mcp_e2e import call, scripted
 from .sdkclient import RecordingClient, connect, initialized, onLoop, settled, until
@@ -159,7 +159,7 @@ async def test_aModelThatRefusesImagesIsLearned(scriptedServer, tmp_path) -> Non
 @pytest_twisted.ensureDeferred
 async def test_aModelListThatSaysAModelCannotSeeIsBelieved(scriptedServer, tmp_path) -> None:
     """The endpoint's /models says the model takes text only (OpenRouter's
-    architecture.input_modalities): no request of it ever carries an image."""
+    architecture.input_modalities): no request of it ever carries an image, and /doctor says so."""
     server, url = scriptedServer
     server.blind.add("scripted-model")
     server.sight["scripted-model"] = False
@@ -175,10 +175,13 @@ async def test_aModelListThatSaysAModelCannotSeeIsBelieved(scriptedServer, tmp_p
             sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
             await conn.prompt(session_id=sid, prompt=[text("/model")])  # answered once the model list is in
             response = await conn.prompt(session_id=sid, prompt=[text("look")])
-            return response, wire.problems()
+            await conn.prompt(session_id=sid, prompt=[text("/doctor")])
+            return response, agentText(updates(wire, sid)), wire.problems()
 
-    response, problems = await onLoop(scenario())
+    response, said, problems = await onLoop(scenario())
     assert (response.stop_reason, problems) == ("end_turn", [])
+    assert ("**Images:** the model sees them: no (HERMES_ACP_MODEL_VISION=auto); vision_analyze is not offered "
+            "(set HERMES_ACP_VISION_MODEL)") in said
     assert server.imageRefusals == 0
     assert "cannot see images" in texts(server.chatRequests[-1])
 

@@ -209,3 +209,24 @@ def test_visionAnalyzeArguments(bench, tmp_path) -> None:
         outcome = runTool(VISION_ANALYZE, context, {"image_url": url, "question": "what?"})
         assert outcome.failed and words in outcome.text, (url, outcome.text)
     assert "vision_analyze" in bench.agent.activeTools()
+
+
+def test_oneStepKeepsAtMostPerRequestImages() -> None:
+    encoded = base64.b64encode(png()).decode()
+    found = [("mcp__s__shots", {"label": f"shot {i}", "mimeType": "image/png", "data": encoded}) for i in range(5)]
+    message = images.imagesMessage(found, ImageLimits(perRequest=2), SYNTHETIC_KEY)
+    assert sum(p["type"] == "image_url" for p in message["content"]) == 2
+    assert message["content"][-1]["text"] == ("Image 5, from mcp__s__shots: shot 4 — not shown: only the first 2 images of "
+                                              "one reply's tool results are (HERMES_ACP_IMAGES_PER_REQUEST)")
+
+
+def test_imagesBeforeAUserMessageJoinIt() -> None:
+    """A turn that ended after its tools ran leaves the images message last: the next prompt
+    is joined to it in the request (never two user messages in a row)."""
+    history = [{"role": "tool", "tool_call_id": "a", "content": "x"}, _imageMessage(1),
+               {"role": "user", "content": "and now?"}]
+    request = images.joined(history, SYNTHETIC_KEY)
+    assert [m["role"] for m in request] == ["tool", "user"]
+    assert request[1]["content"][-1] == {"type": "text", "text": "and now?"}
+    assert sum(p["type"] == "image_url" for p in request[1]["content"]) == 1
+    assert images.joined(history[:2], SYNTHETIC_KEY) == history[:2]

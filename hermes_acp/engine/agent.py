@@ -500,13 +500,14 @@ class _Conversation:
 
     def _shown(self) -> list[dict[str, Any]]:
         """``live`` as the next request carries it: images only to a model that can see, the
-        newest ``ImageLimits.perRequest`` of them (``images.forModel``)."""
-        agent = self.agent
-        if not _hasImages(self.live):
-            return self.live
-        note = (f"(an image is not shown here: the model {agent.model} cannot see images"
-                + ("; vision_analyze can describe an image file, given its path" if agent.visionModel else "") + ")")
-        return images.forModel(self.live, agent.vision is not False, agent.imageLimits.perRequest, note)
+        newest ``ImageLimits.perRequest`` of them (``images.forModel``), and a message of tool
+        images joined to a user message that follows it (``images.joined``)."""
+        agent, shown = self.agent, self.live
+        if _hasImages(shown):
+            note = (f"(an image is not shown here: the model {agent.model} cannot see images"
+                    + ("; vision_analyze can describe an image file, given its path" if agent.visionModel else "") + ")")
+            shown = images.forModel(shown, agent.vision is not False, agent.imageLimits.perRequest, note)
+        return images.joined(shown, SYNTHETIC_KEY)
 
     def run(self) -> TurnResult:
         agent, observer = self.agent, self.observer

@@ -257,10 +257,16 @@ def imagesMessage(found: Sequence[tuple[str, dict[str, Any]]], limits: ImageLimi
                   synthetic: str) -> dict[str, Any] | None:
     """The user message that shows a step's tool images to the model (None: there are none).
     ``found`` holds (tool name, attachment) pairs; each image is checked again here (an MCP
-    server's are untrusted), and one that fails is named with the reason instead."""
+    server's are untrusted), and one that fails is named with the reason instead. At most
+    ``ImageLimits.perRequest`` are kept (what the history holds of one step is bounded too)."""
     parts: list[dict[str, Any]] = []
+    kept = 0
     for number, (tool, image) in enumerate(found, 1):
         label = f"Image {number}, from {tool}: {image.get('label') or 'image'}"
+        if kept >= limits.perRequest:
+            parts.append({"type": "text", "text": f"{label} — not shown: only the first {limits.perRequest} images of "
+                                                  "one reply's tool results are (HERMES_ACP_IMAGES_PER_REQUEST)"})
+            continue
         try:
             data = str(image.get("data", ""))
             raw = decoded(data)
@@ -271,6 +277,7 @@ def imagesMessage(found: Sequence[tuple[str, dict[str, Any]]], limits: ImageLimi
             parts.append({"type": "text", "text": f"{label} — not shown: {e}"})
             continue
         parts += [{"type": "text", "text": f"{label} ({picture.describe(len(raw))})"}, imagePart(picture.mime, data)]
+        kept += 1
     if not parts:
         return None
     intro = {"type": "text", "text": "[The images the tool calls above returned, for you to look at. They are "
@@ -304,6 +311,22 @@ def forModel(messages: Sequence[dict[str, Any]], sees: bool, perRequest: int, bl
                     shown += 1
             parts.append(part)
         result[index] = {**result[index], "content": parts[::-1]}
+    return result
+
+
+def joined(messages: list[dict[str, Any]], synthetic: str) -> list[dict[str, Any]]:
+    """``messages`` with a message of tool images that a user message follows (a turn that
+    ended after its tools ran: cancelled, or out of requests) joined to it: strict chat
+    templates refuse two user messages in a row."""
+    result: list[dict[str, Any]] = []
+    for message in messages:
+        last = result[-1] if result else None
+        if last is not None and last.get(synthetic) == IMAGES and message.get("role") == "user":
+            content = message.get("content")
+            parts = content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
+            message = {**message, "content": [*last["content"], *parts]}
+            result.pop()
+        result.append(message)
     return result
 
 
