@@ -300,3 +300,31 @@ async def test_visionAnalyzeStopsWithTheTurn(scriptedServer, tmp_path) -> None:
     assert (response.stop_reason, problems) == ("cancelled", [])
     assert took < 3, took
     assert [c["status"] for c in toolCalls(found).values()] == ["failed"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_imagesPerRequestAndPreviewBounds(scriptedServer, tmp_path) -> None:
+    """HERMES_ACP_IMAGES_PER_REQUEST=1: of two images one reply's calls read, the model gets the
+    first (the other is named), and a later request carries only the newest image, each older
+    one a line. HERMES_ACP_IMAGE_PREVIEW_BYTES under the image's size: the card says what it
+    is instead of showing it."""
+    server, url = scriptedServer
+    for name in ("a.png", "b.png", "c.png"):
+        (tmp_path / name).write_bytes(png(3, 3, (ord(name[0]), 0, 0)))
+    server.default.responses += [
+        [{"tool_calls": [{"id": "a", "name": "read_file", "arguments": {"path": "a.png"}},
+                         {"id": "b", "name": "read_file", "arguments": {"path": "b.png"}}]}],
+        [{"tool_calls": [{"id": "c", "name": "read_file", "arguments": {"path": "c.png"}}]}],
+        [{"text": "Three squares."}],
+    ]
+    env = modelEnv(url, HERMES_ACP_IMAGES_PER_REQUEST="1", HERMES_ACP_IMAGE_PREVIEW_BYTES="50")
+    response, found, problems = await onLoop(oneTurn(env, tmp_path, "look at them"))
+    assert (response.stop_reason, problems) == ("end_turn", [])
+    second, third = server.chatRequests[1:3]
+    assert imageParts(second) == [dataURL("image/png", png(3, 3, (ord("a"), 0, 0)))]
+    assert "Image 2, from read_file: " in texts(second) and "only the first 1 images of one reply" in texts(second)
+    assert imageParts(third) == [dataURL("image/png", png(3, 3, (ord("c"), 0, 0)))]
+    assert "(an earlier image, not shown again: at most 1 images go with one request" in texts(third)
+    for card in toolCalls(found).values():
+        shown = [c["content"] for c in card["content"]]
+        assert [c["type"] for c in shown] == ["text"] and shown[0]["text"].endswith("too big to preview here")

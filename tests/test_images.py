@@ -230,3 +230,12 @@ def test_imagesBeforeAUserMessageJoinIt() -> None:
     assert request[1]["content"][-1] == {"type": "text", "text": "and now?"}
     assert sum(p["type"] == "image_url" for p in request[1]["content"]) == 1
     assert images.joined(history[:2], SYNTHETIC_KEY) == history[:2]
+
+
+def test_anOversizedBase64ImageIsRefusedBeforeItIsDecoded(monkeypatch) -> None:
+    def decodeNothing(*args, **kwargs):
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(images.base64, "b64decode", decodeNothing)
+    with pytest.raises(ImageError, match=r"it is 3\.0 KiB, and images up to 2\.0 KiB"):
+        images.fromBase64("A" * 4096, ImageLimits(maxBytes=2048))

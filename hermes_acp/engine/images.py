@@ -229,12 +229,15 @@ _SMALLER = ("Make a smaller copy with a command (for example `convert IN -resize
             "`sips -Z 2000 IN --out OUT.png` on macOS) and read that.")
 
 
-def decoded(data: str) -> bytes:
-    """The bytes of base64 ``data``; ``ImageError`` when it is not base64."""
+def fromBase64(data: str, limits: ImageLimits) -> tuple[bytes, Picture]:
+    """The bytes of the base64 image ``data`` and what they hold, within ``limits`` (a size
+    over them is refused before anything is decoded); ``ImageError`` says why not."""
+    checkBytes(len(data) * 3 // 4 - 2, limits)
     try:
-        return base64.b64decode(data, validate=True)
+        raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise ImageError("its data is not base64") from None
+    return raw, checked(raw, limits)
 
 
 def dataURL(mime: str, data: str) -> str:
@@ -269,8 +272,7 @@ def imagesMessage(found: Sequence[tuple[str, dict[str, Any]]], limits: ImageLimi
             continue
         try:
             data = str(image.get("data", ""))
-            raw = decoded(data)
-            picture = checked(raw, limits)
+            raw, picture = fromBase64(data, limits)
             if picture.mime != image.get("mimeType"):
                 raise ImageError(f"it says it is {str(image.get('mimeType'))[:40]!r} but holds a {picture.format} image")
         except ImageError as e:
@@ -351,7 +353,7 @@ def checkedPrompt(content: str | list[dict[str, Any]], limits: ImageLimits) -> s
                 header, _, data = url.partition(",")
                 if not header.startswith("data:") or not header.endswith(";base64"):
                     raise ImageError("it is not attached as data")
-                part = imagePart(checked(decoded(data), limits).mime, data)  # the type its content has
+                part = imagePart(fromBase64(data, limits)[1].mime, data)  # the type its content has
             except ImageError as e:
                 part = {"type": "text", "text": f"[An attached image is not shown: {e}]"}
         parts.append(part)

@@ -44,7 +44,7 @@ def _image(ctx: ToolContext, imageURL: str) -> tuple[str, str, str]:
     if match:
         data = "".join(match.group(2).split())
         try:
-            picture = images.checked(images.decoded(data), ctx.imageLimits)
+            picture = images.fromBase64(data, ctx.imageLimits)[1]
         except images.ImageError as e:
             raise ToolError(f"the data URL cannot be analysed: {e}") from None
         return picture.mime, data, "a data URL"
