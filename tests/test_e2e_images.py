@@ -47,7 +47,8 @@ async def oneTurn(env: dict[str, str], cwd: Any, prompt: str, client: RecordingC
 async def test_imageReadReachesTheModelAndTheCard(scriptedServer, tmp_path) -> None:
     """read_file on a PNG, and on a JPEG without a suffix (found by its content): the next
     request carries both as image_url parts after the tool results; each card previews its
-    image (ACP image content); a later load replays the cards, and every frame validates."""
+    image (ACP image content); a later load (another process) replays the cards, the model
+    still sees the images in the next turn, and every frame validates."""
     server, url = scriptedServer
     (tmp_path / "red.png").write_bytes(png(4, 3))
     (tmp_path / "photo").write_bytes(jpeg(640, 480))
@@ -55,6 +56,7 @@ async def test_imageReadReachesTheModelAndTheCard(scriptedServer, tmp_path) -> N
         [{"tool_calls": [{"id": "a", "name": "read_file", "arguments": {"path": "red.png"}},
                          {"id": "b", "name": "read_file", "arguments": {"path": "photo"}}]}],
         [{"text": "A red square and a photo."}],
+        [{"text": "Still the same two."}],
     ]
     home = tempfile.mkdtemp(prefix="hermes-home-")
 
@@ -69,7 +71,9 @@ async def test_imageReadReachesTheModelAndTheCard(scriptedServer, tmp_path) -> N
         async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
             await initialized(conn)
             await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
-            return updates(wire, sid), wire.problems()
+            replayed = updates(wire, sid)
+            await conn.prompt(session_id=sid, prompt=[text("and now?")])
+            return replayed, wire.problems()
 
     sid, response, found, problems = await onLoop(firstLife())
     assert (response.stop_reason, problems) == ("end_turn", [])
@@ -88,6 +92,7 @@ async def test_imageReadReachesTheModelAndTheCard(scriptedServer, tmp_path) -> N
     assert problems == []
     again = list(toolCalls(replayed).values())
     assert [[c["content"] for c in card["content"] if c["content"]["type"] == "image"] for card in again] == previews
+    assert imageParts(server.chatRequests[-1]) == imageParts(request)  # the history kept them
 
 
 @pytest_twisted.ensureDeferred

@@ -22,12 +22,11 @@ from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError
 from hermes_acp.engine.tools.files import approvedRead, checkTextPath, loadImage
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
 
-#: The most characters of the question sent on (the model's own words, bounded like a prompt line).
-MAX_QUESTION = 8000
 _DATA_URL = re.compile(r"^data:(image/[a-z0-9.+-]+);base64,(.*)$", re.IGNORECASE | re.DOTALL)
 
 
 def _fromFile(ctx: ToolContext, path: str) -> tuple[str, str, str]:
+    """An image file, by ``read_file``'s rules (asked about where a read would be)."""
     absPath = ctx.resolveReal(path)
     approvedRead(ctx, absPath)
     info = checkTextPath(absPath)
@@ -64,7 +63,7 @@ def visionAnalyze(ctx: ToolContext, image_url: str, question: str) -> ToolOutcom
     if vision is None:
         raise ToolError("no vision model is configured (HERMES_ACP_VISION_MODEL)")
     mime, data, source = _image(ctx, image_url)
-    messages = [{"role": "user", "content": [{"type": "text", "text": question[:MAX_QUESTION]},
+    messages = [{"role": "user", "content": [{"type": "text", "text": question},
                                              images.imagePart(mime, data)]}]
     cancellation = ctx.cancellation or Cancellation()
     try:
