@@ -38,8 +38,8 @@ class ModelCatalog:
     windows: dict[str, int] = attrs.Factory(dict)
     #: The window of a model nobody said anything about (``HERMES_CONTEXT_WINDOW``).
     defaultWindow: int = 128_000
-    #: Whether models see images: ``HERMES_ACP_MODEL_VISION`` (``sight.Sight``), what
-    #: the endpoint's list said, then what its refusals taught (they win).
+    #: Whether models see images: ``HERMES_ACP_MODEL_VISION`` (``sight.Sight``) when it says;
+    #: with ``auto``, what the endpoint's refusals taught, else what its list said.
     sight: Sight = attrs.Factory(Sight)
     seeing: dict[str, bool] = attrs.Factory(dict)
     blind: set[str] = attrs.Factory(set)
@@ -47,12 +47,14 @@ class ModelCatalog:
     def sees(self, model: str | None) -> bool | None:
         """Whether ``model`` can see images (None: nobody said; it is shown them to find out)."""
         model = model or ""
-        return False if model in self.blind else self.sight.sees(model, self.seeing.get(model))
+        if self.sight.word == "auto" and model in self.blind:
+            return False
+        return self.sight.sees(model, self.seeing.get(model))
 
     def learnBlind(self, model: str | None) -> None:
-        """A run found ``model`` cannot see (the endpoint refused its images, unless this
-        catalog already said so): it is sent none from now on."""
-        if model and self.sees(model) is not False:
+        """A run found ``model`` cannot see (the endpoint refused its images): with ``auto``, it
+        is sent none from now on (a setting that says it sees is the user's word, and wins)."""
+        if model and self.sight.word == "auto" and self.sees(model) is not False:
             log.info("model {model} does not take images (the endpoint refused them); they are left out", model=model)
             self.blind.add(model)
 

@@ -239,3 +239,17 @@ def test_anOversizedBase64ImageIsRefusedBeforeItIsDecoded(monkeypatch) -> None:
     monkeypatch.setattr(images.base64, "b64decode", decodeNothing)
     with pytest.raises(ImageError, match=r"it is 3\.0 KiB, and images up to 2\.0 KiB"):
         images.fromBase64("A" * 4096, ImageLimits(maxBytes=2048))
+
+
+def test_theCatalogsWordOnSight() -> None:
+    """``auto``: a refusal beats the model list; an explicit setting beats both."""
+    from hermes_acp.catalog import ModelCatalog
+    from hermes_acp.sight import Sight
+
+    auto = ModelCatalog(lambda: None, None, None, seeing={"a": True, "b": False})
+    assert (auto.sees("a"), auto.sees("b"), auto.sees("c")) == (True, False, None)
+    auto.learnBlind("a")
+    assert auto.sees("a") is False
+    insisted = ModelCatalog(lambda: None, None, None, sight=Sight.parse("a*"), seeing={"b1": True})
+    insisted.learnBlind("a1")
+    assert (insisted.sees("a1"), insisted.sees("b1")) == (True, False)
