@@ -333,3 +333,39 @@ async def test_imagesPerRequestAndPreviewBounds(scriptedServer, tmp_path) -> Non
     for card in toolCalls(found).values():
         shown = [c["content"] for c in card["content"]]
         assert [c["type"] for c in shown] == ["text"] and shown[0]["text"].endswith("too big to preview here")
+
+
+@pytest_twisted.ensureDeferred
+async def test_compactionDropsOlderImages(scriptedServer, tmp_path) -> None:
+    """On a small window, turns that read big files compact the conversation: the image an
+    early turn read leaves the requests (a line says it was there), the newest image stays,
+    no two user messages follow each other, and every frame validates."""
+    from .test_e2e_compaction import files, reading
+
+    model, url = scriptedServer
+    model.window = model.windows["scripted-model"] = 8000
+    turns = 5
+    reading(model, turns)
+    files(tmp_path, turns)
+    (tmp_path / "old.png").write_bytes(png(2, 2))
+    (tmp_path / "new.png").write_bytes(png(5, 5))
+    for name in ("old", "new"):
+        model.addRule(f"look {name}", [call(name, "read_file", path=f"{name}.png")])
+        model.addRule(f"{name}.png (PNG", [[{"text": f"saw {name}"}]])  # the images message is the latest user one
+
+    async def scenario():
+        async with connect(env=modelEnv(url)) as (conn, client, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            prompts = ["look old", *(f"turn {n} please" for n in range(turns)), "look new"]
+            stops = [(await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text(p)]), 30)).stop_reason
+                     for p in prompts]
+            return stops, wire.problems()
+
+    stops, problems = await onLoop(scenario())
+    assert (set(stops), problems) == ({"end_turn"}, [])
+    assert model.overflows == 0 and (model.summaryRequests or "[An image was here" in texts(model.chatRequests[-1]))
+    last = model.chatRequests[-1]
+    assert imageParts(last) == [dataURL("image/png", png(5, 5))]
+    roles = [m["role"] for m in last["messages"]]
+    assert all(not (a == b == "user") for a, b in zip(roles, roles[1:]))
