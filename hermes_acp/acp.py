@@ -38,6 +38,7 @@ from .params import field, lenientObject
 from .permissions import PermissionBroker
 from .render import Renderer
 from .session_state import SessionState
+from .sight import Sight
 from .threads import WorkerPool
 from .turns import Prompts, TurnServices
 from .updates import UpdateChannel
@@ -89,7 +90,7 @@ class ACPServer:
         store, reactor, client = self.store, self.reactor, self.client
         updates = UpdateChannel(connection, store, client)
         catalog = ModelCatalog(self.endpointSource, self.workers.run, fetchModels, clock=reactor,
-                               defaultWindow=self.settings.contextWindow)
+                               defaultWindow=self.settings.contextWindow, sight=Sight.parse(self.settings.modelVision))
         options = SessionOptions(store, updates, catalog, self.agentFactory)
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
@@ -150,11 +151,17 @@ class ACPServer:
             "agentInfo": dict(AGENT_INFO),
         }, self.warmUp)
 
+    @property
+    def imagesSeen(self) -> bool:
+        """Whether a prompt's images can reach the model: not with ``HERMES_ACP_MODEL_VISION=off``
+        (``vision_analyze`` reads files and data URLs, not a prompt's attachments)."""
+        return Sight.parse(self.settings.modelVision).maybe
+
     def agentCapabilities(self) -> dict[str, Any]:
         """Only what works end to end at this version."""
         return {
             "loadSession": True,
-            "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
+            "promptCapabilities": {"image": self.imagesSeen, "audio": False, "embeddedContext": True},
             "mcpCapabilities": {"http": True, "sse": False},
             "sessionCapabilities": {
                 "list": {},

@@ -12,6 +12,7 @@ from twisted.logger import Logger
 
 from .config import Endpoint
 from .oneshot import OneShot
+from .sight import Sight
 
 log = Logger()
 
@@ -37,6 +38,25 @@ class ModelCatalog:
     windows: dict[str, int] = attrs.Factory(dict)
     #: The window of a model nobody said anything about (``HERMES_CONTEXT_WINDOW``).
     defaultWindow: int = 128_000
+    #: Whether models see images: ``HERMES_ACP_MODEL_VISION`` (``sight.Sight``) when it says;
+    #: with ``auto``, what the endpoint's refusals taught, else what its list said.
+    sight: Sight = attrs.Factory(Sight)
+    seeing: dict[str, bool] = attrs.Factory(dict)
+    blind: set[str] = attrs.Factory(set)
+
+    def sees(self, model: str | None) -> bool | None:
+        """Whether ``model`` can see images (None: nobody said; it is shown them to find out)."""
+        model = model or ""
+        if self.sight.word == "auto" and model in self.blind:
+            return False
+        return self.sight.sees(model, self.seeing.get(model))
+
+    def learnBlind(self, model: str | None) -> None:
+        """A run found ``model`` cannot see (the endpoint refused its images): with ``auto``, it
+        is sent none from now on (a setting that says it sees is the user's word, and wins)."""
+        if model and self.sight.word == "auto" and self.sees(model) is not False:
+            log.info("model {model} does not take images (the endpoint refused them); they are left out", model=model)
+            self.blind.add(model)
 
     def window(self, model: str | None) -> int:
         """The context window of ``model``, as far as anyone said."""
@@ -73,6 +93,7 @@ class ModelCatalog:
             pairs = [(m, None) if isinstance(m, str) else (str(m[0]), m[1]) for m in models or ()]
             self.fetched, self.fetchedFrom = tuple(name for name, _ in pairs), url
             self.windows.update((name, window) for name, window in pairs if window)
+            self.seeing.update((str(m[0]), m[2]) for m in models or () if not isinstance(m, str) and len(m) > 2)
             if self.fetched:
                 self.onChange()
 

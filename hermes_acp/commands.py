@@ -214,6 +214,13 @@ class Commands:
             return f"run here, in the sandbox, not in the editor's terminals (they would not confine them): {local}"
         return f"run in the editor's terminals, judged as unconfined: {local}"
 
+    def _images(self, state: SessionState) -> str:
+        """Whether the session's model is shown images, and who describes them otherwise."""
+        sees = {True: "yes", False: "no", None: "unknown, so it is shown them"}[self.catalog.sees(state.model)]
+        vision = (f"`{self.settings.visionModel}` answers vision_analyze" if self.settings.visionModel
+                  else "vision_analyze is not offered (set HERMES_ACP_VISION_MODEL)")
+        return f"the model sees them: {sees} (HERMES_ACP_MODEL_VISION={self.settings.modelVision}); {vision}"
+
     async def _doctor(self, state: SessionState, argument: str) -> str:
         endpoint = self.endpointSource()
         key = "present" if endpoint.keyPresent else "not set"
@@ -229,6 +236,7 @@ class Commands:
             ("Commands", self._protection()),
             ("MCP servers", self.mcp.summary(state)),
             ("Web search", searchStatus()[1]),
+            ("Images", self._images(state)),
             ("Session state", str(stateDatabase())),
             ("Logs", "stderr of this process (your editor's agent log); `hermes-acp --check` from a terminal"),
         ]

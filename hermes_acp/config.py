@@ -48,6 +48,12 @@ DEFAULT_BACKGROUND_TOTAL = 64
 DEFAULT_BACKGROUND_OUTPUT = 200_000
 #: How long a memory write waits for another process's lock on its file (``engine.memory``).
 DEFAULT_MEMORY_LOCK_SECONDS = 10.0
+#: Images: Hermes' limits for one (bytes, pixels on the longest side), the most one model
+#: request carries, the largest a tool card shows (``engine.images``).
+DEFAULT_IMAGE_MAX_BYTES = 4 * 1024 * 1024
+DEFAULT_IMAGE_MAX_SIDE = 7900
+DEFAULT_IMAGES_PER_REQUEST = 8
+DEFAULT_IMAGE_PREVIEW_BYTES = 1024 * 1024
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -233,6 +239,17 @@ def envShare(env: Mapping[str, str], name: str, default: float, low: float, high
     return float(value)
 
 
+def _sight(raw: str) -> str:
+    """``HERMES_ACP_MODEL_VISION``, checked (``hermes_acp.sight.Sight``)."""
+    from .sight import Sight
+
+    try:
+        Sight.parse(raw)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return raw.strip() or "auto"
+
+
 def resolveEndpoint(env: Mapping[str, str] | None = None) -> Endpoint:
     """Pick the endpoint from ``HERMES_*``, then the well-known provider keys."""
     env = os.environ if env is None else env
@@ -304,6 +321,16 @@ class Settings:
     memoryChars: int | None = None
     userChars: int | None = None
     memoryLockSeconds: float = DEFAULT_MEMORY_LOCK_SECONDS
+    #: Images (``hermes_acp.sight``, ``engine.images``): which models see them
+    #: (``HERMES_ACP_MODEL_VISION``), the model ``vision_analyze`` asks and where, and the bounds.
+    modelVision: str = "auto"
+    visionModel: str | None = None
+    visionBaseURL: str | None = attrs.field(default=None, repr=lambda url: repr(url and redactURL(url)))
+    visionApiKey: str | None = attrs.field(default=None, repr=False)
+    imageMaxBytes: int = DEFAULT_IMAGE_MAX_BYTES
+    imageMaxSide: int = DEFAULT_IMAGE_MAX_SIDE
+    imagesPerRequest: int = DEFAULT_IMAGES_PER_REQUEST
+    imagePreviewBytes: int = DEFAULT_IMAGE_PREVIEW_BYTES
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -340,4 +367,12 @@ class Settings:
             memoryChars=envInt(env, "HERMES_ACP_MEMORY_CHARS", 0, minimum=1) or None,
             userChars=envInt(env, "HERMES_ACP_USER_CHARS", 0, minimum=1) or None,
             memoryLockSeconds=envSeconds(env, "HERMES_ACP_MEMORY_LOCK_SECONDS", DEFAULT_MEMORY_LOCK_SECONDS),
+            modelVision=_sight(env.get("HERMES_ACP_MODEL_VISION", "")),
+            visionModel=env.get("HERMES_ACP_VISION_MODEL", "").strip() or None,
+            visionBaseURL=env.get("HERMES_ACP_VISION_BASE_URL", "").strip().rstrip("/") or None,
+            visionApiKey=env.get("HERMES_ACP_VISION_API_KEY", "").strip() or None,
+            imageMaxBytes=envInt(env, "HERMES_ACP_IMAGE_MAX_BYTES", DEFAULT_IMAGE_MAX_BYTES, minimum=1024),
+            imageMaxSide=envInt(env, "HERMES_ACP_IMAGE_MAX_SIDE", DEFAULT_IMAGE_MAX_SIDE, minimum=16),
+            imagesPerRequest=envInt(env, "HERMES_ACP_IMAGES_PER_REQUEST", DEFAULT_IMAGES_PER_REQUEST),
+            imagePreviewBytes=envInt(env, "HERMES_ACP_IMAGE_PREVIEW_BYTES", DEFAULT_IMAGE_PREVIEW_BYTES, minimum=0),
         )

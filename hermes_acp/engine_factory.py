@@ -48,6 +48,7 @@ class EngineAgentFactory:
 
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
+        from .engine.images import ImageLimits, visionModel
         from .engine.model import ReplyLimits
         from .engine.processes import Limits
         from .engine.sandbox import policyFor
@@ -74,6 +75,9 @@ class EngineAgentFactory:
             background=None if self.background is None else self.background.forSession(session.sessionId),
             memory=memory,
             memorySnapshot=frozenMemory(session, memory),
+            imageLimits=ImageLimits(settings.imageMaxBytes, settings.imageMaxSide, settings.imagesPerRequest,
+                                    settings.imagePreviewBytes),
+            visionModel=visionModel(settings, self.endpointSource()),
         )
         agent.setEditMode(session.mode)
         return agent

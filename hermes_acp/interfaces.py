@@ -95,6 +95,8 @@ class IEngineAgent(Interface):
     ``interrupt`` may be called from any thread."""
 
     contextWindow = Attribute("The model's context window in tokens (None: unknown), set before each run.")
+    vision = Attribute("Whether the model can see images (None: unknown), set before each run; a run that "
+                       "finds the endpoint refuses them sets it False.")
 
     def run_conversation(
         user_message: str | list[dict[str, Any]],

@@ -30,6 +30,7 @@ KINDS = {
     "web_extract": "fetch",
     "process": "execute",
     "memory": "edit",
+    "vision_analyze": "read",
 }
 #: Cap on text shown in a tool call's content and on rawOutput.
 CONTENT_LIMIT = 16 * 1024
@@ -95,6 +96,22 @@ def _commandStatus(text: str, failed: bool, extras: dict[str, Any]) -> str:
 def shownOutput(body: str, empty: str = "(no output)") -> str:
     """A command's output as a card shows it: fenced, the middle cut past ``CONTENT_LIMIT``."""
     return fenced(truncateMiddle(body, CONTENT_LIMIT)) if body.strip() else empty
+
+
+def imagePreview(images: list[Any]) -> list[dict[str, Any]]:
+    """A read image's card: the image itself where it is small enough to preview (the journal
+    keeps what the card shows), and a line saying what it is."""
+    content = []
+    for image in images:
+        if not (isinstance(image, dict) and isinstance(image.get("data"), str) and isinstance(image.get("mimeType"), str)):
+            continue
+        if image.get("preview") is True:
+            content.append({"type": "content", "content": {"type": "image", "data": image["data"],
+                                                           "mimeType": image["mimeType"]}})
+        size = f"{image.get('width')}×{image.get('height')} pixels, {image.get('bytes')} bytes"
+        shown = "" if image.get("preview") is True else "; too big to preview here"
+        content.append(textContent(f"{image['mimeType']}, {size}{shown}"))
+    return content
 
 
 def textContent(text: str) -> dict[str, Any]:
@@ -187,6 +204,9 @@ class Renderer:
                 return "List background processes"
             which = f"#{target}" if str(target).isdigit() else _oneLine(str(target), 40)
             return f"Background process {which}: {_oneLine(str(args.get('action', '')), 20)}"
+        if name == "vision_analyze":
+            source = str(args.get("image_url", ""))
+            return f"Analyze image {self.shown(source) if not source.startswith('data:') else '(data URL)'}"
         if name == "session_search":
             where = " in all projects" if args.get("all_projects") is True else ""
             return f'Search past sessions{where}: "{_oneLine(str(args.get("query", "")), 60)}"'
@@ -267,6 +287,8 @@ class Renderer:
             content.append(textContent(f"{shown}\n{_commandStatus(text, failed, extras)}"))
             if extras.get("sandboxNote"):
                 content.append(textContent(str(extras["sandboxNote"])))
+        elif name == "read_file" and isinstance(extras.get("images"), list) and not failed:
+            content += imagePreview(extras["images"])
         elif failed or name != "todo":
             summary = text if failed or name not in ("write_file", "patch") else text.split("\n", 1)[0]
             content.append(textContent(fenced(truncateMiddle(summary, CONTENT_LIMIT))))

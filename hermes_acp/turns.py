@@ -271,6 +271,8 @@ class Turn:
         if command is None:
             if result is not None and result.window:
                 services.catalog.learnWindow(session.model, result.window)
+            if self.agent is not None and self.agent.vision is False:
+                services.catalog.learnBlind(session.model)  # the endpoint refused its images
             services.updates.send(session, usageUpdate(session, services.catalog))
         if session.title is None and text and command is None and compact is None:
             session.title, session.autoTitle = _title(text), True
@@ -302,6 +304,7 @@ class Turn:
         services = self.services
         self.agent = agent = services.options.agentFor(self.session)
         agent.contextWindow = services.catalog.window(self.session.model)
+        agent.vision = services.catalog.sees(self.session.model)
         bridge = EventBridge(services.reactor, self.deliver, paused=lambda: services.updates.paused)
         observer = BridgedObserver(bridge, self)
         workspace = services.workspaceFor(self.session, self.request)

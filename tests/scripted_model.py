@@ -387,6 +387,12 @@ class ScriptedModel(Resource):
         self.flooded = 0
         #: The client ports requests came from (one per TCP connection).
         self.peers: set[int] = set()
+        #: Models that cannot see: a request of theirs with an image gets OpenAI's 400 (counted in
+        #: ``imageRefusals``); and what the model list says of each model's sight (OpenRouter's
+        #: ``architecture.input_modalities``).
+        self.blind: set[str] = set()
+        self.imageRefusals = 0
+        self.sight: dict[str, bool] = {}
         self._waiting: list[tuple[Callable[[], bool], Deferred[None]]] = []
 
     @classmethod
@@ -481,7 +487,9 @@ class ScriptedModel(Resource):
             return self._refuse(request, http.UNAUTHORIZED, "Incorrect API key provided", "invalid_api_key")
         request.setHeader("content-type", "application/json")
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted",
-                 **({"context_length": self.windows[m]} if m in self.windows else {})} for m in self.models]
+                 **({"context_length": self.windows[m]} if m in self.windows else {}),
+                 **({"architecture": {"input_modalities": ["text", "image"] if self.sight[m] else ["text"]}}
+                    if m in self.sight else {})} for m in self.models]
         return json.dumps({"object": "list", "data": data}).encode()
 
     def render_POST(self, request: Request) -> bytes | int:
@@ -503,6 +511,10 @@ class ScriptedModel(Resource):
             return self._refuse(request, http.BAD_REQUEST, (
                 f"This model's maximum context length is {self.window} tokens. However, your messages resulted in "
                 f"{tokens} tokens. Please reduce the length of the messages."), "context_length_exceeded")
+        if model in self.blind and "image_url" in json.dumps(body.get("messages")):
+            self.imageRefusals += 1
+            return self._refuse(request, http.BAD_REQUEST, "Invalid content type. image_url is only supported by "
+                                "certain models.", "invalid_request_error")
         text = latestUserText(body)
         if isSummaryRequest(body):
             self.summaryCount += 1

@@ -27,6 +27,7 @@ from acp.schema import (
 from hermes_acp.commands import COMMANDS
 
 from .e2e import agentText, answers, commandRunning, modelEnv, text, toolCalls, uniqueSleep, updates
+from .imagedata import png
 from .scripted_model import FRAMINGS
 from .sdkclient import RecordingClient, connect, initialized, onLoop, rawNotify, settled, until
 
@@ -441,7 +442,7 @@ async def test_promptContent(scriptedServer, tmp_path) -> None:
     server.default.responses.append([{"text": "seen"}])
     linked = tmp_path / "linked.md"
     linked.write_text("LINKED-CONTENT\n")
-    pixel = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
+    pixel = base64.b64encode(png()).decode()
 
     async def scenario():
         async with connect(env=modelEnv(url)) as (conn, client, wire, process):

@@ -91,7 +91,8 @@ class SecretsTests(SynchronousTestCase):
             "GITHUB_TOKEN": "ghp_users_own_token", "PATH": "/usr/bin", "HERMES_MODEL": "m",
         })
         self.assertEqual(set(env) - set(child), set(AGENT_CREDENTIALS))
-        self.assertEqual(AGENT_CREDENTIALS, ("HERMES_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "NOUS_API_KEY"))
+        self.assertEqual(AGENT_CREDENTIALS, ("HERMES_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "NOUS_API_KEY",
+                                             "HERMES_ACP_VISION_API_KEY"))
 
     def test_childEnvironmentDefaultsToThisProcess(self) -> None:
         """Without an argument it starts from os.environ, and changes nothing there."""

@@ -56,7 +56,8 @@ def test_readLimitIsCapped(bench, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("make", "path", "words"),
     [
-        (lambda p: (p / "img.png").write_bytes(b"\x89PNG"), "img.png", "binary"),
+        (lambda p: (p / "img.png").write_bytes(b"\x89PNG"), "img.png", "named like an image but its content is none"),
+        (lambda p: (p / "a.zip").write_bytes(b"PK\x03\x04"), "a.zip", "binary"),
         (lambda p: (p / "data").write_bytes(b"abc\x00def"), "data", "binary"),
         (lambda p: (p / "folder").mkdir(), "folder", "is a directory"),
         (lambda p: None, "/dev/zero", "device"),

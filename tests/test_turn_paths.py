@@ -40,6 +40,7 @@ class ScriptedAgent:
     behaviour: Any
     editMode: str = "default"
     contextWindow: int | None = None
+    vision: bool | None = None
     interrupted: threading.Event = attrs.field(factory=threading.Event)
 
     def interrupt(self) -> None:

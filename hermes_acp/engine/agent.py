@@ -21,6 +21,7 @@ from zope.interface import implementer
 
 from hermes_acp import safejson
 from hermes_acp.config import DEFAULT_MAX_TOOL_CALLS, DEFAULT_TOOL_PARALLEL, DEFAULT_TOOL_THREADS, Endpoint
+from hermes_acp.engine import images
 from hermes_acp.engine.access import PLAN, PathApprovals
 from hermes_acp.engine.webaccess import HostApprovals
 from hermes_acp.engine.tools.websearch import searchBackend
@@ -42,6 +43,7 @@ from hermes_acp.engine.asking import Answer
 from hermes_acp.engine.tools.registry import (
     PathLocks, SessionSearch, Tool, ToolContext, ToolError, ToolOutcome, checkArguments, parseArguments, runTool,
 )
+from hermes_acp.engine.tools.vision import VISION_ANALYZE
 from hermes_acp.engine.toolslots import GRANTED, ToolSlots
 from hermes_acp.engine.workspace import LocalWorkspace, Workspace
 from hermes_acp.interfaces import IEngineAgent, ITurnObserver
@@ -241,6 +243,12 @@ class AIAgent:
     #: the system prompt carries: taken once for the session and kept with it (``engine.memory``).
     memory: MemoryStore | None = None
     memorySnapshot: str = ""
+    #: Whether the model can see images (None: nobody said; it is shown them, and an endpoint
+    #: that refuses them teaches False), how big they may be, and the model ``vision_analyze``
+    #: asks (None: the tool is not offered).
+    vision: bool | None = None
+    imageLimits: images.ImageLimits = images.ImageLimits()
+    visionModel: images.VisionModel | None = None
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
     _commandApprovals: CommandApprovals | None = attrs.field(default=None, init=False)
@@ -350,6 +358,8 @@ class AIAgent:
             tools.pop("memory")
         if self.planning:
             tools[EXIT_PLAN.name] = EXIT_PLAN
+        if self.visionModel is not None and self.tools is None:
+            tools[VISION_ANALYZE.name] = VISION_ANALYZE
         return tools
 
     def modelClient(self) -> ModelClient:
@@ -358,7 +368,7 @@ class AIAgent:
         return self.client
 
     def toolContext(self, cancelEvent: threading.Event, observer: ITurnObserver, workspace: Workspace,
-                    callId: str) -> ToolContext:
+                    callId: str, cancellation: Cancellation | None = None) -> ToolContext:
         """What the tool call ``callId`` of a run may use: its questions go to that
         run's observer, under that call's id (a tool thread that outlives a
         cancelled run asks that run, never the next)."""
@@ -386,6 +396,7 @@ class AIAgent:
             memory=self.memory,
             approveMemory=lambda proposal: self.pathApprovals.decideMemory(
                 proposal, lambda p: observer.approveEdit(callId, p)),
+            imageLimits=self.imageLimits, cancellation=cancellation, vision=self.visionModel,
         )
 
     def _approvePlan(self, plan: str, question: Callable[[str], str]) -> str | None:
@@ -524,11 +535,23 @@ class _Conversation:
         tools.update((name, tool) for name, tool in self.extraTools.items() if name not in tools)
         return tools
 
+    def _shown(self) -> list[dict[str, Any]]:
+        """``live`` as the next request carries it: images only to a model that can see, the
+        newest ``ImageLimits.perRequest`` of them (``images.forModel``), and a message of tool
+        images joined to a user message that follows it (``images.joined``)."""
+        agent, shown = self.agent, self.live
+        if _hasImages(shown):
+            note = (f"(an image is not shown here: the model {agent.model} cannot see images"
+                    + ("; vision_analyze can describe an image file, given its path" if agent.visionModel else "") + ")")
+            shown = images.forModel(shown, agent.vision is not False, agent.imageLimits.perRequest, note)
+        return images.joined(shown, SYNTHETIC_KEY)
+
     def run(self) -> TurnResult:
         agent, observer = self.agent, self.observer
         assert self.userMessage is not None
         note = agent.background.endedNote() if agent.background is not None else None
-        self.remember({"role": "user", "content": withNote(self.userMessage, note)})
+        prompt = images.checkedPrompt(self.userMessage, agent.imageLimits)
+        self.remember({"role": "user", "content": withNote(prompt, note)})
         system = self._system()
         tools = self._tools()
         schemas = [tool.schema() for tool in tools.values()]
@@ -556,10 +579,14 @@ class _Conversation:
             text = _Unrepeated(shown, lambda delta: _notify(observer.text, delta))
             try:
                 reply = agent.modelClient().complete(
-                    agent.model or "", _request(system, self.live), schemas, self.cancellation, text,
+                    agent.model or "", _request(system, self._shown()), schemas, self.cancellation, text,
                     lambda delta: _notify(observer.thought, delta), **{**options, **retry},
                 )
             except ModelError as e:
+                if e.images and agent.vision is not False and _hasImages(self.live):
+                    agent.vision = False  # the endpoint said so: this run and the next ones send none
+                    log.info("model %s does not take images; they are left out of its requests", agent.model)
+                    continue
                 if retry and not e.overflow:  # it refused the larger max_tokens: the turn ends as it was
                     return self.result(MAX_TOKENS)
                 if not e.overflow:
@@ -701,7 +728,8 @@ class _Conversation:
                      len(calls), len(calls) - cap, cap)
         for index, call in enumerate(calls):
             callId = f"{step}.{index}"
-            context = self.agent.toolContext(self.cancellation.event, self.observer, self.workspace, callId)
+            context = self.agent.toolContext(self.cancellation.event, self.observer, self.workspace, callId,
+                                             self.cancellation)
             arguments: Any = {}
             try:
                 arguments = parseArguments(call.arguments)
@@ -722,10 +750,14 @@ class _Conversation:
             ready.append(_Call(index, callId, call, tool, context, checked))
         if ready:
             self._dispatch(ready, outcomes)
-        return [
+        results = [
             {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": self._budgeted(outcomes[index].text)}
             for index, call in enumerate(calls)
         ]
+        found = [(call.name, image) for index, call in enumerate(calls)
+                 for image in outcomes[index].extras.get("images") or () if isinstance(image, dict)]
+        shown = images.imagesMessage(found, self.agent.imageLimits, SYNTHETIC_KEY) if found else None
+        return results + ([shown] if shown else [])
 
     def _budgeted(self, text: str) -> str:
         """``text`` as the model may read it: within the result's and the turn's share of

@@ -27,6 +27,8 @@ from typing import Any
 
 import attrs
 
+from hermes_acp.engine.images import IMAGES, withoutImages
+
 Message = dict[str, Any]
 Unit = list[Message]
 
@@ -152,10 +154,11 @@ class Cancelled(Exception):
 
 
 def units(messages: Sequence[Message]) -> list[Unit]:
-    """The history in units: a tool message stays with what precedes it (its call)."""
+    """The history in units: a tool message stays with what precedes it (its call), and so
+    does the agent's message of the images those calls returned (``images.imagesMessage``)."""
     found: list[Unit] = []
     for message in messages:
-        if message.get("role") == "tool" and found:
+        if (message.get("role") == "tool" or message.get(SYNTHETIC_KEY) == IMAGES) and found:
             found[-1].append(message)
         else:
             found.append([message])
@@ -259,6 +262,11 @@ def shorten(older: Sequence[Unit], everything: Sequence[Message]) -> tuple[list[
                 if len(line) < len(content):  # a short result would grow (the line quotes its start)
                     message = {**message, "content": line}
                     changed += 1
+            elif message.get(SYNTHETIC_KEY) == IMAGES or (isRequest(message) and isinstance(content, list)):
+                shown = withoutImages(message, "[An image was here; removed to save context. Read it again if you "
+                                               "need it.]")
+                changed += shown is not message
+                message = shown
             elif message.get("tool_calls") and any(len(c["function"]["arguments"]) > LONG_ARGUMENTS
                                                    for c in message["tool_calls"]):
                 calls = [{**c, "function": {**c["function"], "arguments": _shortArguments(c["function"]["arguments"])}}

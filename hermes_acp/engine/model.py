@@ -36,7 +36,7 @@ class ModelError(Exception):
     when the endpoint refused the key (the user has to set up another)."""
 
     def __init__(self, message: str, retryable: bool = False, retryAfter: float | None = None,
-                 auth: bool = False, overflow: bool = False, window: int | None = None) -> None:
+                 auth: bool = False, overflow: bool = False, window: int | None = None, images: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.retryable = retryable
@@ -45,6 +45,8 @@ class ModelError(Exception):
         #: The request did not fit the model's context; ``window`` when the error said how big it is.
         self.overflow = overflow
         self.window = window
+        #: The endpoint refused the request's images: the model cannot see.
+        self.images = images
 
 
 @attrs.frozen
@@ -237,6 +239,12 @@ _OVERFLOW = re.compile(r"context[_ ]length|context window|maximum context|too ma
                        r"exceeds? the (?:available )?context|input is too long|n_ctx", re.IGNORECASE)
 _WINDOW = re.compile(r"(?:maximum context length|context (?:window|length|size)|n_ctx)[^0-9]{0,20}(\d[\d,]{2,})",
                      re.IGNORECASE)
+#: How endpoints refuse images for a model that cannot see (OpenAI's "image_url is only supported
+#: by certain models", vLLM's "not a multimodal model", llama.cpp's "image input is not supported",
+#: OpenRouter's "support image input", DeepSeek's "unknown variant `image_url`").
+_IMAGES = re.compile(r"image|vision|multi-?modal|mmproj", re.IGNORECASE)
+#: What llama.cpp says with its HTTP 500 (a 500 is otherwise retried).
+_NO_IMAGES = re.compile(r"image input is not supported", re.IGNORECASE)
 #: The fields of a ``/models`` entry that give the context window, by provider.
 _WINDOW_FIELDS = ("context_length", "context_window", "max_context_length", "max_model_len")
 
@@ -252,6 +260,28 @@ def modelWindow(entry: Any) -> int | None:
     return next((int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1024), None)
 
 
+def modelVision(entry: Any) -> bool | None:
+    """Whether a ``/models`` entry says the model takes images (OpenRouter's
+    ``architecture.input_modalities`` or ``modality``, ``input_modalities``, LiteLLM's
+    ``supports_vision``, a ``capabilities`` object or list); None when it says nothing."""
+    if not isinstance(entry, dict):
+        return None
+    architecture = entry.get("architecture") if isinstance(entry.get("architecture"), dict) else {}
+    for modalities in (architecture.get("input_modalities"), entry.get("input_modalities")):
+        if isinstance(modalities, list):
+            return "image" in modalities
+    modality = architecture.get("modality")
+    if isinstance(modality, str) and "->" in modality:
+        return "image" in modality.split("->")[0]
+    capabilities = entry.get("capabilities")
+    for said in (entry.get("supports_vision"), capabilities.get("vision") if isinstance(capabilities, dict) else None):
+        if isinstance(said, bool):
+            return said
+    if isinstance(capabilities, list) and all(isinstance(c, str) for c in capabilities) and capabilities:
+        return "vision" in capabilities
+    return None
+
+
 def _statusMessage(status: int, detail: str, endpoint: Endpoint, model: str) -> ModelError:
     where = endpoint.shownURL
     if status == 401:
@@ -260,6 +290,9 @@ def _statusMessage(status: int, detail: str, endpoint: Endpoint, model: str) -> 
     if status == 403:
         return ModelError(f"The model endpoint {where} refused access (HTTP 403): {detail}")
     lowered = detail.lower()
+    if ((status in (400, 404, 415, 422) and _IMAGES.search(detail) or status == 500 and _NO_IMAGES.search(detail))
+            and not _OVERFLOW.search(detail)):
+        return ModelError(f"Model {model!r} at {where} does not take images (HTTP {status}): {detail}", images=True)
     if status == 404 or (status in (400, 422) and "model" in lowered and any(
         word in lowered for word in ("not found", "does not exist", "unknown", "invalid model", "not a valid")
     )):
@@ -442,9 +475,10 @@ def _authorization(endpoint: Endpoint, target: chat_http.Target) -> dict[str, st
     return {"Authorization": target.originAuth or f"Bearer {endpoint.apiKey or _NO_KEY}"}
 
 
-def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[tuple[str, int | None]]:
-    """The models to offer, each with its context window where the endpoint says:
-    ``HERMES_MODELS`` if set (no windows), else the endpoint's ``/models``.
+def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[tuple[Any, ...]]:
+    """The models to offer, each with its context window where the endpoint says (and, third,
+    whether it takes images, where the endpoint says): ``HERMES_MODELS`` if set (no windows),
+    else the endpoint's ``/models``.
 
     Raises ``ModelError`` when the list cannot be fetched.
     """
@@ -465,5 +499,10 @@ def listModels(endpoint: Endpoint, timeout: float = 10.0) -> list[tuple[str, int
     data = body.get("data") if isinstance(body, dict) else body
     if not isinstance(data, list):
         raise ModelError(f"The model endpoint {endpoint.shownURL} sent a malformed model list")
-    return [(item["id"], modelWindow(item)) if isinstance(item, dict) else (str(item), None) for item in data
+    return [_listed(item) if isinstance(item, dict) else (str(item), None) for item in data
             if not isinstance(item, dict) or isinstance(item.get("id"), str)]
+
+
+def _listed(item: dict[str, Any]) -> tuple[Any, ...]:
+    sees = modelVision(item)
+    return (item["id"], modelWindow(item)) + (() if sees is None else (sees,))

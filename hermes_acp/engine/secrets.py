@@ -23,10 +23,11 @@ REDACTED = "[REDACTED]"
 #: Names of environment variables whose values are credentials.
 SECRET_NAME = re.compile(r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD)$")
 #: The keys the agent itself uses to reach its model; no child process gets them.
-AGENT_CREDENTIALS = ("HERMES_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "NOUS_API_KEY")
-#: The endpoint URLs the agent reads (the model's, and the web search backends'); a password
-#: in them is a credential too.
-ENDPOINT_URLS = ("HERMES_BASE_URL", "OPENAI_BASE_URL", "SEARXNG_URL", "FIRECRAWL_API_URL")
+AGENT_CREDENTIALS = ("HERMES_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "NOUS_API_KEY",
+                     "HERMES_ACP_VISION_API_KEY")
+#: The endpoint URLs the agent reads (the model's, the vision model's, and the web search
+#: backends'); a password in them is a credential too.
+ENDPOINT_URLS = ("HERMES_BASE_URL", "OPENAI_BASE_URL", "HERMES_ACP_VISION_BASE_URL", "SEARXNG_URL", "FIRECRAWL_API_URL")
 #: Shorter values are not scrubbed from free text, where they would garble
 #: every word that holds them (a URL is redacted by its structure, whatever the length).
 MIN_SECRET_LENGTH = 8

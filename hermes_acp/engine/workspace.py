@@ -146,6 +146,13 @@ def _opened(path: str, flags: int) -> BinaryIO:
     return os.fdopen(fd, "rb" if flags == os.O_RDONLY else "wb")
 
 
+def readBytes(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of the local file ``path``, opened as ``_opened`` does (images:
+    an editor's ``fs/read_text_file`` carries text only)."""
+    with _opened(path, os.O_RDONLY) as f:
+        return f.read(limit)
+
+
 @attrs.frozen
 class LocalWorkspace:
     """The local file system and a local ``/bin/sh``."""

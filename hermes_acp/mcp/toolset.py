@@ -6,8 +6,10 @@ tool of the session already has, ends in a short hash of the real names
 instead. Each exposed name routes back to its server and real tool name.
 
 Results: the model reads the text blocks (``structuredContent`` as JSON when
-there is no text; other blocks as a short line saying what they were); the
-editor gets every block as ACP content. ``isError`` fails the call.
+there is no text; other blocks as a short line saying what they were), and
+sees the images (``modelImages``: the engine checks them and shows them to a
+model that can see, ``engine.images``); the editor gets every block as ACP
+content. ``isError`` fails the call.
 """
 
 from __future__ import annotations
@@ -206,7 +208,10 @@ def _modelLine(block: dict[str, Any]) -> str | None:
     kind = block.get("type")
     if kind == "text":
         return str(block.get("text", ""))
-    if kind in ("image", "audio"):
+    if kind == "image":
+        return (f"[image: {block.get('mimeType', 'unknown type')}, {_size(block.get('data'))}; shown to the user, "
+                "and to you after the tool results]")
+    if kind == "audio":
         return f"[{kind}: {block.get('mimeType', 'unknown type')}, {_size(block.get('data'))}; shown to the user]"
     if kind == "resource_link":
         return f"[resource link: {block.get('name') or block.get('uri')} <{block.get('uri')}>]"
@@ -296,6 +301,25 @@ def editorContent(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"type": "content", "content": block} for block in blocks]
 
 
+def modelImages(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The result's images as the engine's tool images (``engine.images.attachment``'s keys;
+    it checks each before the model sees it): inline ``image`` blocks, and image ``blob``s."""
+    found = []
+    for number, block in enumerate(_blocks(result), 1):
+        if block.get("type") == "image":
+            source, data = block, block.get("data")
+        elif block.get("type") == "resource" and isinstance(block.get("resource"), dict):
+            source = block["resource"]
+            data = source.get("blob")
+        else:
+            continue
+        mime, uri = source.get("mimeType"), source.get("uri")
+        if isinstance(data, str) and isinstance(mime, str) and mime.startswith("image/"):
+            label = uri if isinstance(uri, str) else f"content block {number}"
+            found.append({"label": label[:200], "mimeType": mime, "data": data})
+    return found
+
+
 def outcome(result: Any, secrets: Sequence[str]) -> tuple[str, bool, dict[str, Any]]:
     """(what the model reads, failed, extras for the editor) of a ``tools/call`` result;
     ``secrets`` (what the editor gave the server: tokens) are taken out of both."""
@@ -305,7 +329,8 @@ def outcome(result: Any, secrets: Sequence[str]) -> tuple[str, bool, dict[str, A
     text = modelText(result)
     if failed and not text.startswith("Error"):
         text = f"Error: {text}"
-    return redact(text, secrets), failed, redactAll({"content": editorContent(result)}, secrets)
+    extras = redactAll({"content": editorContent(result)}, secrets)
+    return redact(text, secrets), failed, {**extras, "images": modelImages(result)}
 
 
 def failure(message: str, secrets: Sequence[str] = ()) -> tuple[str, bool, dict[str, Any]]:

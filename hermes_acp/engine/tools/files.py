@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import difflib
 import os
 import re
 import stat
 from typing import Any
 
+from hermes_acp.engine import images
 from hermes_acp.engine.access import EditProposal
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, parameters
-from hermes_acp.engine.workspace import WorkspaceError
+from hermes_acp.engine.workspace import WorkspaceError, readBytes
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 2000
@@ -69,12 +71,51 @@ def approvedRead(ctx: ToolContext, path: str) -> None:
         raise ToolError(verdict.message, {"path": path, "denied": True})
 
 
+def _sniffed(path: str) -> bytes:
+    """The first bytes of a local file ("" when it cannot be read: the text read says why)."""
+    try:
+        return readBytes(path, 16)
+    except (WorkspaceError, OSError):
+        return b""
+
+
+def loadImage(ctx: ToolContext, absPath: str, size: int, purpose: str) -> tuple[bytes, images.Picture]:
+    """The bytes of the image file ``absPath`` (``size`` bytes on disk) and what its header
+    says, within the session's image limits; a ``ToolError`` that says why it cannot be
+    ``purpose`` ("shown to the model")."""
+    limits = ctx.imageLimits
+    try:
+        images.checkBytes(size, limits)
+        data = readBytes(absPath, limits.maxBytes + 1)
+        return data, images.checked(data, limits)
+    except images.ImageError as e:
+        raise ToolError(f"{absPath} cannot be {purpose}: {e}", {"path": absPath}) from None
+    except (WorkspaceError, OSError) as e:
+        raise ToolError(f"cannot read {absPath}: {e}") from e
+
+
+def readImage(ctx: ToolContext, absPath: str, size: int) -> ToolOutcome:
+    """An image file: checked (format, bytes, pixels) and attached for the model to look at
+    and for the card's preview (``engine.images``)."""
+    data, picture = loadImage(ctx, absPath, size, "shown to the model")
+    encoded = base64.b64encode(data).decode("ascii")
+    attached = images.attachment(absPath, picture.mime, encoded, picture, len(data), ctx.imageLimits)
+    return ToolOutcome(f"Image file {absPath} ({picture.describe(len(data))}). The image itself follows the tool "
+                       "results.", {"path": absPath, "images": [attached]})
+
+
 def readFile(ctx: ToolContext, path: str, offset: int, limit: int) -> ToolOutcome:
     absPath = ctx.resolveReal(path)
     approvedRead(ctx, absPath)
-    if os.path.splitext(absPath)[1].lower() in _BINARY_SUFFIXES:
-        raise ToolError(f"{absPath} looks like a binary file; read_file only reads text")
     info = checkTextPath(absPath)  # None: not on disk, though the editor may hold it in a buffer
+    suffix = os.path.splitext(absPath)[1].lower()
+    if info is not None and images.looksLikeImage(_sniffed(absPath)):
+        return readImage(ctx, absPath, info.st_size)
+    if suffix in images.SUFFIXES and info is not None:
+        raise ToolError(f"{absPath} is named like an image but its content is none of PNG, JPEG, GIF or WebP "
+                        "(damaged, or another kind of file)")
+    if suffix in _BINARY_SUFFIXES:
+        raise ToolError(f"{absPath} looks like a binary file; read_file reads text and PNG, JPEG, GIF and WebP images")
     if info is not None and info.st_size > MAX_FILE_BYTES:
         raise ToolError(f"{absPath} is too large to read ({info.st_size // 2**20} MiB); "
                         "use search_files, or terminal with head, tail or sed -n")
@@ -159,7 +200,8 @@ def writeFile(ctx: ToolContext, path: str, content: str) -> ToolOutcome:
 READ_FILE = Tool(
     "read_file",
     "Read a text file with line numbers (format 'N|line'). Use offset and limit to page "
-    "through long files. Relative paths start at the session's working directory.",
+    "through long files. An image (PNG, JPEG, GIF, WebP) is attached for you to look at instead. "
+    "Relative paths start at the session's working directory.",
     parameters(
         ["path"],
         path={"type": "string", "description": "File to read"},

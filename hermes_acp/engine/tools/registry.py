@@ -20,6 +20,10 @@ from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy
 from hermes_acp.engine.secrets import redact, redactAll, secretValues
 from hermes_acp.engine.workspace import Workspace
+from hermes_acp.engine.images import ImageLimits, VisionModel
+
+if TYPE_CHECKING:
+    from hermes_acp.engine.cancel import Cancellation
 
 if TYPE_CHECKING:
     from hermes_acp.engine.memory import MemoryStore
@@ -106,6 +110,12 @@ class ToolContext:
     memory: MemoryStore | None = None
     approveMemory: Callable[[EditProposal], Verdict] = lambda proposal: Verdict(
         False, "Memory cannot be written here.")
+    #: How big an image may be to reach the model (``read_file``, ``vision_analyze``).
+    imageLimits: ImageLimits = ImageLimits()
+    #: The run's cancellation (a model request a tool makes stops with it), and the model
+    #: ``vision_analyze`` asks (None: not configured).
+    cancellation: Cancellation | None = None
+    vision: VisionModel | None = None
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
