@@ -22,7 +22,7 @@ from . import __version__
 from .catalog import ModelCatalog
 from .client import ClientInfo
 from .clientio import ClientWorkspace
-from .commands import Commands
+from .commands import Commands, availableCommands, commandNames
 from .config import Endpoint, Settings, hermesHome, loadDotenv, resolveEndpoint
 from .engine_factory import EngineAgentFactory
 from .interfaces import IAgentFactory, ISessionStore
@@ -36,6 +36,7 @@ from .params import field, lenientObject
 from .permissions import PermissionBroker
 from .render import Renderer
 from .session_state import SessionState
+from .skillcommands import SkillCommands, skillLibrary
 from .threads import WorkerPool
 from .turns import Prompts, TurnServices
 from .updates import UpdateChannel
@@ -68,7 +69,9 @@ class ACPServer:
         self.store = store
         self.workers = workers
         self.endpointSource = endpointSource
-        self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, store.searchNow, settings)
+        self.skills = skillLibrary(settings, commandNames())
+        self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, store.searchNow, settings,
+                                                               skills=self.skills)
         self.client = ClientInfo()
         self.loggedOut = False
         self._warm = False
@@ -88,7 +91,8 @@ class ACPServer:
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
         mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
-        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp)
+        skills = SkillCommands(self.skills, self.workers.run, updates, availableCommands())
+        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp, skills)
 
         def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
             return ClientWorkspace(reactor, state.sessionId, request, readFiles=client.fs("readTextFile"),
@@ -98,9 +102,10 @@ class ACPServer:
             reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
             lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
             connection.callRemote, mcp, SessionNamer(self.workers.run, updates, store, self.settings.titleSeconds),
-            client, self.settings.permissionTimeout,
+            client, self.settings.permissionTimeout, skills,
         ))  # fmt: skip
-        lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp)
+        lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp,
+                              skills)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)

@@ -41,6 +41,11 @@ DEFAULT_MODEL_MAX_EVENT = 8 * 1024 * 1024
 DEFAULT_MODEL_MAX_REPLY = 32 * 1024 * 1024
 DEFAULT_MODEL_REPLY_SECONDS = 3600.0
 DEFAULT_TITLE_SECONDS = 15.0
+#: Skills (``engine.skills``): the characters of their list in the system prompt, the folders
+#: one search may visit, and how many become slash commands.
+DEFAULT_SKILLS_PROMPT_CHARS = 8000
+DEFAULT_SKILLS_SCAN_DIRS = 2000
+DEFAULT_SKILL_COMMANDS = 250
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -288,6 +293,11 @@ class Settings:
     modelReplySeconds: float = DEFAULT_MODEL_REPLY_SECONDS
     #: How long the request for a session's title may take (it never delays a turn).
     titleSeconds: float = DEFAULT_TITLE_SECONDS
+    #: Skills: their list in the system prompt (characters; 0 leaves it out), the folders one
+    #: search visits, the most that are slash commands.
+    skillsPromptChars: int = DEFAULT_SKILLS_PROMPT_CHARS
+    skillsScanDirs: int = DEFAULT_SKILLS_SCAN_DIRS
+    skillCommands: int = DEFAULT_SKILL_COMMANDS
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -318,4 +328,7 @@ class Settings:
             modelMaxReply=envInt(env, "HERMES_ACP_MODEL_MAX_REPLY", DEFAULT_MODEL_MAX_REPLY, minimum=1024),
             modelReplySeconds=envSeconds(env, "HERMES_ACP_MODEL_REPLY_SECONDS", DEFAULT_MODEL_REPLY_SECONDS),
             titleSeconds=envSeconds(env, "HERMES_ACP_TITLE_SECONDS", DEFAULT_TITLE_SECONDS),
+            skillsPromptChars=envInt(env, "HERMES_ACP_SKILLS_PROMPT_CHARS", DEFAULT_SKILLS_PROMPT_CHARS, minimum=0),
+            skillsScanDirs=envInt(env, "HERMES_ACP_SKILLS_SCAN_DIRS", DEFAULT_SKILLS_SCAN_DIRS),
+            skillCommands=envInt(env, "HERMES_ACP_SKILL_COMMANDS", DEFAULT_SKILL_COMMANDS, minimum=0),
         )

@@ -17,6 +17,7 @@ from .session_state import SessionState
 
 if TYPE_CHECKING:  # the engine is imported with the first agent, not with this module
     from .engine.agent import AIAgent
+    from .engine.skills import SkillLibrary
 
 
 @implementer(IAgentFactory)
@@ -36,6 +37,8 @@ class EngineAgentFactory:
     #: The process's tool slots: every session's agent shares them (``HERMES_ACP_TOOL_THREADS``).
     toolSlots: ToolSlots = attrs.field(
         default=attrs.Factory(lambda self: ToolSlots(self.settings.toolThreads), takes_self=True))
+    #: The skills every session's agent lists and its skill tools use (None: no skills).
+    skills: SkillLibrary | None = None
 
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
@@ -61,6 +64,7 @@ class EngineAgentFactory:
             toolParallel=settings.toolParallel,
             toolSlots=self.toolSlots,
             replyLimits=ReplyLimits(settings.modelMaxEvent, settings.modelMaxReply, settings.modelReplySeconds),
+            skills=self.skills,
         )
         agent.setEditMode(session.mode)
         return agent

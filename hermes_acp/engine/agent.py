@@ -35,7 +35,7 @@ from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy, policyFor
 from hermes_acp.engine.secrets import redact, secretValues
 from hermes_acp.engine.result import TurnResult, TurnUsage
-from hermes_acp.engine.tools.builtin import selectTools
+from hermes_acp.engine.tools.builtin import SKILL_TOOLS, selectTools
 from hermes_acp.engine.asking import Answer
 from hermes_acp.engine.tools.registry import (
     PathLocks, SessionSearch, Tool, ToolContext, ToolError, ToolOutcome, checkArguments, parseArguments, runTool,
@@ -46,6 +46,7 @@ from hermes_acp.interfaces import IEngineAgent, ITurnObserver
 
 if TYPE_CHECKING:
     from hermes_acp.engine.guard import CommandApprovals
+    from hermes_acp.engine.skills import SkillLibrary
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +231,9 @@ class AIAgent:
     maxToolCalls: int = DEFAULT_MAX_TOOL_CALLS
     toolParallel: int = DEFAULT_TOOL_PARALLEL
     toolSlots: ToolSlots = attrs.field(factory=lambda: ToolSlots(DEFAULT_TOOL_THREADS))
+    #: The skills (``engine.skills``): listed in the system prompt, read and changed by the
+    #: skill tools (None: no skills, and no skill tools).
+    skills: SkillLibrary | None = None
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
     _commandApprovals: CommandApprovals | None = attrs.field(default=None, init=False)
@@ -329,6 +333,9 @@ class AIAgent:
         tools = selectTools(self.tools)
         if self.sessionSearch is None and self.tools is None:
             tools.pop("session_search")
+        if self.skills is None and self.tools is None:
+            for name in SKILL_TOOLS:
+                tools.pop(name)
         if self.planning:
             tools[EXIT_PLAN.name] = EXIT_PLAN
         return tools
@@ -361,6 +368,9 @@ class AIAgent:
             delegate=lambda name, arguments: _delegated(observer.callTool(callId, name, arguments)),
             approvePlan=lambda plan: self._approvePlan(plan, lambda p: observer.approvePlan(callId, p)),
             askUser=lambda question, choices: Answer(*observer.askUser(callId, question, choices)),
+            skills=self.skills,
+            approveSkillEdit=lambda proposal: self.pathApprovals.decide(
+                proposal, lambda p: observer.approveEdit(callId, p), managed=True),
         )
 
     def _approvePlan(self, plan: str, question: Callable[[str], str]) -> str | None:
@@ -479,6 +489,9 @@ class _Conversation:
         agent = self.agent
         content = agent.systemPrompt or defaultSystemPrompt(agent.cwd, agent.additionalDirectories,
                                                             projectInstructions(agent.cwd).text)
+        if agent.skills is not None:  # the skills' names and descriptions (``engine.skills``)
+            skills = agent.skills.catalog(agent.cwd).promptSection(agent.skills.promptChars)
+            content = f"{content}\n\n{skills}" if skills else content
         return {"role": "system", "content": f"{content}\n\n{NOTE}" if agent.planning else content}
 
     def _tools(self) -> dict[str, Tool]:

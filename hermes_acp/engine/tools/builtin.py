@@ -10,6 +10,7 @@ from hermes_acp.engine.tools.patching import PATCH
 from hermes_acp.engine.tools.registry import Tool
 from hermes_acp.engine.tools.search import SEARCH_FILES
 from hermes_acp.engine.tools.sessions import SESSION_SEARCH
+from hermes_acp.engine.tools.skills import SKILL_MANAGE, SKILL_VIEW, SKILLS_LIST
 from hermes_acp.engine.tools.terminal import TERMINAL
 from hermes_acp.engine.tools.todo import TODO
 
@@ -17,6 +18,9 @@ BUILTIN_TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, SESSION_SEARCH, CLARIFY)
 }
+BUILTIN_TOOLS.update((tool.name, tool) for tool in (SKILLS_LIST, SKILL_VIEW, SKILL_MANAGE))
+#: The tools that need the session's skills (``AIAgent.skills``).
+SKILL_TOOLS = (SKILLS_LIST.name, SKILL_VIEW.name, SKILL_MANAGE.name)
 
 
 def selectTools(names: Iterable[str] | None = None) -> dict[str, Tool]:
