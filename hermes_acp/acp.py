@@ -91,7 +91,7 @@ class ACPServer:
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
         mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
-        skills = SkillCommands(self.skills, self.workers.run, updates, availableCommands())
+        skills = SkillCommands(self.skills, reactor, updates, availableCommands())
         commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp, skills)
 
         def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:

@@ -45,7 +45,7 @@ def _skillTitle(name: str, args: dict[str, Any]) -> str:
     if name == "skill_view":
         return f"Read skill {skill}" + (f": {_oneLine(str(args['file_path']), 60)}" if args.get("file_path") else "")
     action = str(args.get("action", "change")).replace("_", " ")
-    what = f" {_oneLine(str(args['file_path']), 60)}" if args.get("file_path") and action != "patch" else ""
+    what = f" {_oneLine(str(args['file_path']), 60)}" if args.get("file_path") else ""
     return f"Skill {skill}: {action}{what}"
 
 

@@ -1,9 +1,11 @@
 """Skills as slash commands: each usable skill is ``/NAME`` in ``available_commands_update``.
 
-The catalog (``engine.skills``) is read on a worker thread: when a session is set up, at the
-start of every turn (a skill added or changed on disk between turns counts from that turn) and
-after every turn of the model (``skill_manage``, or a command, may have changed them). The
-editor hears a new list only when it differs from the last it heard.
+The catalog (``engine.skills``) is read on a thread of its own (``hermes-skills``, one per
+folder being read; never the agent's workers, which a turn may wait for, and never for more
+than ``SCAN_WAIT``): when a session is set up, at the start of every turn (a skill added or
+changed on disk between turns counts from that turn) and after every turn of the model
+(``skill_manage``, or a command, may have changed them). The editor hears a new list only when
+it differs from the last it heard.
 
 ``/NAME request`` runs a turn of the model whose user message is the skill's instructions and
 the request (``SkillLibrary.activation``): in the history, so the skill stays in force for the
@@ -14,23 +16,28 @@ own commands stays usable by the model, but is no command; ``/doctor`` says so.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import threading
 from typing import Any
 from weakref import WeakKeyDictionary
 
 import attrs
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from .config import Settings, hermesHome
 from .engine.skills import Catalog, Problem, Skill, SkillLibrary, shortened
 from .interfaces import IUpdateChannel
+from .oneshot import OneShot
 from .session_state import SessionState
 
 log = Logger()
 
 #: The most problems ``/doctor`` and ``--check`` list (the rest are counted); a command's description.
 SHOWN_PROBLEMS, DESCRIPTION_CHARS = 20, 200
+#: The longest a turn waits for its skills (a stuck file system): then it goes on with the last ones.
+SCAN_WAIT = 10.0
 _INVOKED = re.compile(r"/(\S+)(?:\s+(.*))?\Z", re.S)
 
 
@@ -69,19 +76,44 @@ class SkillCommands:
     """The skills of a connection's sessions, as the editor's commands."""
 
     library: SkillLibrary
-    runInWorker: Callable[..., Deferred[Any]]
+    reactor: Any  # IReactorFromThreads and IReactorTime
     updates: IUpdateChannel
     #: The agent's own commands, which come first (``commands.availableCommands``).
     builtins: list[dict[str, Any]]
     #: Each session's latest catalog, and the command list the editor last heard.
     _catalogs: WeakKeyDictionary[SessionState, Catalog] = attrs.field(factory=WeakKeyDictionary)
     _listed: WeakKeyDictionary[SessionState, list[dict[str, Any]]] = attrs.field(factory=WeakKeyDictionary)
+    #: The reads in progress, by folder: sessions of one folder wait for the same one.
+    _reading: dict[str, OneShot[Catalog]] = attrs.field(factory=dict)
+
+    def _read(self, cwd: str) -> Deferred[Catalog]:
+        shot = self._reading.get(cwd)
+        if shot is None:
+            shot = self._reading[cwd] = OneShot()
+
+            def read() -> None:
+                try:
+                    result: Catalog | Failure = self.library.catalog(cwd)
+                except Exception:
+                    result = Failure()
+                self.reactor.callFromThread(done, result)
+
+            def done(result: Catalog | Failure) -> None:
+                del self._reading[cwd]
+                shot.fire(result)
+
+            threading.Thread(target=read, name="hermes-skills", daemon=True).start()
+        return shot.when().addTimeout(SCAN_WAIT, self.reactor)
 
     async def refresh(self, state: SessionState, announce: bool = True) -> Catalog | None:
         """Read the session's skills again; the editor hears the commands when they changed
         (with ``announce``, once the session is known to it). A failure keeps the last ones."""
         try:
-            catalog = await self.runInWorker(self.library.catalog, state.cwd)
+            catalog = await self._read(state.cwd)
+        except defer.TimeoutError:
+            log.warn("reading the skills in {cwd} took over {s} s; the last ones found are used", cwd=state.cwd,
+                     s=SCAN_WAIT)
+            return self._catalogs.get(state)
         except Exception:
             log.failure("reading the skills of session {id} failed", id=state.sessionId)
             return self._catalogs.get(state)

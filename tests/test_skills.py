@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 
 from hermes_acp.config import Endpoint
 from hermes_acp.engine import skills as skillsModule
 from hermes_acp.engine.agent import AIAgent
-from hermes_acp.engine.skills import InvalidSkill, SkillLibrary, parseDocument
+from hermes_acp.engine.skills import Catalog, InvalidSkill, SkillLibrary, parseDocument
+from hermes_acp.session_state import SessionState
+from hermes_acp.skillcommands import SCAN_WAIT, SkillCommands
 
 from .conftest import ToolBench
 from .observers import RecordingObserver
@@ -314,3 +320,82 @@ def test_noSecretGoesIntoASkillOrOutOfOne(place: dict[str, Path], monkeypatch: p
     [skill] = bench.library.catalog(str(place["cwd"])).skills
     text = bench.library.activation(skill, "go")
     assert key not in text and "The key is [REDACTED]." in text
+
+
+# -- skills as commands (``skillcommands``), on a clock ------------------------------------
+
+
+class ThreadReactor(Clock):
+    """A clock whose ``callFromThread`` calls wait in a queue until the test runs them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fromThreads: queue.Queue[Any] = queue.Queue()
+
+    def callFromThread(self, f: Any, *args: Any) -> None:
+        self.fromThreads.put((f, args))
+
+    def runOne(self) -> None:
+        f, args = self.fromThreads.get(timeout=10)
+        f(*args)
+
+
+class SentUpdates:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, state: Any, update: dict[str, Any], journal: bool = True) -> None:
+        self.sent.append(update)
+
+
+def refreshed(reactor: ThreadReactor, commands: SkillCommands, state: SessionState) -> Any:
+    results: list[Any] = []
+    Deferred.fromCoroutine(commands.refresh(state)).addBoth(results.append)
+    reactor.runOne()
+    return results[0]
+
+
+def test_commandsAreAnnouncedWhenTheyChange(place: dict[str, Path]) -> None:
+    makeSkill(place["user"], "deploy", skillText("deploy", extra="argument-hint: where to\n"))
+    makeSkill(place["user"], "help")  # the agent's own command: no skill command
+    reactor, updates = ThreadReactor(), SentUpdates()
+    library = SkillLibrary(str(place["user"]), reserved=frozenset({"help"}))
+    commands = SkillCommands(library, reactor, updates, [{"name": "help", "description": "List the commands"}])
+    state = SessionState("s", str(place["cwd"]), announced=True)
+    assert [s.name for s in refreshed(reactor, commands, state).skills] == ["deploy", "help"]
+    assert refreshed(reactor, commands, state) is not None
+    [update] = updates.sent  # the second read found nothing new
+    assert update["availableCommands"] == [
+        {"name": "help", "description": "List the commands"},
+        {"name": "deploy", "description": "Skill: Does a thing. Use when testing.", "input": {"hint": "where to"}}]
+    makeSkill(place["user"], "later")
+    catalog = refreshed(reactor, commands, state)
+    assert [c["name"] for c in updates.sent[-1]["availableCommands"]] == ["help", "deploy", "later"]
+    skill, request = commands.invoked(catalog, "/Deploy  to prod\nnow", [{"type": "text"}])
+    assert skill.name == "deploy" and request == "to prod\nnow"
+    assert commands.invoked(catalog, "/help", [{"type": "text"}]) is None
+    assert commands.invoked(catalog, "/deploy", [{"type": "text"}, {"type": "image"}]) is None
+    assert "loaded, but not the command /help" in commands.describe(state)
+
+
+def test_aStuckReadIsNotWaitedForLong(place: dict[str, Path]) -> None:
+    """A file system that does not answer costs a turn at most SCAN_WAIT: it goes on with the
+    skills it had (none here), and the read's late answer is not lost for the next turn."""
+    makeSkill(place["user"], "deploy")
+    release = threading.Event()
+
+    class StuckLibrary(SkillLibrary):
+        def catalog(self, cwd: str) -> Catalog:
+            release.wait(10)
+            return super().catalog(cwd)
+
+    reactor, updates = ThreadReactor(), SentUpdates()
+    commands = SkillCommands(StuckLibrary(str(place["user"])), reactor, updates, [])
+    state = SessionState("s", str(place["cwd"]), announced=True)
+    results: list[Any] = []
+    Deferred.fromCoroutine(commands.refresh(state)).addBoth(results.append)
+    reactor.advance(SCAN_WAIT)
+    assert results == [None] and updates.sent == []
+    release.set()
+    reactor.runOne()  # the late read ends
+    assert [s.name for s in refreshed(reactor, commands, state).skills] == ["deploy"]

@@ -294,13 +294,12 @@ class SkillLibrary:
         seenFolders: set[str] = set()
         budget = [self.scanDirs]
         for root, source in roots:
-            for path in self._found(root, budget, problems):
-                folder = os.path.dirname(path)
-                real = os.path.realpath(folder)
-                if real in seenFolders:
+            realRoot = os.path.realpath(root)
+            for path, real in self._found(root, budget, problems):
+                if os.path.dirname(real) in seenFolders:
                     continue
-                seenFolders.add(real)
-                found = self._load(path, root, source)
+                seenFolders.add(os.path.dirname(real))
+                found = self._load(path, real, root, realRoot, source)
                 if isinstance(found, Problem):
                     problems.append(found)
                     continue
@@ -319,17 +318,19 @@ class SkillLibrary:
                 self._parsed.clear()
         return Catalog(tuple(skills), tuple(problems), tuple(roots))
 
-    def _found(self, root: str, budget: list[int], problems: list[Problem]) -> Iterator[str]:
-        """The ``SKILL.md`` paths under ``root``, breadth first, within the folder budget. A
-        folder holding one is a skill: its own subfolders are not searched. Linked folders are
-        not entered; one that leads out of the root and holds a ``SKILL.md`` is reported."""
+    def _found(self, root: str, budget: list[int], problems: list[Problem]) -> Iterator[tuple[str, str]]:
+        """(path, where it leads) of each ``SKILL.md`` under ``root``, breadth first, within the
+        folder budget. A folder holding one is a skill: its own subfolders are not searched.
+        Linked folders are not entered (so a folder's real path is its path from the root's
+        real one, without a ``realpath`` each); one that leads out of the root and holds a
+        ``SKILL.md`` is reported."""
         if not os.path.isdir(root):
             return
         realRoot = os.path.realpath(root)
-        level = [(root, 0)]
+        level = [(root, realRoot, 0)]
         while level:
             following = []
-            for folder, depth in level:
+            for folder, realFolder, depth in level:
                 budget[0] -= 1
                 if budget[0] < 0:
                     return
@@ -338,8 +339,10 @@ class SkillLibrary:
                         children = sorted(entries, key=lambda e: e.name)
                 except OSError:
                     continue
-                if depth > 0 and any(e.name == "SKILL.md" for e in children):
-                    yield os.path.join(folder, "SKILL.md")
+                skillMd = next((e for e in children if e.name == "SKILL.md"), None)
+                if depth > 0 and skillMd is not None:
+                    path = os.path.join(folder, "SKILL.md")
+                    yield path, os.path.realpath(path) if skillMd.is_symlink() else os.path.join(realFolder, "SKILL.md")
                     continue
                 if depth >= MAX_DEPTH:
                     continue
@@ -354,15 +357,15 @@ class SkillLibrary:
                                 problems.append(Problem(os.path.join(entry.path, "SKILL.md"),
                                                         f"skipped: it is a link to {target}, outside {root}"))
                         elif entry.is_dir():
-                            following.append((entry.path, depth + 1))
+                            following.append((entry.path, os.path.join(realFolder, entry.name), depth + 1))
                     except OSError:
                         continue
             level = following
 
-    def _load(self, path: str, root: str, source: str) -> Skill | Problem:
-        """The skill of ``path`` (parsed again only when the file changed), or why it is skipped."""
-        real = os.path.realpath(path)
-        if not inside(real, os.path.realpath(root)):
+    def _load(self, path: str, real: str, root: str, realRoot: str, source: str) -> Skill | Problem:
+        """The skill of ``path``, which leads to ``real`` (parsed again only when the file
+        changed), or why it is skipped."""
+        if not inside(real, realRoot):
             return Problem(path, f"skipped: it is a link to {real}, outside {root}")
         try:
             info = os.stat(real)

@@ -276,7 +276,7 @@ def _create(ctx: ToolContext, library: SkillLibrary, catalog: Catalog, name: str
     if os.path.lexists(folder):
         raise ToolError(f"{folder} already exists (without a usable SKILL.md: /doctor says why); "
                         "choose another name or remove it")
-    if os.path.lexists(parent) and os.path.realpath(parent) != os.path.abspath(parent):
+    if category and os.path.islink(parent):
         raise ToolError(f"{parent} is a link; skill_manage does not follow links")
     path = os.path.join(folder, "SKILL.md")
     extras = _approved(ctx, path, None, content)
