@@ -24,6 +24,7 @@ or inode changed. No Twisted here: the engine and the reactor's worker threads c
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import stat
@@ -334,11 +335,12 @@ class SkillLibrary:
                 budget[0] -= 1
                 if budget[0] < 0:
                     return
-                try:
+                try:  # a folder's entries count too: 64 of them cost as much as a folder
                     with os.scandir(folder) as entries:
-                        children = sorted(entries, key=lambda e: e.name)
+                        children = sorted(itertools.islice(entries, 64 * max(budget[0], 1)), key=lambda e: e.name)
                 except OSError:
                     continue
+                budget[0] -= len(children) // 64
                 skillMd = next((e for e in children if e.name == "SKILL.md"), None)
                 if depth > 0 and skillMd is not None:
                     path = os.path.join(folder, "SKILL.md")
