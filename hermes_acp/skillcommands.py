@@ -27,7 +27,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from .config import Settings, hermesHome
-from .engine.skills import Catalog, Problem, Skill, SkillLibrary, shortened
+from .engine.skills import PROJECT, USER, Catalog, Problem, Skill, SkillLibrary, shortened
 from .interfaces import IUpdateChannel
 from .oneshot import OneShot
 from .session_state import SessionState
@@ -58,10 +58,14 @@ def describe(library: SkillLibrary, catalog: Catalog | None) -> str:
     """What was found and where, and each skill skipped (or loaded with a warning) and why."""
     if catalog is None:
         return f"not read yet (your folder: {library.userRoot})"
-    counts = {source: sum(1 for s in catalog.skills if s.source == source) for source in ("user", "project")}
-    folders = sorted({skill.root for skill in catalog.skills if skill.source == "project"})
-    lines = [f"{counts['user']} in {library.userRoot}, {counts['project']} from the project"
+    counts = {source: sum(1 for s in catalog.skills if s.source == source) for source in (USER, PROJECT)}
+    folders = sorted({skill.root for skill in catalog.skills if skill.source == PROJECT})
+    lines = [f"{counts[USER]} in {library.userRoot}, {counts[PROJECT]} from the project"
              + (f" ({', '.join(folders)})" if folders else "")]
+    commands = sum(1 for skill in catalog.skills if skill.name not in library.reserved)
+    if commands > library.commandCount:
+        lines.append(f"{commands - library.commandCount} skill(s) past the first {library.commandCount} are not "
+                     "slash commands (HERMES_ACP_SKILL_COMMANDS); the model still sees them")
     problems = list(catalog.problems)
     problems += [Problem(skill.path, f"loaded, but not the command /{skill.name}: that is the agent's own command")
                  for skill in catalog.skills if skill.name in library.reserved]

@@ -399,3 +399,15 @@ def test_aStuckReadIsNotWaitedForLong(place: dict[str, Path]) -> None:
     release.set()
     reactor.runOne()  # the late read ends
     assert [s.name for s in refreshed(reactor, commands, state).skills] == ["deploy"]
+
+
+def test_commandsAreBounded(place: dict[str, Path]) -> None:
+    for name in ("alpha", "beta", "gamma"):
+        makeSkill(place["user"], name)
+    reactor = ThreadReactor()
+    commands = SkillCommands(SkillLibrary(str(place["user"]), commandCount=2), reactor, SentUpdates(), [])
+    state = SessionState("s", str(place["cwd"]), announced=True)
+    catalog = refreshed(reactor, commands, state)
+    assert [s.name for s in commands.commandSkills(catalog)] == ["alpha", "beta"]
+    assert commands.invoked(catalog, "/gamma", [{"type": "text"}]) is None
+    assert "1 skill(s) past the first 2 are not slash commands (HERMES_ACP_SKILL_COMMANDS)" in commands.describe(state)
