@@ -381,52 +381,37 @@ SKILLS_LIST = Tool(
 
 SKILL_VIEW = Tool(
     "skill_view",
-    "Skills allow for loading information about specific tasks and workflows, as well as scripts and templates. "
-    "Load a skill's full content or access its linked files (references, templates, scripts). First call "
-    "returns SKILL.md content plus a 'linked_files' dict showing available references/templates/scripts. To "
-    "access those, call again with file_path parameter.",
+    "Load a skill: its SKILL.md, with a list of its linked files (references, templates, scripts, "
+    "assets); with file_path, one of those files.",
     parameters(
         ["name"],
-        name={"type": "string", "description": "The skill name (use skills_list to see available skills)"},
-        file_path={"type": "string", "description": "OPTIONAL: Path to a linked file within the skill (e.g., "
-                   "'references/api.md', 'templates/config.yaml', 'scripts/validate.py'). Omit to get the main "
-                   "SKILL.md content."},
+        name={"type": "string", "description": "The skill's name (skills_list lists them)"},
+        file_path={"type": "string", "description": "A file in the skill's folder, e.g. references/api.md; "
+                   "omit for SKILL.md"},
     ),
     viewSkill,
 )
 
 SKILL_MANAGE = Tool(
     "skill_manage",
-    "Manage the user's skills (create, update, delete) in $HERMES_HOME/skills; a project's skills are "
-    "read-only. Skills are your procedural memory: reusable approaches for recurring task types. Each change "
-    "is shown to the user as an edit to approve.\n\n"
-    "Actions: create (full SKILL.md + optional category), patch (old_string/new_string, preferred for fixes), "
-    "edit (full SKILL.md rewrite), delete, write_file, remove_file (files under references/, templates/, "
-    "scripts/ or assets/).\n\n"
-    "Create when a complex task succeeded, an approach the user corrected worked, or the user asks you to "
-    "remember a procedure; confirm with the user first. A SKILL.md is YAML front matter (name: the skill's "
-    "name, description: what it does and when to use it) between '---' lines, then the instructions.",
+    "Create or change the user's skills (in $HERMES_HOME/skills; a project's are read-only); the user "
+    "approves each change. create: a whole SKILL.md (front matter with name and description, what it does "
+    "and when to use it; then the steps), optional category. patch: old_string -> new_string in SKILL.md or "
+    "file_path. edit: a whole new SKILL.md. delete. write_file, remove_file: file_path under references/, "
+    "templates/, scripts/ or assets/. Offer to save a procedure that took work; ask before creating or deleting.",
     parameters(
         ["action", "name"],
-        action={"type": "string", "enum": list(ACTIONS), "description": "The action to perform."},
-        name={"type": "string", "description": "Skill name (lowercase, hyphens/underscores, max 64 chars). Must "
-              "match an existing skill for patch/edit/delete/write_file/remove_file."},
-        content={"type": "string", "description": "Full SKILL.md content (YAML frontmatter + markdown body). "
-                 "Required for 'create' and 'edit'."},
-        old_string={"type": "string", "description": "Text to find in the file (required for 'patch'). Must be "
-                    "unique unless replace_all=true."},
-        new_string={"type": "string", "description": "Replacement text (required for 'patch'). Can be empty "
-                    "string to delete the matched text."},
-        replace_all={"type": "boolean", "default": False, "description": "For 'patch': replace all occurrences "
-                     "instead of requiring a unique match."},
-        category={"type": "string", "description": "Optional category for organizing the skill (e.g. 'devops'). "
-                  "Creates a subdirectory grouping. Only used with 'create'."},
-        file_path={"type": "string", "description": "Path to a supporting file within the skill directory. For "
-                   "'write_file'/'remove_file': required, under references/, templates/, scripts/ or assets/. "
-                   "For 'patch': optional, defaults to SKILL.md."},
-        file_content={"type": "string", "description": "Content for the file. Required for 'write_file'."},
-        absorbed_into={"type": "string", "description": "For 'delete' only: the skill this one's content was "
-                       "merged into (it must exist), or an empty string."},
+        action={"type": "string", "enum": list(ACTIONS)},
+        name={"type": "string", "description": "lowercase letters, digits, '-', '.', '_'; at most 64"},
+        content={"type": "string", "description": "The whole SKILL.md (create, edit)"},
+        old_string={"type": "string", "description": "Text to replace (patch); unique unless replace_all"},
+        new_string={"type": "string", "description": "Its replacement (patch); may be empty"},
+        replace_all={"type": "boolean", "default": False},
+        category={"type": "string", "description": "A folder to group it in (create)"},
+        file_path={"type": "string", "description": "A file of the skill (write_file, remove_file; patch: "
+                   "default SKILL.md)"},
+        file_content={"type": "string", "description": "The file's content (write_file)"},
+        absorbed_into={"type": "string", "description": "delete: the skill that took its content, if any"},
     ),
     manageSkill,
 )
