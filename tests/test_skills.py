@@ -302,7 +302,7 @@ def test_theModeDecidesAsForAnEdit(place: dict[str, Path]) -> None:
     assert (place["user"] / "noted" / "SKILL.md").exists() and accepting.observer.edits == []
 
 
-def test_noSkillsNoSection(place: dict[str, Path]) -> None:
+def test_skillsListWithNoSkillsOrNoFolder(place: dict[str, Path]) -> None:
     bench = SkillBench(place)
     assert bench.ok("skills_list")["skills"] == []
     os.rmdir(place["user"])
