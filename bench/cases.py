@@ -290,6 +290,40 @@ async def caseTurn(b: Bench) -> list[Result]:
                    "one model request answering 1 delta; the session's second turn")]
 
 
+SKILLS = 50
+
+
+async def caseSkills(b: Bench) -> list[Result]:
+    """The no-tool turn again, with ``SKILLS`` skills in ``$HERMES_HOME/skills`` (each turn reads
+    them at its start and end, and the engine for the system prompt); and one read of them in
+    this process, as a turn does it (files parsed once, then only looked at)."""
+    from hermes_acp.engine.skills import SkillLibrary
+
+    home = b.home()
+    for n in range(SKILLS):
+        folder = Path(home) / "skills" / f"group-{n % 5}" / f"skill-{n}"
+        (folder / "references").mkdir(parents=True)
+        (folder / "SKILL.md").write_text(f"---\nname: skill-{n}\ndescription: Skill number {n}. Use when the "
+                                         f"task is number {n}.\n---\n" + "A step of the skill.\n" * 100)
+    agent = await b.ready(home)
+    samples = []
+    for n in range(b.runs.turns):
+        sessionId = await b.warmSession(agent)
+        samples.append((await agent.prompt(sessionId, f"[notool] turn {n}"))[0])
+    await b.close(agent)
+    library = SkillLibrary(str(Path(home) / "skills"))
+    library.catalog(b.workspace)
+    reads = []
+    for _ in range(b.runs.turns * 10):
+        started = time.perf_counter()
+        library.catalog(b.workspace)
+        reads.append(time.perf_counter() - started)
+    return [Result(f"no-tool turn with {SKILLS} skills", samples, "ms", 0.020, "≤ 20 ms",
+                   "as the no-tool turn, with the skills listed in the system prompt and as commands"),
+            Result(f"reading {SKILLS} unchanged skills", reads, "ms",
+                   note="one `SkillLibrary.catalog`, in-process: what a turn does at its start and end")]
+
+
 async def caseTools(b: Bench) -> list[Result]:
     agent = await b.ready()
     samples = []
@@ -680,6 +714,7 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "cold": caseCold,
     "session": caseSessionNew,
     "turn": caseTurn,
+    "skills": caseSkills,
     "tools": caseTools,
     "sandbox": caseSandbox,
     "background": caseBackground,

@@ -23,7 +23,7 @@ from .backgroundcards import BackgroundCards
 from .catalog import ModelCatalog
 from .client import ClientInfo
 from .clientio import ClientWorkspace
-from .commands import Commands
+from .commands import Commands, availableCommands, commandNames
 from .config import Endpoint, Settings, hermesHome, loadDotenv, resolveEndpoint
 from .engine.background import BackgroundLimits, BackgroundProcesses
 from .engine_factory import EngineAgentFactory
@@ -39,6 +39,7 @@ from .permissions import PermissionBroker
 from .render import Renderer
 from .session_state import SessionState
 from .sight import Sight
+from .skillcommands import SkillCommands, skillLibrary
 from .threads import WorkerPool
 from .turns import Prompts, TurnServices
 from .updates import UpdateChannel
@@ -74,8 +75,9 @@ class ACPServer:
         #: Every session's background processes (the engine's side); their cards are wired per connection.
         self.background = BackgroundProcesses(BackgroundLimits(
             settings.backgroundProcesses, settings.backgroundOutput, settings.backgroundTotal))
+        self.skills = skillLibrary(settings, commandNames())
         self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, store.searchNow, settings,
-                                                               background=self.background)
+                                                               background=self.background, skills=self.skills)
         self.client = ClientInfo()
         self.loggedOut = False
         self._warm = False
@@ -95,8 +97,9 @@ class ACPServer:
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
         mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
+        skills = SkillCommands(self.skills, reactor, updates, availableCommands())
         commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp,
-                            background=self.background)
+                            background=self.background, skills=skills)
         background = BackgroundCards(reactor, store, updates, self.background)
 
         def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
@@ -107,10 +110,10 @@ class ACPServer:
             reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
             lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
             connection.callRemote, mcp, SessionNamer(self.workers.run, updates, store, self.settings.titleSeconds),
-            client, self.settings.permissionTimeout, background=background,
+            client, self.settings.permissionTimeout, background=background, skills=skills,
         ))  # fmt: skip
         lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp,
-                              background=background)
+                              background=background, skills=skills)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)

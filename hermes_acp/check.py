@@ -48,6 +48,16 @@ def mcpSummary(home: Path) -> str:
     return f"{listed} from {path}" + "".join(f"\n{'':13}problem: {problem}" for problem in problems)
 
 
+def skillsSummary(settings: Settings, env: Mapping[str, str]) -> str:
+    """The skills of ``$HERMES_HOME/skills`` and of the current folder's project, and each
+    one skipped with its reason (as ``/doctor`` shows them in a session)."""
+    from .commands import commandNames
+    from .skillcommands import describe, skillLibrary
+
+    library = skillLibrary(settings, commandNames(), env)
+    return describe(library, library.catalog(os.getcwd())).replace("\n", f"\n{'':13}")
+
+
 def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
     """Print what hermes-acp resolved; 0 when ready, 1 with the reasons when not."""
     env = os.environ if env is None else env
@@ -80,6 +90,7 @@ def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
         ("commands", describe(settings.sandbox != "off", settings.sandboxNetwork)),
         ("MCP servers", mcpSummary(hermesHome(env))),
         ("web search", searchStatus(env)[1]),
+        ("skills", skillsSummary(settings, env)),
     ]
     for name, value in rows:
         out.write(f"{name + ':':13}{value}\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -22,6 +22,7 @@ from .engine.access import EDIT_MODES, PLAN
 from .engine.tools.websearch import searchStatus
 from .engine.background import BackgroundError, BackgroundProcesses
 from .engine.secrets import redact, secretValues
+from .engine.skills import shortened
 from .interfaces import ISessionOptions, ISessionStore, IUpdateChannel
 from .jsonrpc import JSONRPCError
 from .mcp.registry import MCPServers
@@ -29,6 +30,9 @@ from .options import MODE_INFO
 from .session_state import SessionState
 from .store import timestamp
 from .updates import usageUpdate
+
+if TYPE_CHECKING:
+    from .skillcommands import SkillCommands
 
 #: How long ``/model`` waits for the endpoint's model list when it is still on its way.
 CATALOG_WAIT = 3.0
@@ -65,6 +69,11 @@ def availableCommands() -> list[dict[str, Any]]:
     return commands
 
 
+def commandNames() -> frozenset[str]:
+    """The agent's own command names, aliases included (no skill may take one)."""
+    return frozenset(COMMANDS) | frozenset(ALIASES)
+
+
 def slashCommand(text: str, blocks: list[dict[str, Any]]) -> tuple[str, str] | None:
     """(name, argument) when the prompt is only text and starts with a known /command."""
     if not text.startswith("/") or any(b.get("type") != "text" for b in blocks):
@@ -98,6 +107,8 @@ class Commands:
     mcp: MCPServers
     #: Every session's background processes (``/ps``, ``/kill``; None: there are none).
     background: BackgroundProcesses | None = None
+    #: The sessions' skills, as commands (None: none).
+    skills: SkillCommands | None = None
 
     async def run(self, state: SessionState, name: str, argument: str) -> str:
         """The command's reply text; a bad argument is explained, not raised."""
@@ -111,6 +122,10 @@ class Commands:
         for name, (description, hint) in COMMANDS.items():
             usage = f"/{name} <{hint}>" if hint else f"/{name}"
             lines.append(f"- `{usage}`: {description}")
+        skills = self.skills.commandSkills(self.skills.current(state)) if self.skills is not None else []
+        if skills:
+            lines += ["", "**Skills** (each runs a turn with the skill's instructions)", ""]
+            lines += [f"- `/{skill.name}`: {shortened(skill.description, 200)}" for skill in skills]
         lines += ["", "Other text starting with `/` goes to the model as a normal message."]
         return "\n".join(lines)
 
@@ -237,6 +252,7 @@ class Commands:
             ("MCP servers", self.mcp.summary(state)),
             ("Web search", searchStatus()[1]),
             ("Images", self._images(state)),
+            ("Skills", "none" if self.skills is None else self.skills.describe(state).replace("\n", "\n  - ")),
             ("Session state", str(stateDatabase())),
             ("Logs", "stderr of this process (your editor's agent log); `hermes-acp --check` from a terminal"),
         ]

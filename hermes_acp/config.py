@@ -54,6 +54,11 @@ DEFAULT_IMAGE_MAX_BYTES = 4 * 1024 * 1024
 DEFAULT_IMAGE_MAX_SIDE = 7900
 DEFAULT_IMAGES_PER_REQUEST = 8
 DEFAULT_IMAGE_PREVIEW_BYTES = 1024 * 1024
+#: Skills (``engine.skills``): the characters of their list in the system prompt, the folders
+#: one search may visit, and how many become slash commands.
+DEFAULT_SKILLS_PROMPT_CHARS = 8000
+DEFAULT_SKILLS_SCAN_DIRS = 2000
+DEFAULT_SKILL_COMMANDS = 250
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -331,6 +336,11 @@ class Settings:
     imageMaxSide: int = DEFAULT_IMAGE_MAX_SIDE
     imagesPerRequest: int = DEFAULT_IMAGES_PER_REQUEST
     imagePreviewBytes: int = DEFAULT_IMAGE_PREVIEW_BYTES
+    #: Skills: their list in the system prompt (characters; 0 leaves it out), the folders one
+    #: search visits, the most that are slash commands.
+    skillsPromptChars: int = DEFAULT_SKILLS_PROMPT_CHARS
+    skillsScanDirs: int = DEFAULT_SKILLS_SCAN_DIRS
+    skillCommands: int = DEFAULT_SKILL_COMMANDS
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -375,4 +385,7 @@ class Settings:
             imageMaxSide=envInt(env, "HERMES_ACP_IMAGE_MAX_SIDE", DEFAULT_IMAGE_MAX_SIDE, minimum=16),
             imagesPerRequest=envInt(env, "HERMES_ACP_IMAGES_PER_REQUEST", DEFAULT_IMAGES_PER_REQUEST),
             imagePreviewBytes=envInt(env, "HERMES_ACP_IMAGE_PREVIEW_BYTES", DEFAULT_IMAGE_PREVIEW_BYTES, minimum=0),
+            skillsPromptChars=envInt(env, "HERMES_ACP_SKILLS_PROMPT_CHARS", DEFAULT_SKILLS_PROMPT_CHARS, minimum=0),
+            skillsScanDirs=envInt(env, "HERMES_ACP_SKILLS_SCAN_DIRS", DEFAULT_SKILLS_SCAN_DIRS),
+            skillCommands=envInt(env, "HERMES_ACP_SKILL_COMMANDS", DEFAULT_SKILL_COMMANDS, minimum=0),
         )

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the engine is imported with the first agent, not with this 
     from .engine.agent import AIAgent
     from .engine.background import BackgroundProcesses
     from .engine.memory import MemoryStore
+    from .engine.skills import SkillLibrary
 
 #: The key of ``SessionState.config`` that keeps the session's memory snapshot (``engine.memory``),
 #: saved with its other settings, so a load after a restart builds the same system prompt.
@@ -45,6 +46,8 @@ class EngineAgentFactory:
     #: Every session's background processes (None: the agents start none); a session's
     #: outlive its agent, which is rebuilt when the session moves folders.
     background: BackgroundProcesses | None = None
+    #: The skills every session's agent lists and its skill tools use (None: no skills).
+    skills: SkillLibrary | None = None
 
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
@@ -78,6 +81,7 @@ class EngineAgentFactory:
             imageLimits=ImageLimits(settings.imageMaxBytes, settings.imageMaxSide, settings.imagesPerRequest,
                                     settings.imagePreviewBytes),
             visionModel=visionModel(settings, self.endpointSource()),
+            skills=self.skills,
         )
         agent.setEditMode(session.mode)
         return agent

@@ -25,6 +25,7 @@ from .mcp.specs import ServerSpec, fromRequest
 from .options import checkMode, modeState
 from .params import field
 from .session_state import SessionState
+from .skillcommands import SkillCommands
 from .updates import usageUpdate
 
 log = Logger()
@@ -71,6 +72,8 @@ class Lifecycle:
     mcp: MCPServers
     #: The cards of background processes (a load finds those that ended with a previous agent).
     background: BackgroundCards | None = None
+    #: The sessions' skills, announced as commands (None: only the agent's own).
+    skills: SkillCommands | None = None
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {
@@ -93,9 +96,12 @@ class Lifecycle:
             return None
         return fromRequest(params["mcpServers"])
 
-    def setupResult(self, state: SessionState, servers: list[ServerSpec] | None, sessionId: bool = False) -> Reply:
+    async def setupResult(self, state: SessionState, servers: list[ServerSpec] | None, sessionId: bool = False) -> Reply:
         """The answer that makes a session known to the editor; updates about it may
-        follow only once it is written, and its MCP servers start then."""
+        follow only once it is written, and its MCP servers start then. Its skills are
+        read first, so the commands it is told of include them."""
+        if self.skills is not None:
+            await self.skills.refresh(state, announce=False)
         result: dict[str, Any] = {"modes": modeState(state), "configOptions": self.options.configOptions(state)}
         if sessionId:
             result = {"sessionId": state.sessionId, **result}
@@ -103,7 +109,8 @@ class Lifecycle:
 
     def announced(self, state: SessionState, servers: list[ServerSpec] | None) -> None:
         state.announced = True
-        update = {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}
+        commands = availableCommands() if self.skills is None else self.skills.listed(state)
+        update = {"sessionUpdate": "available_commands_update", "availableCommands": commands}
         self.updates.send(state, update, journal=False)
         self.updates.send(state, usageUpdate(state, self.catalog), journal=False)
         self.mcp.attach(state, servers)
@@ -116,7 +123,7 @@ class Lifecycle:
         state = await self.store.create(cwd, extra, model=endpoint.model)
         log.debug("session {id} created in {cwd} (model {model})", id=state.sessionId, cwd=cwd, model=state.model)
         self.catalog.refresh()
-        return self.setupResult(state, servers, sessionId=True)
+        return await self.setupResult(state, servers, sessionId=True)
 
     async def restored(self, params: dict[str, Any]) -> SessionState:
         """The session of a load or resume, moved to the folders the request names."""
@@ -151,13 +158,13 @@ class Lifecycle:
             self.background.loaded(state, replay.updates)
         log.debug("session {id} loaded: {n} updates replayed, {m} left out", id=state.sessionId,
                   n=len(replay.updates), m=replay.omittedCount)
-        return self.setupResult(state, servers)
+        return await self.setupResult(state, servers)
 
     async def resume(self, params: dict[str, Any]) -> Reply:
         servers = self.servers(params)
         state = await self.restored(params)
         log.debug("session {id} resumed", id=state.sessionId)
-        return self.setupResult(state, servers)
+        return await self.setupResult(state, servers)
 
     async def fork(self, params: dict[str, Any]) -> Reply:
         sessionId = field(params, "sessionId", str)
@@ -166,7 +173,7 @@ class Lifecycle:
         servers = self.servers(params)
         state = await self.store.fork(sessionId, cwd, extra)
         log.debug("session {id} forked from {source} into {cwd}", id=state.sessionId, source=sessionId, cwd=cwd)
-        return self.setupResult(state, servers, sessionId=True)
+        return await self.setupResult(state, servers, sessionId=True)
 
     async def list(self, params: dict[str, Any]) -> dict[str, Any]:
         cwd = absolutePath(params, "cwd", required=False)

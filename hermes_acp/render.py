@@ -31,6 +31,9 @@ KINDS = {
     "process": "execute",
     "memory": "edit",
     "vision_analyze": "read",
+    "skills_list": "read",
+    "skill_view": "read",
+    "skill_manage": "edit",
 }
 #: Cap on text shown in a tool call's content and on rawOutput.
 CONTENT_LIMIT = 16 * 1024
@@ -38,6 +41,17 @@ RAW_OUTPUT_LIMIT = 64 * 1024
 TITLE_LIMIT = 120
 #: Cap on the line saying how a command ended.
 STATUS_LIMIT = 500
+
+
+def _skillTitle(name: str, args: dict[str, Any]) -> str:
+    skill = _oneLine(str(args.get("name", "")), 60)
+    if name == "skills_list":
+        return "List skills" + (f" in {_oneLine(str(args['category']), 40)}" if args.get("category") else "")
+    if name == "skill_view":
+        return f"Read skill {skill}" + (f": {_oneLine(str(args['file_path']), 60)}" if args.get("file_path") else "")
+    action = str(args.get("action", "change")).replace("_", " ")
+    what = f" {_oneLine(str(args['file_path']), 60)}" if args.get("file_path") else ""
+    return f"Skill {skill}: {action}{what}"
 
 
 def truncateMiddle(text: str, limit: int) -> str:
@@ -207,6 +221,8 @@ class Renderer:
         if name == "vision_analyze":
             source = str(args.get("image_url", ""))
             return f"Analyze image {self.shown(source) if not source.startswith('data:') else '(data URL)'}"
+        if name in ("skills_list", "skill_view", "skill_manage"):
+            return _skillTitle(name, args)
         if name == "session_search":
             where = " in all projects" if args.get("all_projects") is True else ""
             return f'Search past sessions{where}: "{_oneLine(str(args.get("query", "")), 60)}"'

@@ -59,12 +59,14 @@ from .params import field
 from .questions import choiceOptions, formRequest, noAnswer, readChoice, readForm, serverAnswer, serverQuestion
 from .render import planEntries, planSteps, shownOutput, textContent
 from .session_state import SessionState
+from .skillcommands import SkillCommands
 from .store import timestamp
 from .updates import usageUpdate
 
 if TYPE_CHECKING:
     from .backgroundcards import BackgroundCards
     from .engine.model import ModelError
+    from .engine.skills import Skill
     from .engine.result import TurnResult
     from .engine.workspace import Workspace
 
@@ -135,6 +137,8 @@ class TurnServices:
     askTimeout: float = DEFAULT_PERMISSION_TIMEOUT
     #: The cards of background processes, which outlive the turn (None: none are started).
     background: BackgroundCards | None = None
+    #: The sessions' skills: read again at each turn's start and end, ``/NAME`` runs one (None: none).
+    skills: SkillCommands | None = None
 
 
 @attrs.define(eq=False)
@@ -227,7 +231,10 @@ class Turn:
     async def _execute(self) -> dict[str, Any]:
         session, services = self.session, self.services
         text = promptText(self.blocks)
+        catalog = None if services.skills is None else await services.skills.refresh(session)
         command = slashCommand(text, self.blocks)
+        skill = None if command is not None or services.skills is None else services.skills.invoked(
+            catalog, text, self.blocks)
         compact = command[1] if command is not None and command[0] == "compact" else None
         if compact is not None:
             command = None  # a turn of the engine, with its own kind of run
@@ -247,7 +254,7 @@ class Turn:
             if command is not None:
                 self._move(RUNNING)
                 self.sendText("agent_message_chunk", await services.commands.run(session, *command))
-            elif not self.cancelled and (result := await self._runEngine(compact)) is not None:
+            elif not self.cancelled and (result := await self._runEngine(compact, skill)) is not None:
                 messages = result.messages
                 response = {"stopReason": result.stop_reason, "usage": attrs.asdict(result.usage)}
                 for name, count in response["usage"].items():
@@ -266,6 +273,8 @@ class Turn:
             if self.phase in (WAITING, RUNNING):
                 self._move(FINISHING)
             self.sweep()
+        if command is None and services.skills is not None and not self.cancelled:
+            await services.skills.refresh(session)  # skill_manage (or a command) may have changed them
         if self.cancelled:
             response["stopReason"], failure = "cancelled", None
         if command is None:
@@ -297,10 +306,11 @@ class Turn:
             raise failure
         return response
 
-    async def _runEngine(self, compact: str | None = None) -> TurnResult | None:
+    async def _runEngine(self, compact: str | None = None, skill: tuple[Skill, str] | None = None) -> TurnResult | None:
         """The engine on a worker thread; None when the turn was cancelled before one
         was free. The engine's events cross back through the bridge, in order. With
-        ``compact`` (``/compact``'s focus, maybe "") the run is one compaction."""
+        ``compact`` (``/compact``'s focus, maybe "") the run is one compaction; with
+        ``skill`` (``/NAME request``) the user's message is the skill's instructions."""
         services = self.services
         self.agent = agent = services.options.agentFor(self.session)
         agent.contextWindow = services.catalog.window(self.session.model)
@@ -320,7 +330,10 @@ class Turn:
             try:
                 if compact is not None:
                     return agent.compact(history, observer, compact, self.cancelEvent, tools)
-                content = toModelContent(self.blocks, self.cancelEvent)
+                if skill is not None and services.skills is not None:
+                    content: Any = services.skills.library.activation(*skill)
+                else:
+                    content = toModelContent(self.blocks, self.cancelEvent)
                 return agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools)
             finally:
                 bridge.flush()

@@ -64,7 +64,7 @@ class ToolBench:
         self.workspace: Any = LocalWorkspace()
         self.calls = 0
 
-    def call(self, name: str, **arguments: Any) -> Any:
+    def call(self, name: str, /, **arguments: Any) -> Any:
         from hermes_acp.engine.tools.builtin import BUILTIN_TOOLS
         from hermes_acp.engine.tools.registry import ToolError, ToolOutcome, checkArguments, runTool
 

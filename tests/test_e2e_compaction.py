@@ -266,18 +266,21 @@ def smallWindow(model: ScriptedModel, summaries: list[Any]) -> None:
     model.default = Script([[{"text": "ok"}]], repeat=True)
 
 
-async def stalledCompaction(conn: Any, model: ScriptedModel, cwd: Path) -> tuple[str, Any]:
-    """Three big prompts, then a fourth whose compaction's summary request stalls: the
-    session, and the fourth prompt's answer to come."""
+async def stalledCompaction(conn: Any, model: ScriptedModel, cwd: Path) -> tuple[str, Any, list[str]]:
+    """Big prompts until one's compaction's summary request stalls (the third or fourth, as
+    the tools' schemas take more or less of the window): the session, that prompt's answer to
+    come, and the prompts sent ("big 0", ...)."""
     sid = (await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id
-    for n in range(3):
-        await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text(big(n))]), 30)
-    running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text(big(3))]))
-    deadline = asyncio.get_running_loop().time() + 30
-    while model.stalls < 1:
-        assert asyncio.get_running_loop().time() < deadline, "the summary request never came"
-        await asyncio.sleep(0.02)
-    return sid, running
+    for n in range(8):
+        running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text(big(n))]))
+        deadline = asyncio.get_running_loop().time() + 30
+        while model.stalls < 1 and not running.done():
+            assert asyncio.get_running_loop().time() < deadline, "the prompt neither ended nor stalled a summary"
+            await asyncio.sleep(0.02)
+        if model.stalls >= 1:
+            return sid, running, [f"big {k}" for k in range(n + 1)]
+        running.result()
+    raise AssertionError("the summary request never came")
 
 
 def liveMessages(home: str, sessionId: str) -> list[dict[str, Any]]:
@@ -376,13 +379,13 @@ async def test_cancelDuringACompaction(scriptedServer, tmp_path) -> None:
     async def scenario():
         async with connect(RecordingClient(), env=modelEnv(url, home)) as (conn, client, wire, process):
             await initialized(conn)
-            sid, running = await stalledCompaction(conn, model, tmp_path)
-            before = len(liveMessages(home, sid)) + 1  # the fourth prompt's, once it has answered
+            sid, running, sent = await stalledCompaction(conn, model, tmp_path)
+            before = len(liveMessages(home, sid)) + 1  # the last prompt's, once it has answered
             await conn.cancel(session_id=sid)
             stop = (await asyncio.wait_for(running, 10)).stop_reason
-            return sid, before, stop, updates(wire, sid), wire.problems()
+            return sid, before, stop, updates(wire, sid), sent, wire.problems()
 
-    sid, before, stop, found, problems = await onLoop(scenario())
+    sid, before, stop, found, sent, problems = await onLoop(scenario())
     assert problems == []
     assert stop == "cancelled"
     cards = compactionCards(found)
@@ -390,7 +393,7 @@ async def test_cancelDuringACompaction(scriptedServer, tmp_path) -> None:
     assert cards[0]["content"][0]["content"]["text"] == "Cancelled."
     history = liveMessages(home, sid)
     assert not any("compaction" in m for m in history)
-    assert [m["content"][:5] for m in history if m["role"] == "user"] == ["big 0", "big 1", "big 2", "big 3"]
+    assert [m["content"][:5] for m in history if m["role"] == "user"] == sent
     assert len(history) == before
 
 
@@ -406,12 +409,12 @@ async def test_crashMidCompactionKeepsThePreviousHistory(scriptedServer, tmp_pat
     async def doomed():
         async with connect(RecordingClient(), env=modelEnv(url, home)) as (conn, client, wire, process):
             await initialized(conn)
-            sid, running = await stalledCompaction(conn, model, tmp_path)
+            sid, running, sent = await stalledCompaction(conn, model, tmp_path)
             await journaled(home, sid, "Compact conversation")
             process.kill()
             await process.wait()
             running.cancel()
-            return sid
+            return sid, sent
 
     async def reborn(sid):
         async with connect(RecordingClient(), env=modelEnv(url, home)) as (conn, client, wire, process):
@@ -420,14 +423,14 @@ async def test_crashMidCompactionKeepsThePreviousHistory(scriptedServer, tmp_pat
             replayed = updates(wire, sid)
             return replayed, wire.problems()
 
-    sid = await onLoop(doomed())
+    sid, sent = await onLoop(doomed())
     replayed, problems = await onLoop(reborn(sid))
     assert problems == []
     cards = compactionCards(replayed)
     assert [c["status"] for c in cards] == ["failed"]
     history = liveMessages(home, sid)
     assert not any("compaction" in m for m in history)
-    assert [m["content"][:5] for m in history if m["role"] == "user"] == ["big 0", "big 1", "big 2", "big 3"]
+    assert [m["content"][:5] for m in history if m["role"] == "user"] == sent
 
 
 @pytest_twisted.ensureDeferred

@@ -82,8 +82,12 @@ class PathApprovals:
         real = os.path.realpath(path)
         return any(inside(real, root) for root in self.roots)
 
-    def decide(self, proposal: EditProposal, question: Callable[[EditProposal], str] | None) -> Verdict:
-        """Allow the edit, or ask ``question(proposal)`` when the policy says so."""
+    def decide(self, proposal: EditProposal, question: Callable[[EditProposal], str] | None,
+               managed: bool = False) -> Verdict:
+        """Allow the edit, or ask ``question(proposal)`` when the policy says so. A ``managed``
+        edit is of a folder the agent keeps for the user (their skills, in ``$HERMES_HOME``,
+        which is otherwise protected): the mode decides as for the workspace; the caller has
+        checked that the path stays in that folder."""
         if self.mode == PLAN:
             return Verdict(False, planRefusal(f"{proposal.toolName} of {proposal.path}"))
         path = os.path.realpath(proposal.path)
@@ -91,8 +95,8 @@ class PathApprovals:
             if path in self.refusedPaths:
                 return Verdict(False, f"Edit refused: the user refused edits to {proposal.path} "
                                       "for the rest of the session; the file was not modified.")
-            if protectedKind(proposal.path) is None and (
-                self.mode == "dont_ask" or (self.mode == "accept_edits" and self.insideWorkspace(path))
+            if (managed or protectedKind(proposal.path) is None) and (
+                self.mode == "dont_ask" or (self.mode == "accept_edits" and (managed or self.insideWorkspace(path)))
             ):
                 return Verdict(True)
         answer = self._askEdit(path, question, proposal)

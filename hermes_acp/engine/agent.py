@@ -38,7 +38,7 @@ from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy, policyFor
 from hermes_acp.engine.secrets import redact, secretValues
 from hermes_acp.engine.result import TurnResult, TurnUsage
-from hermes_acp.engine.tools.builtin import selectTools
+from hermes_acp.engine.tools.builtin import SKILL_TOOLS, selectTools
 from hermes_acp.engine.asking import Answer
 from hermes_acp.engine.tools.registry import (
     PathLocks, SessionSearch, Tool, ToolContext, ToolError, ToolOutcome, checkArguments, parseArguments, runTool,
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from hermes_acp.engine.background import SessionProcesses
     from hermes_acp.engine.guard import CommandApprovals
     from hermes_acp.engine.memory import MemoryStore
+    from hermes_acp.engine.skills import SkillLibrary
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,9 @@ class AIAgent:
     vision: bool | None = None
     imageLimits: images.ImageLimits = images.ImageLimits()
     visionModel: images.VisionModel | None = None
+    #: The skills (``engine.skills``): listed in the system prompt, read and changed by the
+    #: skill tools (None: no skills, and no skill tools).
+    skills: SkillLibrary | None = None
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
     _commandApprovals: CommandApprovals | None = attrs.field(default=None, init=False)
@@ -356,6 +360,9 @@ class AIAgent:
             tools.pop("process")
         if self.memory is None and self.tools is None:
             tools.pop("memory")
+        if self.skills is None and self.tools is None:
+            for name in SKILL_TOOLS:
+                tools.pop(name)
         if self.planning:
             tools[EXIT_PLAN.name] = EXIT_PLAN
         if self.visionModel is not None and self.tools is None:
@@ -397,6 +404,9 @@ class AIAgent:
             approveMemory=lambda proposal: self.pathApprovals.decideMemory(
                 proposal, lambda p: observer.approveEdit(callId, p)),
             imageLimits=self.imageLimits, cancellation=cancellation, vision=self.visionModel,
+            skills=self.skills,
+            approveSkillEdit=lambda proposal: self.pathApprovals.decide(
+                proposal, lambda p: observer.approveEdit(callId, p), managed=True),
         )
 
     def _approvePlan(self, plan: str, question: Callable[[str], str]) -> str | None:
@@ -527,6 +537,9 @@ class _Conversation:
                                                             projectInstructions(agent.cwd).text)
         if agent.memorySnapshot:  # frozen for the session: the prompt's prefix stays the same
             content = f"{content}\n\n{agent.memorySnapshot}"
+        if agent.skills is not None:  # the skills' names and descriptions (``engine.skills``)
+            skills = agent.skills.catalog(agent.cwd).promptSection(agent.skills.promptChars)
+            content = f"{content}\n\n{skills}" if skills else content
         return {"role": "system", "content": f"{content}\n\n{NOTE}" if agent.planning else content}
 
     def _tools(self) -> dict[str, Tool]:

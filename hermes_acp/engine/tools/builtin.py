@@ -12,6 +12,7 @@ from hermes_acp.engine.tools.process import PROCESS
 from hermes_acp.engine.tools.registry import Tool
 from hermes_acp.engine.tools.search import SEARCH_FILES
 from hermes_acp.engine.tools.sessions import SESSION_SEARCH
+from hermes_acp.engine.tools.skills import SKILL_MANAGE, SKILL_VIEW, SKILLS_LIST
 from hermes_acp.engine.tools.terminal import TERMINAL
 from hermes_acp.engine.tools.todo import TODO
 from hermes_acp.engine.tools.webextract import WEB_EXTRACT
@@ -22,6 +23,9 @@ BUILTIN_TOOLS: dict[str, Tool] = {
     for tool in (READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, SESSION_SEARCH, CLARIFY, PROCESS,
                  WEB_SEARCH, WEB_EXTRACT, MEMORY)
 }
+BUILTIN_TOOLS.update((tool.name, tool) for tool in (SKILLS_LIST, SKILL_VIEW, SKILL_MANAGE))
+#: The tools that need the session's skills (``AIAgent.skills``).
+SKILL_TOOLS = (SKILLS_LIST.name, SKILL_VIEW.name, SKILL_MANAGE.name)
 
 
 def selectTools(names: Iterable[str] | None = None) -> dict[str, Tool]:

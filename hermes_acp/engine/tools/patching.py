@@ -199,6 +199,23 @@ def _lineOf(content: str, offset: int) -> int:
     return content.count("\n", 0, offset) + 1
 
 
+def uniqueMatches(content: str, old: str, new: str, replaceAll: bool, name: str) -> tuple[str, list[Match]]:
+    """(strategy, matches) of ``old`` in ``content``; a ToolError that helps the model when it
+    is not there (the closest sections) or, without ``replaceAll``, more than once."""
+    strategy, matches = findMatches(content, old, new)
+    if not matches:
+        sections = closestSections(content, old)
+        hint = ("\nDid you mean one of these sections?\n" + "\n\n".join(sections)) if sections else ""
+        raise ToolError(f"old_string not found in {name}. Read the file again and copy the text exactly.{hint}")
+    if len(matches) > 1 and not replaceAll:
+        where = ", ".join(str(_lineOf(content, m.start)) for m in matches[:10])
+        raise ToolError(
+            f"old_string matches {len(matches)} places in {name} (lines {where}); add surrounding "
+            "lines to make it unique, or set replace_all=true"
+        )
+    return strategy or "", matches
+
+
 def patchFile(ctx: ToolContext, path: str, old_string: str, new_string: str, replace_all: bool) -> ToolOutcome:
     absPath = ctx.resolveReal(path)
     if not old_string:
@@ -214,17 +231,7 @@ def patchFile(ctx: ToolContext, path: str, old_string: str, new_string: str, rep
             raise ToolError(f"file not found: {absPath}; use write_file to create it")
         if "\r\n" in content and "\r\n" not in old_string:
             old_string, new_string = (s.replace("\n", "\r\n") for s in (old_string, new_string))
-        strategy, matches = findMatches(content, old_string, new_string)
-        if not matches:
-            sections = closestSections(content, old_string)
-            hint = ("\nDid you mean one of these sections?\n" + "\n\n".join(sections)) if sections else ""
-            raise ToolError(f"old_string not found in {name}. Read the file again and copy the text exactly.{hint}")
-        if len(matches) > 1 and not replace_all:
-            where = ", ".join(str(_lineOf(content, m.start)) for m in matches[:10])
-            raise ToolError(
-                f"old_string matches {len(matches)} places in {name} (lines {where}); add surrounding "
-                "lines to make it unique, or set replace_all=true"
-            )
+        strategy, matches = uniqueMatches(content, old_string, new_string, replace_all, name)
         updated = replaceMatches(content, matches)
         if updated == content:
             raise ToolError(f"the replacement leaves {name} unchanged")

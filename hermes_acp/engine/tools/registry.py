@@ -19,6 +19,7 @@ from hermes_acp.engine.access import EditProposal
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy
 from hermes_acp.engine.secrets import redact, redactAll, secretValues
+from hermes_acp.engine.skills import SkillLibrary
 from hermes_acp.engine.workspace import Workspace
 from hermes_acp.engine.images import ImageLimits, VisionModel
 
@@ -116,6 +117,12 @@ class ToolContext:
     #: ``vision_analyze`` asks (None: not configured).
     cancellation: Cancellation | None = None
     vision: VisionModel | None = None
+    #: The skills the skill tools read (``engine.skills``); None: the session has none.
+    skills: SkillLibrary | None = None
+    #: ``approveSkillEdit(proposal)``: a ``skill_manage`` change of the user's skills, decided
+    #: like an edit of the workspace though they live in ``$HERMES_HOME`` (``PathApprovals.decide``).
+    approveSkillEdit: Callable[[EditProposal], Verdict] = lambda proposal: Verdict(
+        False, "skills cannot be changed here")
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
