@@ -24,6 +24,7 @@ from .client import ClientInfo
 from .clientio import ClientWorkspace
 from .commands import Commands
 from .config import Endpoint, Settings, hermesHome, loadDotenv, resolveEndpoint
+from .engine.checkpoints import CheckpointStore, Limits
 from .engine_factory import EngineAgentFactory
 from .interfaces import IAgentFactory, ISessionStore
 from .jsonrpc import AuthRequired, InvalidParams, JSONRPCConnection, Reply
@@ -35,6 +36,7 @@ from .options import SessionOptions
 from .params import field, lenientObject
 from .permissions import PermissionBroker
 from .render import Renderer
+from .rewind import Rewinds
 from .session_state import SessionState
 from .threads import WorkerPool
 from .turns import Prompts, TurnServices
@@ -70,6 +72,10 @@ class ACPServer:
         self.endpointSource = endpointSource
         self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, store.searchNow, settings)
         self.client = ClientInfo()
+        #: The process's checkpoints of session folders (``/rewind``), None when turned off.
+        self.checkpoints = CheckpointStore(hermesHome() / "checkpoints", Limits(
+            settings.checkpointStoreMax, settings.checkpointFileMax, settings.checkpointMaxFiles,
+        )) if settings.checkpoints else None
         self.loggedOut = False
         self._warm = False
         self._prompts: Prompts | None = None
@@ -88,7 +94,8 @@ class ACPServer:
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
         mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
-        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp)
+        rewinds = Rewinds(store, updates, permissions, catalog, self.workers.run, self.checkpoints)
+        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp, rewinds)
 
         def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
             return ClientWorkspace(reactor, state.sessionId, request, readFiles=client.fs("readTextFile"),
@@ -98,9 +105,10 @@ class ACPServer:
             reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
             lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
             connection.callRemote, mcp, SessionNamer(self.workers.run, updates, store, self.settings.titleSeconds),
-            client, self.settings.permissionTimeout,
+            client, self.settings.permissionTimeout, self.checkpoints,
         ))  # fmt: skip
-        lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp)
+        lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp,
+                              rewinds.forgetSession)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)

@@ -41,6 +41,9 @@ DEFAULT_MODEL_MAX_EVENT = 8 * 1024 * 1024
 DEFAULT_MODEL_MAX_REPLY = 32 * 1024 * 1024
 DEFAULT_MODEL_REPLY_SECONDS = 3600.0
 DEFAULT_TITLE_SECONDS = 15.0
+DEFAULT_CHECKPOINT_STORE_MAX = 1024 * 1024 * 1024
+DEFAULT_CHECKPOINT_FILE_MAX = 10 * 1024 * 1024
+DEFAULT_CHECKPOINT_MAX_FILES = 50_000
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -288,6 +291,12 @@ class Settings:
     modelReplySeconds: float = DEFAULT_MODEL_REPLY_SECONDS
     #: How long the request for a session's title may take (it never delays a turn).
     titleSeconds: float = DEFAULT_TITLE_SECONDS
+    #: Checkpoints of the session's folders before each turn's first change (``/rewind``):
+    #: on or off; the store's size, the largest file copied, the most entries in one folder.
+    checkpoints: bool = True
+    checkpointStoreMax: int = DEFAULT_CHECKPOINT_STORE_MAX
+    checkpointFileMax: int = DEFAULT_CHECKPOINT_FILE_MAX
+    checkpointMaxFiles: int = DEFAULT_CHECKPOINT_MAX_FILES
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -318,4 +327,9 @@ class Settings:
             modelMaxReply=envInt(env, "HERMES_ACP_MODEL_MAX_REPLY", DEFAULT_MODEL_MAX_REPLY, minimum=1024),
             modelReplySeconds=envSeconds(env, "HERMES_ACP_MODEL_REPLY_SECONDS", DEFAULT_MODEL_REPLY_SECONDS),
             titleSeconds=envSeconds(env, "HERMES_ACP_TITLE_SECONDS", DEFAULT_TITLE_SECONDS),
+            checkpoints=envChoice(env, "HERMES_ACP_CHECKPOINTS", ("on", "off")) == "on",
+            checkpointStoreMax=envInt(env, "HERMES_ACP_CHECKPOINT_STORE_MAX", DEFAULT_CHECKPOINT_STORE_MAX,
+                                      minimum=1024 * 1024),
+            checkpointFileMax=envInt(env, "HERMES_ACP_CHECKPOINT_FILE_MAX", DEFAULT_CHECKPOINT_FILE_MAX, minimum=0),
+            checkpointMaxFiles=envInt(env, "HERMES_ACP_CHECKPOINT_MAX_FILES", DEFAULT_CHECKPOINT_MAX_FILES),
         )

@@ -43,6 +43,7 @@ from .client import ClientInfo
 from .config import DEFAULT_PERMISSION_TIMEOUT, Endpoint
 from .engine import exhausted
 from .engine.approval import ALLOWED, CANCELLED, FAILED, TIMEOUT, refusal
+from .engine.checkpoints import CheckpointStore, TurnCheckpoint
 from .engine.access import PLAN, EditProposal, modeAfter, modeAfterPlan, planRefusal
 from .engine import asking
 from .engine.titles import capped
@@ -132,6 +133,8 @@ class TurnServices:
     client: ClientInfo = attrs.field(factory=ClientInfo)
     #: How long a question to the user waits for its answer (HERMES_ACP_PERMISSION_TIMEOUT).
     askTimeout: float = DEFAULT_PERMISSION_TIMEOUT
+    #: Where each turn's checkpoint of the session's folders goes (None: checkpoints are off).
+    checkpoints: CheckpointStore | None = None
 
 
 @attrs.define(eq=False)
@@ -229,7 +232,7 @@ class Turn:
         if compact is not None:
             command = None  # a turn of the engine, with its own kind of run
         endpoint = services.requireEndpoint() if command is None else None
-        await services.store.beginTurn(session)
+        await services.store.beginTurn(session, text if command is None and compact is None else None)
         for block in self.blocks:
             update = {"sessionUpdate": "user_message_chunk", "content": block, "messageId": f"{self.turnId}-user"}
             if self.echo:
@@ -243,7 +246,7 @@ class Turn:
         try:
             if command is not None:
                 self._move(RUNNING)
-                self.sendText("agent_message_chunk", await services.commands.run(session, *command))
+                self.sendText("agent_message_chunk", await services.commands.run(session, *command, track=self._track))
             elif not self.cancelled and (result := await self._runEngine(compact)) is not None:
                 messages = result.messages
                 response = {"stopReason": result.stop_reason, "usage": attrs.asdict(result.usage)}
@@ -304,6 +307,8 @@ class Turn:
         workspace = services.workspaceFor(self.session, self.request)
         history = list(self.session.history)
         tools: dict[str, Any] = {}
+        checkpoint = None if services.checkpoints is None or compact is not None else TurnCheckpoint(
+            services.checkpoints, self.session.sessionId, self.session.turnNumber, self.session.roots)
 
         def work() -> TurnResult | None:
             with self._claimLock:
@@ -315,7 +320,7 @@ class Turn:
                 if compact is not None:
                     return agent.compact(history, observer, compact, self.cancelEvent, tools)
                 content = toModelContent(self.blocks, self.cancelEvent)
-                return agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools)
+                return agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools, checkpoint)
             finally:
                 bridge.flush()
 

@@ -182,4 +182,5 @@ WRITE_FILE = Tool(
     ),
     writeFile,
     pathArgument="path",
+    mayWrite=True,
 )

@@ -249,4 +249,5 @@ PATCH = Tool(
     ),
     patchFile,
     pathArgument="path",
+    mayWrite=True,
 )

@@ -69,6 +69,13 @@ def runTerminal(ctx: ToolContext, command: str, timeout: int, workdir: str | Non
     return ToolOutcome(jsonText(report), extras, failed=result.timedOut)
 
 
+def commandMayWrite(ctx: ToolContext, arguments: dict[str, object]) -> bool:
+    """A command may change files unless it is read-only as written (``engine.readonly``)."""
+    command, workdir = arguments.get("command"), arguments.get("workdir")
+    cwd = ctx.resolve(workdir) if isinstance(workdir, str) and workdir else ctx.cwd
+    return not isinstance(command, str) or readonly.safeEnvironment(command, cwd) is None
+
+
 TERMINAL = Tool(
     "terminal",
     "Run a shell command (sh -c) in the session's working directory, or in workdir, with no "
@@ -88,4 +95,5 @@ TERMINAL = Tool(
         justification={"type": "string", "description": "Why the command must run outside the sandbox"},
     ),
     runTerminal,
+    mayWrite=commandMayWrite,
 )
