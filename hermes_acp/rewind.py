@@ -36,8 +36,9 @@ CONFLICT_OPTIONS = [
     {"optionId": KEEP, "name": "Rewind the rest, keep my changes to these files", "kind": "reject_once"},
     {"optionId": CANCEL, "name": "Cancel the rewind", "kind": "reject_once"},
 ]
-#: Paths named in one message at most (the rest are counted).
+#: Paths named in one message at most (the rest are counted), and turns listed by ``/rewind``.
 SHOWN = 20
+LISTED = 50
 
 
 def _firstLine(prompt: str) -> str:
@@ -68,10 +69,13 @@ class Rewinds:
         rows = await self.store.turns(state)
         if not rows:
             return "No turn to rewind to yet: rewinds take back the turns the model ran in this session."
-        changes = await self.runInWorker(self._summaries, state.sessionId, [row[0] for row in rows])
+        hidden = max(0, len(rows) - LISTED)
+        changes = await self.runInWorker(self._summaries, state.sessionId, [row[0] for row in rows[hidden:]])
         lines = ["**Turns** (`/rewind N` puts back the files the agent changed from turn N on and cuts the "
                  "conversation to before it; `/undo` takes back the last turn)", ""]
-        for number, ((_, start, prompt, _), changed) in enumerate(zip(rows, changes), 1):
+        if hidden:
+            lines.append(f"Turns 1 to {hidden} are not listed (only the last {LISTED} are); `/rewind N` takes them too.")
+        for number, ((_, start, prompt, _), changed) in enumerate(zip(rows[hidden:], changes), hidden + 1):
             cut = "" if start is not None else " — _before a compaction or /reset: cannot be rewound to_"
             lines.append(f"{number}. “{_firstLine(prompt)}” — {changed}{cut}")
         if self.checkpoints is None:

@@ -149,6 +149,12 @@ def test_unchangedFilesAreNotReadAgain(tmp_path, project, monkeypatch) -> None:
     monkeypatch.setattr(checkpoints, "put", lambda data: (read.append(data), original(data))[1])
     turn(checkpoints, 2, project, lambda: (project / "new.txt").write_text("only this\n"))
     assert read == [b"only this\n"]
+    # A new process finds the last walk through the newest checkpoint: it too reads only what changed.
+    again = store(tmp_path)
+    opened = []
+    monkeypatch.setattr("hermes_acp.engine.checkpoints.readFile", lambda path, limit: opened.append(path) or b"")
+    turn(again, 3, project, lambda: None)
+    assert opened == []
 
 
 def test_ignoredHugeAndNotedPaths(tmp_path, project) -> None:
@@ -236,3 +242,17 @@ def test_checkSaysWhetherCheckpointsWork(tmp_path) -> None:
     locked.mkdir(mode=0o500)
     if not os.access(locked, os.W_OK):  # root writes anywhere
         assert checkpointSummary(Settings(), locked).startswith("not working")
+
+
+def test_aLinkSwappedInForAFolderLeadsNoRestoreOutside(tmp_path, project) -> None:
+    """A parent folder replaced by a link to elsewhere since: the file is not written there."""
+    checkpoints = store(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    turn(checkpoints, 1, project, lambda: (project / "src" / "app.py").unlink())
+    os.rename(project / "src", tmp_path / "src-moved")
+    (project / "src").symlink_to(outside)
+    plan = restore.plan(checkpoints, "s1", [1])
+    problems = restore.apply(checkpoints, plan, overwrite=True)
+    assert problems and "outside" in problems[0]
+    assert list(outside.iterdir()) == []

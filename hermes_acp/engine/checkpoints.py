@@ -135,6 +135,7 @@ class CheckpointStore:
         self._cache: dict[str, dict[str, Entry]] = {}
         self._generation = ""
         self._used: int | None = None
+        self._folders: set[Path] = set()  # made already: no mkdir per object
 
     # -- objects ---------------------------------------------------------------------------
 
@@ -169,10 +170,18 @@ class CheckpointStore:
 
     def _write(self, path: Path, data: bytes) -> None:
         """Write ``data`` to ``path`` atomically (a temporary name, then a rename)."""
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.parent not in self._folders:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._folders.add(path.parent)
         temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        opener = lambda p, flags: os.open(p, flags, 0o600)  # noqa: E731
         try:
-            with open(temporary, "xb", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:
+            try:
+                f = open(temporary, "xb", opener=opener)
+            except FileNotFoundError:  # its folder was removed since (a deleted session)
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                f = open(temporary, "xb", opener=opener)
+            with f:
                 f.write(data)
             os.replace(temporary, path)
         except BaseException:
@@ -285,25 +294,32 @@ class CheckpointStore:
         return self.folder / "roots" / hashlib.sha256(os.fsencode(root)).hexdigest()[:32]
 
     def _savedWalk(self, root: str) -> dict[str, Entry]:
-        """The last walk of ``root`` any process saved (``saveWalk``), if no prune came since:
-        a new process or session then reads only what changed, not the whole folder again."""
+        """The last walk of ``root`` any process recorded (``_pointTo``: the newest checkpoint
+        that walked it, and what its turn changed), if no prune came since: a new process or
+        session then reads only the files that changed, not the whole folder again."""
         try:
-            saved = json.loads(zlib.decompress(self._walkPath(root).read_bytes()))
-        except (OSError, ValueError, zlib.error):
+            pointer = json.loads(self._walkPath(root).read_bytes())
+            with self._lock:
+                generation = self._generation
+            if pointer.get("root") != root or pointer.get("generation") != generation:
+                return {}
+            before = self.manifest(pointer["session"], pointer["turn"], "before")
+            after = self.manifest(pointer["session"], pointer["turn"], "after")
+            entries = dict(before["roots"][root])
+            entries.update(after["changed"][root])
+            for path in after["removed"][root]:
+                entries.pop(path, None)
+            return entries
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, CheckpointError):
             return {}
+
+    def _pointTo(self, root: str, sessionId: str, turn: int) -> None:
+        """Note that the checkpoint of ``turn`` has the newest walk of ``root`` (a few bytes:
+        the walk itself is in its manifests)."""
         with self._lock:
             generation = self._generation
-        if not isinstance(saved, dict) or saved.get("root") != root or saved.get("generation") != generation:
-            return {}
-        return saved.get("entries") or {}
-
-    def saveWalk(self, root: str) -> None:
-        """Keep this process's last walk of ``root`` on disk for the next process (once a turn)."""
-        with self._lock:
-            entries, generation = self._cache.get(root), self._generation
-        if entries is not None:
-            self._write(self._walkPath(root), zlib.compress(json.dumps(
-                {"root": root, "generation": generation, "entries": entries}, separators=(",", ":")).encode(), 1))
+        self._write(self._walkPath(root), json.dumps(
+            {"root": root, "generation": generation, "session": sessionId, "turn": turn}).encode())
 
     def forget(self, root: str) -> None:
         """Drop the walk cache of ``root`` (a rewind wrote there: hash it all again)."""
@@ -346,10 +362,11 @@ class CheckpointStore:
                     notes += scan.notes
                     continue
                 changed[root], removed[root] = delta(old, scan.entries)
-                self.saveWalk(root)
             manifest = {"v": VERSION, "turn": turn, "taken": time.time(), "changed": changed, "removed": removed,
                         "notes": notes}
             self._writeManifest(self._manifestPath(sessionId, turn, "after"), manifest)
+            for root in changed:
+                self._pointTo(root, sessionId, turn)
         self._bounded(sessionId, turn)
         return manifest
 

@@ -176,10 +176,13 @@ def apply(store: CheckpointStore, rewind: RewindPlan, overwrite: bool) -> list[s
 
 
 def _inside(change: Change) -> str:
-    """The path, after checking that its folder still lies inside the session folder (a
-    link swapped in for a parent folder must not lead a restore elsewhere)."""
-    parent = os.path.realpath(os.path.dirname(change.absolute))
-    root = os.path.realpath(change.root)
+    """The path, after checking that its folder (the part of it that exists) still lies
+    inside the session folder: a link swapped in for a parent folder must not lead a
+    restore elsewhere."""
+    existing = os.path.dirname(change.absolute)
+    while not os.path.lexists(existing) and existing != os.path.dirname(existing):
+        existing = os.path.dirname(existing)
+    parent, root = os.path.realpath(existing), os.path.realpath(change.root)
     if parent != root and not parent.startswith(root.rstrip("/") + "/"):
         raise OSError(f"its folder now leads outside {change.root}")
     return change.absolute
@@ -197,8 +200,8 @@ def _remove(change: Change) -> None:
 def _put(store: CheckpointStore, change: Change) -> None:
     target = change.target
     assert target is not None
-    os.makedirs(os.path.dirname(change.absolute), exist_ok=True)
     path = _inside(change)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     kind = target[0]
     if kind == FOLDER:
         if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
