@@ -14,6 +14,7 @@ request; "keep" keeps them (and rewinds the rest), "cancel" or no answer changes
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -70,7 +71,7 @@ class Rewinds:
         if not rows:
             return "No turn to rewind to yet: rewinds take back the turns the model ran in this session."
         hidden = max(0, len(rows) - LISTED)
-        changes = await self.runInWorker(self._summaries, state.sessionId, [row[0] for row in rows[hidden:]])
+        changes, notes = await self.runInWorker(self._summaries, state.sessionId, [row[0] for row in rows[hidden:]])
         lines = ["**Turns** (`/rewind N` puts back the files the agent changed from turn N on and cuts the "
                  "conversation to before it; `/undo` takes back the last turn)", ""]
         if hidden:
@@ -80,11 +81,27 @@ class Rewinds:
             lines.append(f"{number}. “{_firstLine(prompt)}” — {changed}{cut}")
         if self.checkpoints is None:
             lines += ["", "File checkpoints are off (`HERMES_ACP_CHECKPOINTS=off`): a rewind cuts the conversation only."]
+        elif notes:
+            lines += ["", "Not in the checkpoints (a rewind leaves them as they are, and removes those a turn created):"]
+            lines += [f"- {note}" for note in notes]
         return "\n".join(lines)
 
-    def _summaries(self, sessionId: str, turns: list[int]) -> list[str]:
-        """What each turn changed in the session's folders, in a few words (a worker thread)."""
-        return [self._summary(sessionId, turn) for turn in turns]
+    def _summaries(self, sessionId: str, turns: list[int]) -> tuple[list[str], list[str]]:
+        """What each turn changed in the session's folders, in a few words, and what the newest
+        checkpoint left out (a worker thread)."""
+        return [self._summary(sessionId, turn) for turn in turns], self._leftOut(sessionId)
+
+    def _leftOut(self, sessionId: str) -> list[str]:
+        """The notes of the newest walk: ignored paths, huge files, folders not covered."""
+        if self.checkpoints is None:
+            return []
+        for turn in reversed(self.checkpoints.turns(sessionId)):
+            with contextlib.suppress(CheckpointError):
+                manifest = (self.checkpoints.manifest(sessionId, turn, "after")
+                            or self.checkpoints.manifest(sessionId, turn, "before"))
+                if manifest is not None:
+                    return list(manifest.get("notes", ()))
+        return []
 
     def _summary(self, sessionId: str, turn: int) -> str:
         if self.checkpoints is None:

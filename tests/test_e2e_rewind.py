@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +18,9 @@ from hermes_acp.store import SessionDB
 
 from .e2e import agentText, modelEnv, text, updates
 from .sdkclient import RecordingClient, connect, initialized, onLoop, raw, settled
+from .test_checkpoints import tree
 
 BINARY = bytes(range(256)) * 8
-
-
-def tree(root: Path) -> dict[str, tuple[str, int, bytes]]:
-    """Everything under ``root``: path -> (kind, mode, content)."""
-    found = {}
-    for folder, folders, files in os.walk(root):
-        for name in folders + files:
-            path = Path(folder) / name
-            info = path.lstat()
-            kind = "d" if stat.S_ISDIR(info.st_mode) else "f"
-            found[str(path.relative_to(root))] = (kind, stat.S_IMODE(info.st_mode),
-                                                  b"" if kind == "d" else path.read_bytes())
-    return found
 
 
 def call(name: str, **arguments: Any) -> list[dict[str, Any]]:
@@ -125,6 +112,7 @@ async def test_rewindToTurnTwoThroughTheRealProcess(scriptedServer, tmp_path) ->
             for number, words in enumerate(["turn one", "turn two", "turn three", "turn four"], 1):
                 assert f"{number}. “{words}”" in listing
             assert "1 created (`a.txt`)" in listing and "`doomed.txt`" in listing
+            assert "1 ignored path(s)" in listing  # build/, said
 
             # Dismissing the question cancels the whole rewind: nothing changed.
             changed = tree(folder)

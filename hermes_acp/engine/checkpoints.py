@@ -214,9 +214,10 @@ class CheckpointStore:
                 with os.scandir(folder) as listing:
                     children = list(listing)
             except OSError as e:
-                notes.append(f"{prefix or root}: not readable ({e.strerror or e})")
-                if prefix:
-                    entries[prefix] = [IGNORED]
+                if not prefix:  # nothing known of it: never to be taken for an empty folder
+                    return Scan(None, [f"{root} is not readable ({e.strerror or e}): it is not checkpointed"])
+                notes.append(f"{prefix}: not readable ({e.strerror or e}), not checkpointed")
+                entries[prefix] = [IGNORED]
                 continue
             for child in children:
                 if child.name == ".gitignore" and child.is_file(follow_symlinks=False):
@@ -358,8 +359,8 @@ class CheckpointStore:
         with self._shared():
             for root, old in before["roots"].items():
                 scan = self.scan(root)
+                notes += scan.notes
                 if old is None or scan.entries is None:
-                    notes += scan.notes
                     continue
                 changed[root], removed[root] = delta(old, scan.entries)
             manifest = {"v": VERSION, "turn": turn, "taken": time.time(), "changed": changed, "removed": removed,
