@@ -13,7 +13,7 @@ or coroutine of it); errors are ``hermes_acp.jsonrpc`` exceptions.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
@@ -24,7 +24,6 @@ from .client import ClientInfo
 from .clientio import ClientWorkspace
 from .commands import Commands
 from .config import Endpoint, Settings, hermesHome, loadDotenv, resolveEndpoint
-from .engine.checkpoints import CheckpointStore, Limits
 from .engine_factory import EngineAgentFactory
 from .interfaces import IAgentFactory, ISessionStore
 from .jsonrpc import AuthRequired, InvalidParams, JSONRPCConnection, Reply
@@ -41,6 +40,9 @@ from .session_state import SessionState
 from .threads import WorkerPool
 from .turns import Prompts, TurnServices
 from .updates import UpdateChannel
+
+if TYPE_CHECKING:
+    from .engine.checkpoints import CheckpointStore
 
 log = Logger()
 
@@ -72,10 +74,7 @@ class ACPServer:
         self.endpointSource = endpointSource
         self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, store.searchNow, settings)
         self.client = ClientInfo()
-        #: The process's checkpoints of session folders (``/rewind``), None when turned off.
-        self.checkpoints = CheckpointStore(hermesHome() / "checkpoints", Limits(
-            settings.checkpointStoreMax, settings.checkpointFileMax, settings.checkpointMaxFiles,
-        )) if settings.checkpoints else None
+        self._checkpoints: CheckpointStore | None = None
         self.loggedOut = False
         self._warm = False
         self._prompts: Prompts | None = None
@@ -94,7 +93,7 @@ class ACPServer:
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
         mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
-        rewinds = Rewinds(store, updates, permissions, catalog, self.workers.run, self.checkpoints)
+        rewinds = Rewinds(store, updates, permissions, catalog, self.workers.run, self.checkpointStore)
         commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp, rewinds)
 
         def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
@@ -105,7 +104,7 @@ class ACPServer:
             reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
             lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
             connection.callRemote, mcp, SessionNamer(self.workers.run, updates, store, self.settings.titleSeconds),
-            client, self.settings.permissionTimeout, self.checkpoints,
+            client, self.settings.permissionTimeout, self.checkpointStore,
         ))  # fmt: skip
         lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp,
                               rewinds.forgetSession)
@@ -131,6 +130,18 @@ class ACPServer:
         connection.onInputEnded = prompts.cancelEverything
         self._prompts, self._mcp = prompts, mcp
         return connection
+
+    def checkpointStore(self) -> CheckpointStore | None:
+        """The process's checkpoints of session folders (``/rewind``), made when a turn or a
+        rewind first needs them (their module is not on the start-up path); None when
+        ``HERMES_ACP_CHECKPOINTS=off``. Called on the reactor thread."""
+        if self._checkpoints is None and self.settings.checkpoints:
+            from .engine.checkpoints import CheckpointStore, Limits
+
+            settings = self.settings
+            self._checkpoints = CheckpointStore(hermesHome() / "checkpoints", Limits(
+                settings.checkpointStoreMax, settings.checkpointFileMax, settings.checkpointMaxFiles))
+        return self._checkpoints
 
     # -- initialize and auth ---------------------------------------------
 

@@ -43,7 +43,6 @@ from .client import ClientInfo
 from .config import DEFAULT_PERMISSION_TIMEOUT, Endpoint
 from .engine import exhausted
 from .engine.approval import ALLOWED, CANCELLED, FAILED, TIMEOUT, refusal
-from .engine.checkpoints import CheckpointStore, TurnCheckpoint
 from .engine.access import PLAN, EditProposal, modeAfter, modeAfterPlan, planRefusal
 from .engine import asking
 from .engine.titles import capped
@@ -64,6 +63,7 @@ from .store import timestamp
 from .updates import usageUpdate
 
 if TYPE_CHECKING:
+    from .engine.checkpoints import CheckpointStore
     from .engine.model import ModelError
     from .engine.result import TurnResult
     from .engine.workspace import Workspace
@@ -134,7 +134,7 @@ class TurnServices:
     #: How long a question to the user waits for its answer (HERMES_ACP_PERMISSION_TIMEOUT).
     askTimeout: float = DEFAULT_PERMISSION_TIMEOUT
     #: Where each turn's checkpoint of the session's folders goes (None: checkpoints are off).
-    checkpoints: CheckpointStore | None = None
+    checkpoints: Callable[[], CheckpointStore | None] = lambda: None
 
 
 @attrs.define(eq=False)
@@ -307,8 +307,12 @@ class Turn:
         workspace = services.workspaceFor(self.session, self.request)
         history = list(self.session.history)
         tools: dict[str, Any] = {}
-        checkpoint = None if services.checkpoints is None or compact is not None else TurnCheckpoint(
-            services.checkpoints, self.session.sessionId, self.session.turnNumber, self.session.roots)
+        checkpoint = None
+        if compact is None and (checkpoints := services.checkpoints()) is not None:
+            from .engine.checkpoints import TurnCheckpoint  # imported with the engine, after start-up
+
+            checkpoint = TurnCheckpoint(checkpoints, self.session.sessionId, self.session.turnNumber,
+                                        self.session.roots)
 
         def work() -> TurnResult | None:
             with self._claimLock:

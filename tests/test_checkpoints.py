@@ -256,3 +256,14 @@ def test_aLinkSwappedInForAFolderLeadsNoRestoreOutside(tmp_path, project) -> Non
     problems = restore.apply(checkpoints, plan, overwrite=True)
     assert problems and "outside" in problems[0]
     assert list(outside.iterdir()) == []
+
+
+def test_aFileChangedAfterThePlanIsLeftAlone(tmp_path, project) -> None:
+    """What changes between the plan and its application (while the user is asked) is not overwritten."""
+    checkpoints = store(tmp_path)
+    turn(checkpoints, 1, project, lambda: (project / "src" / "app.py").write_text("agent\n"))
+    plan = restore.plan(checkpoints, "s1", [1])
+    (project / "src" / "app.py").write_text("typed meanwhile\n")
+    problems = restore.apply(checkpoints, plan, overwrite=False)
+    assert problems == ["src/app.py: changed again since the rewind looked at it, left as it is"]
+    assert (project / "src" / "app.py").read_text() == "typed meanwhile\n"

@@ -30,6 +30,8 @@ from hermes_acp.engine.checkpoints import (
 
 OUTSIDE = ("Changes outside the session's folders (other folders, the network, processes, services) "
            "cannot be undone.")
+#: Paths named in one message at most (the rest are counted).
+SHOWN = 20
 
 
 @attrs.frozen
@@ -47,6 +49,10 @@ class Change:
     def absolute(self) -> str:
         return os.path.join(self.root, self.path)
 
+    @property
+    def isFolder(self) -> bool:
+        return FOLDER in ((self.target or [None])[0], (self.left or [None])[0])
+
     def describe(self) -> str:
         """What the rewind does to it, in a few words."""
         if self.target is None:
@@ -54,6 +60,14 @@ class Change:
         if self.now is None:
             return "recreate (deleted since)"
         return "restore"
+
+    def conflict(self) -> str:
+        """How it changed since the agent left it, in a few words."""
+        if self.now is None:
+            return "deleted since"
+        if self.left is None:
+            return "created again since the agent deleted it"
+        return "changed since"
 
 
 @attrs.frozen
@@ -150,10 +164,16 @@ def _afterwards(store: CheckpointStore, sessionId: str, later: list[int], before
 
 def apply(store: CheckpointStore, rewind: RewindPlan, overwrite: bool) -> list[str]:
     """Put the plan's paths back (and its conflicts too with ``overwrite``); the problems met,
-    one line each (the rest is done regardless). Removals go first, deepest first; then what
-    comes back, parents first; last, folders the turns created, when they are empty."""
-    changes = rewind.restore + (rewind.conflicts if overwrite else [])
+    one line each (the rest is done regardless). A path that changed since the plan looked at
+    it is left alone. Removals go first, deepest first; then what comes back, parents first;
+    last, folders the turns created, when they are empty."""
     problems: list[str] = []
+    changes = []
+    for change in rewind.restore + (rewind.conflicts if overwrite else []):
+        if same(store.current(change.absolute), change.now):
+            changes.append(change)
+        else:  # while the user was asked, say: what they answered about is not what is there now
+            problems.append(f"{change.path}: changed again since the rewind looked at it, left as it is")
     for change in sorted((c for c in changes if c.target is None), key=lambda c: -c.path.count("/")):
         if change.left is not None and change.left[0] == FOLDER:
             continue  # at the end, when emptied
@@ -229,3 +249,62 @@ def _put(store: CheckpointStore, change: Change) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+# -- what the user reads ---------------------------------------------------------------------
+
+
+def paths(names: list[str]) -> str:
+    shown = ", ".join(f"`{name}`" for name in names[:SHOWN])
+    return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
+def summary(store: CheckpointStore, sessionId: str, turn: int) -> str:
+    """What a turn changed in the session's folders, in a few words (``/rewind``'s list)."""
+    try:
+        before = store.manifest(sessionId, turn, "before")
+        after = store.manifest(sessionId, turn, "after")
+    except CheckpointError as e:
+        return f"its checkpoint is unreadable ({e})"
+    if before is None:
+        if store.pruned(sessionId, turn):
+            return "its checkpoint was pruned (HERMES_ACP_CHECKPOINT_STORE_MAX): its changes stay"
+        return "no file changes"
+    if after is None:
+        return "changes not recorded (the turn did not finish)"
+    kinds: dict[str, list[str]] = {"changed": [], "created": [], "deleted": []}
+    for _, path, old, new in turnChanges(before, after):
+        if FOLDER not in ((old or [None])[0], (new or [None])[0]):
+            kinds["created" if old is None else "deleted" if new is None else "changed"].append(path)
+    parts = [f"{len(names)} {kind} ({', '.join(f'`{n}`' for n in names[:3])}{', …' if len(names) > 3 else ''})"
+             for kind, names in kinds.items() if names]
+    return ", ".join(parts) or "no file changes"
+
+
+def leftOut(store: CheckpointStore, sessionId: str) -> list[str]:
+    """The notes of the session's newest walk: ignored paths, huge files, folders not covered."""
+    for turn in reversed(store.turns(sessionId)):
+        with contextlib.suppress(CheckpointError):
+            manifest = store.manifest(sessionId, turn, "after") or store.manifest(sessionId, turn, "before")
+            if manifest is not None:
+                return list(manifest.get("notes", ()))
+    return []
+
+
+def report(rewind: RewindPlan, overwrite: bool, problems: list[str]) -> list[str]:
+    """What a rewind did to the files, paragraph by paragraph."""
+    done = [c for c in rewind.restore + (rewind.conflicts if overwrite else []) if not c.isFolder]
+    lines = []
+    if done:
+        groups: dict[str, list[str]] = {}
+        for change in done:
+            groups.setdefault(change.describe(), []).append(change.path)
+        lines.append("Files put back: " + "; ".join(f"{what}: {paths(names)}" for what, names in groups.items()) + ".")
+    else:
+        lines.append("No file needed putting back.")
+    if rewind.conflicts:
+        verb = "Overwrote" if overwrite else "Kept"
+        lines.append(f"{verb} your changes to {paths([c.path for c in rewind.conflicts])}.")
+    if problems:
+        lines.append("Could not put back: " + "; ".join(problems[:SHOWN]) + ".")
+    return lines + rewind.notes[:SHOWN] + [OUTSIDE]
