@@ -189,7 +189,7 @@ def apply(store: CheckpointStore, rewind: RewindPlan, overwrite: bool) -> list[s
     for change in sorted((c for c in changes if c.target is None and c.left and c.left[0] == FOLDER),
                          key=lambda c: -c.path.count("/")):
         with contextlib.suppress(OSError):
-            os.rmdir(change.absolute)  # not empty: something not the agent's is in it
+            os.rmdir(_inside(change))  # not empty: something not the agent's is in it
     for root in {change.root for change in changes}:
         store.forget(root)
     return problems
