@@ -94,7 +94,8 @@ class ACPServer:
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
         mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
         rewinds = Rewinds(store, updates, permissions, catalog, self.workers.run, self.checkpointStore)
-        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp, rewinds)
+        commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp,
+                            rewinds=rewinds)
 
         def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
             return ClientWorkspace(reactor, state.sessionId, request, readFiles=client.fs("readTextFile"),
@@ -104,10 +105,10 @@ class ACPServer:
             reactor, store, options, updates, permissions, self.workers.run, commands, workspaceFor,
             lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
             connection.callRemote, mcp, SessionNamer(self.workers.run, updates, store, self.settings.titleSeconds),
-            client, self.settings.permissionTimeout, self.checkpointStore,
+            client, self.settings.permissionTimeout, checkpoints=self.checkpointStore,
         ))  # fmt: skip
         lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp,
-                              rewinds.forgetSession)
+                              forgetFiles=rewinds.forgetSession)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)
