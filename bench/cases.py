@@ -632,6 +632,7 @@ async def caseCheckpoint(b: Bench) -> list[Result]:
     project = str(bigProject(b.root))
     turns: dict[str, list[float]] = {"on": [], "off": []}
     first: dict[str, list[float]] = {"on": [], "off": [], "again": []}
+    undo: list[float] = []
     home = b.home()
     for setting in ("off", "on", "again"):
         agent = await b.ready(home, HERMES_ACP_CHECKPOINTS="off" if setting == "off" else "on")
@@ -640,6 +641,8 @@ async def caseCheckpoint(b: Bench) -> list[Result]:
         first[setting].append((await agent.prompt(sessionId, "[write] first"))[0])
         for n in range(b.runs.toolTurns if setting != "again" else 0):
             turns[setting].append((await agent.prompt(sessionId, f"[write] turn {n}"))[0])
+        if setting == "on":
+            undo.append((await agent.prompt(sessionId, "/undo"))[0])
         await b.close(agent)
     store = CheckpointStore(Path(b.home()) / "checkpoints")
     cold, warm = [], []
@@ -660,6 +663,8 @@ async def caseCheckpoint(b: Bench) -> list[Result]:
                note="every file read, hashed and copied into the store, once"),
         Result("first turn of a session in a new process, project seen before", first["again"], "ms",
                note="the last walk found through the newest checkpoint: only changed files read"),
+        Result("`/undo` of a turn that wrote 1 file, 10k-file project", undo, "ms",
+               note="the plan (two manifests read, the file compared), the restore, the conversation cut"),
         Result("checkpoint, in process: first of a folder", cold, "ms", note="walk, hash, copy, two manifests"),
         Result("checkpoint, in process: later turns", warm, "ms",
                note="walk (an lstat per file), unchanged hashes reused, two manifests"),

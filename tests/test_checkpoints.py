@@ -155,6 +155,10 @@ def test_unchangedFilesAreNotReadAgain(tmp_path, project, monkeypatch) -> None:
     monkeypatch.setattr("hermes_acp.engine.checkpoints.readFile", lambda path, limit: opened.append(path) or b"")
     turn(again, 3, project, lambda: None)
     assert opened == []
+    # ... also when a rewind took back the turn that walked last: the newest one left serves.
+    again.removeTurns("s1", [3])
+    turn(store(tmp_path), 4, project, lambda: None)
+    assert opened == []
 
 
 def test_ignoredHugeAndNotedPaths(tmp_path, project) -> None:

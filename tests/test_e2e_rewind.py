@@ -128,7 +128,10 @@ async def test_rewindToTurnTwoThroughTheRealProcess(scriptedServer, tmp_path) ->
             assert "cannot be undone" in reply and "3 turns" in reply
 
             await say(conn, client, sessionId, "after the rewind")
+            sent = server.chatRequests[-1]["messages"]
             assert userTexts(server.chatRequests[-1]) == ["turn one", "after the rewind"]
+            assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant", "user"]
+            assert sent[4]["content"] == "Done one."
             state["live"] = updates(wire, sessionId)
             assert wire.problems() == []
 

@@ -304,15 +304,20 @@ class CheckpointStore:
                 generation = self._generation
             if pointer.get("root") != root or pointer.get("generation") != generation:
                 return {}
-            before = self.manifest(pointer["session"], pointer["turn"], "before")
-            after = self.manifest(pointer["session"], pointer["turn"], "after")
-            entries = dict(before["roots"][root])
-            entries.update(after["changed"][root])
-            for path in after["removed"][root]:
-                entries.pop(path, None)
-            return entries
+            sessionId = pointer["session"]
+            # That turn may have been rewound since: then the session's newest one left.
+            for turn in [pointer["turn"], *reversed(self.turns(sessionId))]:
+                with contextlib.suppress(KeyError, TypeError, CheckpointError):
+                    before = self.manifest(sessionId, turn, "before")
+                    after = self.manifest(sessionId, turn, "after")
+                    entries = dict(before["roots"][root])  # type: ignore[index]
+                    entries.update(after["changed"][root])  # type: ignore[index]
+                    for path in after["removed"][root]:  # type: ignore[index]
+                        entries.pop(path, None)
+                    return entries
         except (OSError, ValueError, KeyError, TypeError, AttributeError, CheckpointError):
-            return {}
+            pass
+        return {}
 
     def _pointTo(self, root: str, sessionId: str, turn: int) -> None:
         """Note that the checkpoint of ``turn`` has the newest walk of ``root`` (a few bytes:
