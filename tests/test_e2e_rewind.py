@@ -148,6 +148,11 @@ async def test_rewindToTurnTwoThroughTheRealProcess(scriptedServer, tmp_path) ->
             assert not any(words in said for words in ("Done two.", "Done three.", "Done four."))
             await conn.prompt(session_id=sessionId, prompt=[text("after the restart")])
             assert userTexts(server.chatRequests[-1]) == ["turn one", "after the rewind", "after the restart"]
+            # The checkpoints survived the restart: turn 1's is there to rewind to.
+            listing = await say(conn, client_, sessionId, "/rewind")
+            assert "1. “turn one” — 1 created (`a.txt`)" in listing and "3. “after the restart”" in listing
+            await say(conn, client_, sessionId, "/rewind 1")
+            assert not (folder / "a.txt").exists()
             assert wire.problems() == []
 
     await onLoop(firstLife())
@@ -247,6 +252,32 @@ async def test_aRewindSentDuringATurnWaitsForIt(scriptedServer, tmp_path) -> Non
             await asyncio.wait_for(undo, 30)
             assert not (folder / "slow.txt").exists()
             assert "Rewound to before turn 1" in agentText(updates(wire, sessionId))
+            assert wire.problems() == []
+
+    await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_withCheckpointsOffARewindCutsTheConversationOnly(scriptedServer, tmp_path) -> None:
+    """HERMES_ACP_CHECKPOINTS=off: no store is written; /undo says files stay, and cuts the turn."""
+    server, url = scriptedServer
+    home = tmp_path / "home"
+    folder = project(tmp_path / "project")
+    server.addRule("write it", [call("write_file", path="kept.txt", content="k\n"), [{"text": "written"}]])
+    server.addRule("next", [[{"text": "ok"}]])
+    client = Editor()
+
+    async def scenario() -> None:
+        async with connect(client, env=modelEnv(url, str(home), HERMES_ACP_CHECKPOINTS="off")) as (conn, _, wire, _p):
+            await initialized(conn)
+            sessionId = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            await say(conn, client, sessionId, "write it")
+            assert "HERMES_ACP_CHECKPOINTS=off" in await say(conn, client, sessionId, "/rewind")
+            reply = await say(conn, client, sessionId, "/undo")
+            assert "no file was put back" in reply and (folder / "kept.txt").exists()
+            await say(conn, client, sessionId, "next")
+            assert userTexts(server.chatRequests[-1]) == ["next"]
+            assert not (home / "checkpoints").exists()
             assert wire.problems() == []
 
     await onLoop(scenario())
