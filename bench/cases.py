@@ -65,6 +65,10 @@ SCRIPT: dict[str, Any] = {
             [{"tool_calls": [{"id": "bg", "name": "terminal", "arguments": {"command": "sleep 60", "background": True}}]}],
             [{"text": "Started sleep 60 in the background."}],
         ]},
+        {"match": "[write]", "responses": [
+            [{"tool_calls": [{"id": "w", "name": "write_file", "arguments": {"path": "out.txt", "content": "x\n"}}]}],
+            [{"text": "Wrote out.txt."}],
+        ]},
         {"match": "[stream]", "responses": [[{"text": STREAM_DELTA, "times": STREAM_DELTAS}]]},
         {"match": "[second]", "responses": [[{"stall": 1.0}, {"text": "One second later."}]]},
         {"match": "[stall]", "responses": [[{"stall": True}]]},
@@ -708,6 +712,73 @@ async def caseCompaction(b: Bench) -> list[Result]:
     return rows
 
 
+#: The checkpoint case's project: folders × files of about 1 KB each.
+PROJECT_FOLDERS, PROJECT_FILES = 100, 100
+
+
+def bigProject(root: Path) -> Path:
+    """A 10,000-file project (with a .gitignore and an ignored folder), made once per run."""
+    project = root / "project-10k"
+    if not project.exists():
+        for d in range(PROJECT_FOLDERS):
+            folder = project / f"pkg{d:03d}"
+            folder.mkdir(parents=True)
+            for f in range(PROJECT_FILES):
+                (folder / f"mod{f:03d}.py").write_text(f"# module {d}.{f}\n" + "x = 1\n" * 150)
+        (project / ".gitignore").write_text("build/\n*.log\n")
+        (project / "node_modules" / "dep").mkdir(parents=True)
+    return project
+
+
+async def caseCheckpoint(b: Bench) -> list[Result]:
+    """What checkpoints cost a turn on a 10,000-file project: turns that write one file, with
+    checkpoints on and off (the difference is the checkpoint before the write and the record
+    of what changed after it), the first turn of a session (every file read and hashed), and
+    the store's own time for one checkpoint, measured in this process."""
+    from hermes_acp.engine.checkpoints import CheckpointStore, TurnCheckpoint
+
+    project = str(bigProject(b.root))
+    turns: dict[str, list[float]] = {"on": [], "off": []}
+    first: dict[str, list[float]] = {"on": [], "off": [], "again": []}
+    undo: list[float] = []
+    home = b.home()
+    for setting in ("off", "on", "again"):
+        agent = await b.ready(home, HERMES_ACP_CHECKPOINTS="off" if setting == "off" else "on")
+        _, sessionId = await agent.newSession(project)
+        await agent.request("session/set_mode", {"sessionId": sessionId, "modeId": "accept_edits"})
+        first[setting].append((await agent.prompt(sessionId, "[write] first"))[0])
+        for n in range(b.runs.toolTurns if setting != "again" else 0):
+            turns[setting].append((await agent.prompt(sessionId, f"[write] turn {n}"))[0])
+        if setting == "on":
+            undo.append((await agent.prompt(sessionId, "/undo"))[0])
+        await b.close(agent)
+    store = CheckpointStore(Path(b.home()) / "checkpoints")
+    cold, warm = [], []
+    for n in range(b.runs.toolTurns + 1):
+        checkpoint = TurnCheckpoint(store, "bench", n + 1, (project,))
+        began = time.perf_counter()
+        checkpoint.beforeChange()
+        checkpoint.finish()
+        (cold if n == 0 else warm).append(time.perf_counter() - began)
+    note = f"{PROJECT_FOLDERS * PROJECT_FILES:,} files of 1 KB; write_file of one file, 2 model requests"
+    return [
+        Result("turn writing 1 file, 10k-file project, checkpoints off", turns["off"], "ms", note=note),
+        Result("turn writing 1 file, 10k-file project, checkpoints on", turns["on"], "ms", note=note),
+        Result("checkpoint cost per turn (on − off, medians)",
+               [statistics.median(turns["on"]) - statistics.median(turns["off"])], "ms",
+               note="walk before the first write + record of what changed at the end"),
+        Result("first turn of a session, a project new to the store", first["on"], "ms",
+               note="every file read, hashed and copied into the store, once"),
+        Result("first turn of a session in a new process, project seen before", first["again"], "ms",
+               note="the last walk found through the newest checkpoint: only changed files read"),
+        Result("`/undo` of a turn that wrote 1 file, 10k-file project", undo, "ms",
+               note="the plan (two manifests read, the file compared), the restore, the conversation cut"),
+        Result("checkpoint, in process: first of a folder", cold, "ms", note="walk, hash, copy, two manifests"),
+        Result("checkpoint, in process: later turns", warm, "ms",
+               note="walk (an lstat per file), unchanged hashes reused, two manifests"),
+    ]
+
+
 #: Name (for --only) → case, in table order.
 CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "initialize": caseInitialize,
@@ -721,6 +792,7 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "mcp": caseMCP,
     "compaction": caseCompaction,
     "extract": caseExtract,
+    "checkpoint": caseCheckpoint,
     "stream": caseStream,
     "concurrent": caseConcurrent,
     "cancel": caseCancel,

@@ -13,7 +13,7 @@ or coroutine of it); errors are ``hermes_acp.jsonrpc`` exceptions.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
@@ -37,12 +37,16 @@ from .options import SessionOptions
 from .params import field, lenientObject
 from .permissions import PermissionBroker
 from .render import Renderer
+from .rewind import Rewinds
 from .session_state import SessionState
 from .sight import Sight
 from .skillcommands import SkillCommands, skillLibrary
 from .threads import WorkerPool
 from .turns import Prompts, TurnServices
 from .updates import UpdateChannel
+
+if TYPE_CHECKING:
+    from .engine.checkpoints import CheckpointStore
 
 log = Logger()
 
@@ -79,6 +83,7 @@ class ACPServer:
         self.agentFactory = agentFactory or EngineAgentFactory(endpointSource, store.searchNow, settings,
                                                                background=self.background, skills=self.skills)
         self.client = ClientInfo()
+        self._checkpoints: CheckpointStore | None = None
         self.loggedOut = False
         self._warm = False
         self._prompts: Prompts | None = None
@@ -98,8 +103,9 @@ class ACPServer:
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
         mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
         skills = SkillCommands(self.skills, reactor, updates, availableCommands())
+        rewinds = Rewinds(store, updates, permissions, catalog, self.workers.run, self.checkpointStore)
         commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp,
-                            background=self.background, skills=skills)
+                            background=self.background, skills=skills, rewinds=rewinds)
         background = BackgroundCards(reactor, store, updates, self.background)
 
         def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
@@ -111,9 +117,10 @@ class ACPServer:
             lambda state: Renderer(state.cwd), self.requireAuthenticated, catalog,
             connection.callRemote, mcp, SessionNamer(self.workers.run, updates, store, self.settings.titleSeconds),
             client, self.settings.permissionTimeout, background=background, skills=skills,
+            checkpoints=self.checkpointStore,
         ))  # fmt: skip
         lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp,
-                              background=background, skills=skills)
+                              background=background, skills=skills, forgetFiles=rewinds.forgetSession)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)
@@ -137,6 +144,18 @@ class ACPServer:
         connection.onInputEnded = prompts.cancelEverything
         self._prompts, self._mcp = prompts, mcp
         return connection
+
+    def checkpointStore(self) -> CheckpointStore | None:
+        """The process's checkpoints of session folders (``/rewind``), made when a turn or a
+        rewind first needs them (their module is not on the start-up path); None when
+        ``HERMES_ACP_CHECKPOINTS=off``. Called on the reactor thread."""
+        if self._checkpoints is None and self.settings.checkpoints:
+            from .engine.checkpoints import CheckpointStore, Limits
+
+            settings = self.settings
+            self._checkpoints = CheckpointStore(hermesHome() / "checkpoints", Limits(
+                settings.checkpointStoreMax, settings.checkpointFileMax, settings.checkpointMaxFiles))
+        return self._checkpoints
 
     # -- initialize and auth ---------------------------------------------
 

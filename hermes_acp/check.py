@@ -58,6 +58,21 @@ def skillsSummary(settings: Settings, env: Mapping[str, str]) -> str:
     return describe(library, library.catalog(os.getcwd())).replace("\n", f"\n{'':13}")
 
 
+def checkpointSummary(settings: Settings, home: Path) -> str:
+    """Whether turns are checkpointed (``/rewind`` puts files back), where, and how full."""
+    if not settings.checkpoints:
+        return "off (HERMES_ACP_CHECKPOINTS=off): /rewind and /undo take back the conversation only"
+    folder = home / "checkpoints"
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"not working: {existing} is not writable, so /rewind cannot put files back"
+    used = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+    return (f"on, in {folder} ({used / 2**20:.1f} of {settings.checkpointStoreMax / 2**20:.0f} MiB used); "
+            "its own store, git not needed")
+
+
 def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
     """Print what hermes-acp resolved; 0 when ready, 1 with the reasons when not."""
     env = os.environ if env is None else env
@@ -91,6 +106,7 @@ def runCheck(out: TextIO, env: Mapping[str, str] | None = None) -> int:
         ("MCP servers", mcpSummary(hermesHome(env))),
         ("web search", searchStatus(env)[1]),
         ("skills", skillsSummary(settings, env)),
+        ("checkpoints", checkpointSummary(settings, hermesHome(env))),
     ]
     for name, value in rows:
         out.write(f"{name + ':':13}{value}\n")

@@ -33,6 +33,9 @@ from .updates import usageUpdate
 
 if TYPE_CHECKING:
     from .skillcommands import SkillCommands
+    from twisted.internet.defer import Deferred
+
+    from .rewind import Rewinds
 
 #: How long ``/model`` waits for the endpoint's model list when it is still on its way.
 CATALOG_WAIT = 3.0
@@ -47,6 +50,9 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "compact": ("Summarise the older part of the conversation to free context (alias /compress)",
                 "what the summary should keep (optional)"),
     "reset": ("Clear the conversation history (the transcript stays)", None),
+    "rewind": ("List the turns, or go back to before turn N: the agent's file changes since and the "
+               "conversation from there are taken back", "turn number (optional: without it, the list)"),
+    "undo": ("Take back the last turn: the files the agent changed in it, and the turn itself", None),
     "title": ("Show or set this session's title", "new title"),
     "usage": ("Show token usage for this session", None),
     "doctor": ("Versions, endpoint, capabilities and where logs go", None),
@@ -109,10 +115,18 @@ class Commands:
     background: BackgroundProcesses | None = None
     #: The sessions' skills, as commands (None: none).
     skills: SkillCommands | None = None
+    #: ``/rewind`` and ``/undo`` (None: not offered on this connection).
+    rewinds: Rewinds | None = None
 
-    async def run(self, state: SessionState, name: str, argument: str) -> str:
-        """The command's reply text; a bad argument is explained, not raised."""
+    async def run(self, state: SessionState, name: str, argument: str,
+                  track: Callable[[Deferred[Any]], None] = lambda d: None) -> str:
+        """The command's reply text; a bad argument is explained, not raised. ``track``
+        hands the turn a request to the editor the command makes (a cancel withdraws it)."""
         try:
+            if name in ("rewind", "undo"):
+                if self.rewinds is None:
+                    return f"/{name} is not available here."
+                return await getattr(self.rewinds, name)(state, argument, track)
             return await getattr(self, f"_{name}")(state, argument)
         except JSONRPCError as e:
             return f"/{name}: {e.message.removeprefix('Invalid params: ')}"

@@ -59,6 +59,9 @@ DEFAULT_IMAGE_PREVIEW_BYTES = 1024 * 1024
 DEFAULT_SKILLS_PROMPT_CHARS = 8000
 DEFAULT_SKILLS_SCAN_DIRS = 2000
 DEFAULT_SKILL_COMMANDS = 250
+DEFAULT_CHECKPOINT_STORE_MAX = 1024 * 1024 * 1024
+DEFAULT_CHECKPOINT_FILE_MAX = 10 * 1024 * 1024
+DEFAULT_CHECKPOINT_MAX_FILES = 50_000
 
 # Well-known OpenAI-compatible endpoints, used when HERMES_BASE_URL is unset.
 PROVIDERS: dict[str, str] = {
@@ -341,6 +344,12 @@ class Settings:
     skillsPromptChars: int = DEFAULT_SKILLS_PROMPT_CHARS
     skillsScanDirs: int = DEFAULT_SKILLS_SCAN_DIRS
     skillCommands: int = DEFAULT_SKILL_COMMANDS
+    #: Checkpoints of the session's folders before each turn's first change (``/rewind``):
+    #: on or off; the store's size, the largest file copied, the most entries in one folder.
+    checkpoints: bool = True
+    checkpointStoreMax: int = DEFAULT_CHECKPOINT_STORE_MAX
+    checkpointFileMax: int = DEFAULT_CHECKPOINT_FILE_MAX
+    checkpointMaxFiles: int = DEFAULT_CHECKPOINT_MAX_FILES
 
     @classmethod
     def fromEnv(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -388,4 +397,9 @@ class Settings:
             skillsPromptChars=envInt(env, "HERMES_ACP_SKILLS_PROMPT_CHARS", DEFAULT_SKILLS_PROMPT_CHARS, minimum=0),
             skillsScanDirs=envInt(env, "HERMES_ACP_SKILLS_SCAN_DIRS", DEFAULT_SKILLS_SCAN_DIRS),
             skillCommands=envInt(env, "HERMES_ACP_SKILL_COMMANDS", DEFAULT_SKILL_COMMANDS, minimum=0),
+            checkpoints=envChoice(env, "HERMES_ACP_CHECKPOINTS", ("on", "off")) == "on",
+            checkpointStoreMax=envInt(env, "HERMES_ACP_CHECKPOINT_STORE_MAX", DEFAULT_CHECKPOINT_STORE_MAX,
+                                      minimum=1024 * 1024),
+            checkpointFileMax=envInt(env, "HERMES_ACP_CHECKPOINT_FILE_MAX", DEFAULT_CHECKPOINT_FILE_MAX, minimum=0),
+            checkpointMaxFiles=envInt(env, "HERMES_ACP_CHECKPOINT_MAX_FILES", DEFAULT_CHECKPOINT_MAX_FILES),
         )

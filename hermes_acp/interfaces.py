@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # for annotations only; none of these imports this module
     from twisted.internet.defer import Deferred
 
     from .engine.access import EditProposal
+    from .engine.checkpoints import TurnCheckpoint
     from .engine.result import TurnResult
     from .engine.tools.registry import Tool
     from .engine.workspace import Workspace
@@ -105,10 +106,12 @@ class IEngineAgent(Interface):
         workspace: Workspace | None = None,
         cancelEvent: threading.Event | None = None,
         extraTools: Mapping[str, Tool] | None = None,
+        checkpoint: TurnCheckpoint | None = None,
     ) -> TurnResult:
         """Run one turn to its end, reporting to ``observer``, with files and
         commands through ``workspace``; a set ``cancelEvent`` cancels it;
-        ``extraTools`` join the agent's own for this run."""
+        ``extraTools`` join the agent's own for this run; ``checkpoint`` is taken
+        before its first change of files (``engine.checkpoints``)."""
 
     def compact(
         conversation_history: list[dict[str, Any]],
@@ -280,8 +283,15 @@ class ISessionStore(Interface):
     def warm() -> None:
         """Open the store in the background, before the first session needs it."""
 
-    def beginTurn(state: SessionState) -> Awaitable[None]:
-        """Mark a prompt turn as running in this process."""
+    def beginTurn(state: SessionState, prompt: str | None = None) -> Awaitable[None]:
+        """Mark a prompt turn as running in this process; ``prompt`` (for a turn of the
+        model) makes it one ``/rewind`` can cut back to."""
+
+    def turns(state: SessionState) -> Awaitable[list[tuple[int, int | None, str, str]]]:
+        """The prompt turns a rewind can name: (turn, start in the history or None, prompt, began)."""
+
+    def rewind(state: SessionState, turn: int) -> Awaitable[list[int]]:
+        """Cut the conversation back to before prompt turn ``turn``; the turns cut."""
 
     def endTurn(state: SessionState, messages: list[dict[str, Any]],
                 history: list[dict[str, Any]] | None = None) -> Awaitable[None]:

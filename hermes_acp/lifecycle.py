@@ -74,6 +74,8 @@ class Lifecycle:
     background: BackgroundCards | None = None
     #: The sessions' skills, announced as commands (None: only the agent's own).
     skills: SkillCommands | None = None
+    #: What else a deleted session leaves behind (its checkpoints), removed by session id.
+    forgetFiles: Callable[[str], Awaitable[None]] | None = None
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {
@@ -206,6 +208,11 @@ class Lifecycle:
         state = await self.store.get(field(params, "sessionId", str))
         await self.cancelTurns(state)
         await self.store.remove(state.sessionId)
+        if self.forgetFiles is not None:
+            try:
+                await self.forgetFiles(state.sessionId)
+            except Exception:
+                log.failure("removing the checkpoints of session {id} failed", id=state.sessionId)
         log.debug("session {id} deleted", id=state.sessionId)
         return {}
 

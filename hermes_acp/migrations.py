@@ -118,8 +118,36 @@ def _v3ToV4(cursor: sqlite3.Cursor) -> None:
     cursor.execute("ALTER TABLE acp_messages ADD COLUMN archived INTEGER NOT NULL DEFAULT 0")
 
 
+def _v4ToV5(cursor: sqlite3.Cursor) -> None:
+    """Rewinds (``/rewind``, ``/undo``): ``acp_turns`` marks where each prompt's turn began in
+    the model's history (``message_seq``; NULL once a compaction or ``/reset`` replaced that
+    history: the conversation cannot be cut there any more), with its prompt's first line;
+    ``acp_journal_cut`` keeps the journal rows a rewind took out of the replay."""
+    cursor.execute(
+        """CREATE TABLE acp_turns (
+            session_id TEXT NOT NULL REFERENCES acp_sessions (session_id) ON DELETE CASCADE,
+            turn INTEGER NOT NULL,
+            message_seq INTEGER,
+            prompt TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            PRIMARY KEY (session_id, turn)
+        ) WITHOUT ROWID"""
+    )
+    cursor.execute(
+        """CREATE TABLE acp_journal_cut (
+            session_id TEXT NOT NULL REFERENCES acp_sessions (session_id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            turn INTEGER NOT NULL,
+            payload TEXT NOT NULL,
+            nbytes INTEGER NOT NULL,
+            cut_at TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID"""
+    )
+
+
 # MIGRATIONS[n] takes a file at schema version n to version n + 1.
-MIGRATIONS: tuple[Callable[[sqlite3.Cursor], None], ...] = (_createV1, _v1ToV2, _v2ToV3, _v3ToV4)
+MIGRATIONS: tuple[Callable[[sqlite3.Cursor], None], ...] = (_createV1, _v1ToV2, _v2ToV3, _v3ToV4, _v4ToV5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -393,8 +393,9 @@ class SessionManager:
         await self._write(state, *self._journal(state), _Write("endTurn", (state.turnNumber, messages, history)),
                           self._settings(state))
 
-    async def beginTurn(self, state: SessionState) -> None:
-        """Mark a turn running in this process. A turn left running by a process that
+    async def beginTurn(self, state: SessionState, prompt: str | None = None) -> None:
+        """Mark a turn running in this process (with its ``prompt`` when it goes to the model:
+        a turn ``/rewind`` can cut back to). A turn left running by a process that
         is gone (or by this one, when its end failed to save) is closed first instead
         of wedging the session; one that another live process is running refuses. So
         does a session whose earlier work the store still refuses (it is tried first)."""
@@ -407,7 +408,7 @@ class SessionManager:
                 {"sessionId": state.sessionId},
             )
         try:
-            state.turnNumber = await self.call("beginTurn", state.sessionId, ownerToken())
+            state.turnNumber = await self.call("beginTurn", state.sessionId, ownerToken(), prompt)
         except ValueError:
             recovered = await self.call("recoverInterrupted", state.sessionId, ownerAlive)
         else:
@@ -425,7 +426,22 @@ class SessionManager:
                 {"sessionId": state.sessionId},
             )
         state.history = await self.call("loadMessages", state.sessionId)  # with the closed turn
-        state.turnNumber = await self.call("beginTurn", state.sessionId, ownerToken())
+        state.turnNumber = await self.call("beginTurn", state.sessionId, ownerToken(), prompt)
+
+    async def turns(self, state: SessionState) -> list[tuple[int, int | None, str, str]]:
+        """The session's prompt turns a rewind can name (``SessionDB.listTurns``)."""
+        return await self.call("listTurns", state.sessionId)
+
+    async def rewind(self, state: SessionState, turn: int) -> list[int]:
+        """Cut the conversation back to before prompt turn ``turn`` (``SessionDB.rewindTo``),
+        during a later turn of the session; the turns cut. The journal is written first, so
+        the cut takes all of those turns' updates."""
+        problem = await self.flush(state)
+        if problem is not None:
+            raise storeFailure(problem)
+        cut = await self.call("rewindTo", state.sessionId, turn, state.turnNumber)
+        state.history = await self.call("loadMessages", state.sessionId)
+        return cut
 
     async def replaceHistory(self, state: SessionState, messages: list[dict[str, Any]]) -> None:
         state.history = list(messages)

@@ -460,16 +460,25 @@ class SessionDB:
         live history. Its rows are not indexed (unless ``indexed``): each is a copy of an
         archived message, or the summary of some. Returns the new message count."""
         sessionId = record.sessionId
+        base = cls._archive(cursor, record, 0)
+        # The turns begun so far no longer start at a place in this history: no rewind cuts there.
+        cursor.execute("UPDATE acp_turns SET message_seq = NULL WHERE session_id = ?", (sessionId,))
+        cls._insertMessages(cursor, sessionId, base - len(messages), messages, archived=True)
+        return cls._insertMessages(cursor, sessionId, 0, history, indexed=indexed)
+
+    @staticmethod
+    def _archive(cursor: sqlite3.Cursor, record: SessionRecord, first: int) -> int:
+        """Archive the live history from ``first`` on (negative seqs, below those archived
+        before, still in the full-text index); the seq offset they got."""
         (low,) = cursor.execute(
-            "SELECT coalesce(min(seq), 0) FROM acp_messages WHERE session_id = ? AND seq < 0", (sessionId,)
+            "SELECT coalesce(min(seq), 0) FROM acp_messages WHERE session_id = ? AND seq < 0", (record.sessionId,)
         ).fetchone()
         base = min(low, 0) - record.messageCount
         cursor.execute(
-            "UPDATE acp_messages SET seq = seq + ?, archived = 1 WHERE session_id = ? AND archived = 0",
-            (base, sessionId),
+            "UPDATE acp_messages SET seq = seq + ?, archived = 1 WHERE session_id = ? AND archived = 0 AND seq >= ?",
+            (base, record.sessionId, first),
         )
-        cls._insertMessages(cursor, sessionId, base - len(messages), messages, archived=True)
-        return cls._insertMessages(cursor, sessionId, 0, history, indexed=indexed)
+        return base
 
     @staticmethod
     def _insertUpdates(
@@ -578,7 +587,7 @@ class SessionDB:
         An unknown id is not an error.
         """
         with self._write() as cursor:
-            for table in ("acp_journal", "acp_messages", "acp_sessions"):
+            for table in ("acp_journal", "acp_journal_cut", "acp_turns", "acp_messages", "acp_sessions"):
                 cursor.execute(f"DELETE FROM {table} WHERE session_id = ?", (sessionId,))
 
     def listSessions(
@@ -781,9 +790,10 @@ class SessionDB:
 
     # -- turns ------------------------------------------------------------------------------
 
-    def beginTurn(self, sessionId: str, owner: str | None = None) -> int:
+    def beginTurn(self, sessionId: str, owner: str | None = None, prompt: str | None = None) -> int:
         """Mark a new turn running in process ``owner`` (``hermes_acp.lease``); return
-        its number (1, 2, …).
+        its number (1, 2, …). A turn with a ``prompt`` for the model is one a rewind can
+        cut back to: where it begins in the history is kept with the prompt (``listTurns``).
 
         ValueError if a turn is already running (end or recover it first).
         """
@@ -799,7 +809,59 @@ class SessionDB:
                 "updated_at = ? WHERE session_id = ?",
                 (record.turn + 1, owner, timestamp(), sessionId),
             )
+            if prompt is not None:
+                cursor.execute(
+                    "INSERT OR REPLACE INTO acp_turns (session_id, turn, message_seq, prompt, started_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (sessionId, record.turn + 1, record.messageCount,
+                     prompt[:2000].encode("utf-8", "replace").decode("utf-8"), timestamp()),
+                )
             return record.turn + 1
+
+    def listTurns(self, sessionId: str) -> list[tuple[int, int | None, str, str]]:
+        """The session's prompt turns still in its conversation, in order: (turn, where it
+        began in the history or None when a compaction replaced that history since, the
+        prompt's text, when it began)."""
+        with self._read() as cursor:
+            self._require(cursor, sessionId)
+            return cursor.execute(
+                "SELECT turn, message_seq, prompt, started_at FROM acp_turns WHERE session_id = ? ORDER BY turn",
+                (sessionId,),
+            ).fetchall()
+
+    def rewindTo(self, sessionId: str, turn: int, current: int) -> list[int]:
+        """Cut the conversation back to before prompt turn ``turn``, in one transaction: the
+        model's history from there on is archived (still found by ``searchMessages``), and
+        the journal rows of turns ``turn`` to ``current - 1`` move to ``acp_journal_cut``, so
+        a replay shows what the model has. Returns the turns cut. ValueError for a turn that
+        is not a prompt turn of the session, or whose history a compaction replaced."""
+        with self._write() as cursor:
+            record = self._require(cursor, sessionId)
+            row = cursor.execute(
+                "SELECT message_seq FROM acp_turns WHERE session_id = ? AND turn = ?", (sessionId, turn)
+            ).fetchone()
+            if row is None:
+                raise ValueError(f"turn {turn} is not a prompt turn of session {sessionId!r}")
+            if row[0] is None:
+                raise ValueError(f"the history was compacted or reset after turn {turn} began")
+            first = min(row[0], record.messageCount)
+            self._archive(cursor, record, first)
+            cursor.execute("UPDATE acp_sessions SET message_count = ?, updated_at = ? WHERE session_id = ?",
+                           (first, timestamp(), sessionId))
+            cursor.execute(
+                "INSERT INTO acp_journal_cut (session_id, seq, turn, payload, nbytes, cut_at) "
+                "SELECT session_id, seq, turn, payload, nbytes, ? FROM acp_journal "
+                "WHERE session_id = ? AND turn >= ? AND turn < ?",
+                (timestamp(), sessionId, turn, current),
+            )
+            cursor.execute("DELETE FROM acp_journal WHERE session_id = ? AND turn >= ? AND turn < ?",
+                           (sessionId, turn, current))
+            cut = [t for (t,) in cursor.execute(
+                "SELECT turn FROM acp_turns WHERE session_id = ? AND turn >= ? AND turn < ? ORDER BY turn",
+                (sessionId, turn, current))]
+            cursor.execute("DELETE FROM acp_turns WHERE session_id = ? AND turn >= ? AND turn < ?",
+                           (sessionId, turn, current))
+            return cut
 
     def endTurn(
         self, sessionId: str, turn: int, messages: Iterable[dict[str, Any]] = (),

@@ -65,6 +65,7 @@ from .updates import usageUpdate
 
 if TYPE_CHECKING:
     from .backgroundcards import BackgroundCards
+    from .engine.checkpoints import CheckpointStore
     from .engine.model import ModelError
     from .engine.skills import Skill
     from .engine.result import TurnResult
@@ -139,6 +140,8 @@ class TurnServices:
     background: BackgroundCards | None = None
     #: The sessions' skills: read again at each turn's start and end, ``/NAME`` runs one (None: none).
     skills: SkillCommands | None = None
+    #: Where each turn's checkpoint of the session's folders goes (None: checkpoints are off).
+    checkpoints: Callable[[], CheckpointStore | None] = lambda: None
 
 
 @attrs.define(eq=False)
@@ -239,7 +242,7 @@ class Turn:
         if compact is not None:
             command = None  # a turn of the engine, with its own kind of run
         endpoint = services.requireEndpoint() if command is None else None
-        await services.store.beginTurn(session)
+        await services.store.beginTurn(session, text if command is None and compact is None else None)
         for block in self.blocks:
             update = {"sessionUpdate": "user_message_chunk", "content": block, "messageId": f"{self.turnId}-user"}
             if self.echo:
@@ -253,7 +256,7 @@ class Turn:
         try:
             if command is not None:
                 self._move(RUNNING)
-                self.sendText("agent_message_chunk", await services.commands.run(session, *command))
+                self.sendText("agent_message_chunk", await services.commands.run(session, *command, track=self._track))
             elif not self.cancelled and (result := await self._runEngine(compact, skill)) is not None:
                 messages = result.messages
                 response = {"stopReason": result.stop_reason, "usage": attrs.asdict(result.usage)}
@@ -320,6 +323,12 @@ class Turn:
         workspace = services.workspaceFor(self.session, self.request)
         history = list(self.session.history)
         tools: dict[str, Any] = {}
+        checkpoint = None
+        if compact is None and (checkpoints := services.checkpoints()) is not None:
+            from .engine.checkpoints import TurnCheckpoint  # imported with the engine, after start-up
+
+            checkpoint = TurnCheckpoint(checkpoints, self.session.sessionId, self.session.turnNumber,
+                                        self.session.roots)
 
         def work() -> TurnResult | None:
             with self._claimLock:
@@ -334,7 +343,7 @@ class Turn:
                     content: Any = services.skills.library.activation(*skill)
                 else:
                     content = toModelContent(self.blocks, self.cancelEvent)
-                return agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools)
+                return agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools, checkpoint)
             finally:
                 bridge.flush()
 

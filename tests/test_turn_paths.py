@@ -47,7 +47,7 @@ class ScriptedAgent:
         self.interrupted.set()
 
     def run_conversation(self, user_message: Any, conversation_history: Any, observer: Any, workspace: Any = None,
-                         cancelEvent: Any = None, extraTools: Any = None) -> TurnResult:
+                         cancelEvent: Any = None, extraTools: Any = None, checkpoint: Any = None) -> TurnResult:
         return self.behaviour(self, user_message, observer)
 
     def compact(self, conversation_history: Any, observer: Any, focus: str = "", cancelEvent: Any = None,
@@ -359,7 +359,7 @@ async def test_aTurnFailingWithCancelledErrorStillAnswers() -> None:
 
     h = Harness(unused)
 
-    async def refused(state: Any) -> None:
+    async def refused(state: Any, prompt: Any = None) -> None:
         raise CancelledError("the database went away")
 
     try:

@@ -50,6 +50,7 @@ from hermes_acp.interfaces import IEngineAgent, ITurnObserver
 
 if TYPE_CHECKING:
     from hermes_acp.engine.background import SessionProcesses
+    from hermes_acp.engine.checkpoints import TurnCheckpoint
     from hermes_acp.engine.guard import CommandApprovals
     from hermes_acp.engine.memory import MemoryStore
     from hermes_acp.engine.skills import SkillLibrary
@@ -311,18 +312,25 @@ class AIAgent:
         workspace: Workspace | None = None,
         cancelEvent: threading.Event | None = None,
         extraTools: Mapping[str, Tool] | None = None,
+        checkpoint: TurnCheckpoint | None = None,
     ) -> TurnResult:
         """Run one turn to its end; never raises for model or tool failures.
 
         ``cancelEvent``, set before the run starts, cancels it at once: a caller
         that sets it and then calls ``interrupt`` cannot miss the run.
         ``extraTools`` join the agent's own for this run (the session's MCP tools).
+        ``checkpoint`` is taken before the first call that may change files, and
+        records what the turn changed when it ends (``engine.checkpoints``).
         """
         if not conversation_history:
             self.summaryFailures = 0  # a new conversation (or one after /reset) asks for summaries again
-        return self._start(lambda c: _Conversation(self, c, observer, workspace or LocalWorkspace(),
-                                                   list(conversation_history or []), user_message,
-                                                   dict(extraTools or {})).run(), cancelEvent)
+        try:
+            return self._start(lambda c: _Conversation(self, c, observer, workspace or LocalWorkspace(),
+                                                       list(conversation_history or []), user_message,
+                                                       dict(extraTools or {}), checkpoint).run(), cancelEvent)
+        finally:
+            if checkpoint is not None:
+                checkpoint.finish()
 
     def compact(
         self,
@@ -375,7 +383,8 @@ class AIAgent:
         return self.client
 
     def toolContext(self, cancelEvent: threading.Event, observer: ITurnObserver, workspace: Workspace,
-                    callId: str, cancellation: Cancellation | None = None) -> ToolContext:
+                    callId: str, cancellation: Cancellation | None = None,
+                    checkpoint: TurnCheckpoint | None = None) -> ToolContext:
         """What the tool call ``callId`` of a run may use: its questions go to that
         run's observer, under that call's id (a tool thread that outlives a
         cancelled run asks that run, never the next)."""
@@ -407,6 +416,7 @@ class AIAgent:
             skills=self.skills,
             approveSkillEdit=lambda proposal: self.pathApprovals.decide(
                 proposal, lambda p: observer.approveEdit(callId, p), managed=True),
+            beforeChange=checkpoint.beforeChange if checkpoint is not None else lambda: None,
         )
 
     def _approvePlan(self, plan: str, question: Callable[[str], str]) -> str | None:
@@ -455,6 +465,8 @@ def _runCall(inbox: queue.Queue[Any], slots: ToolSlots, job: _Call) -> None:
         if context.cancelEvent.is_set():
             outcome = ToolOutcome("Error: interrupted by the user before it ran.", failed=True)
         else:
+            if tool.writes(context, job.arguments):
+                context.beforeChange()  # the turn's checkpoint, once, before anything changes
             began = time.monotonic()
             outcome = runTool(tool, context, job.arguments)
             code = outcome.extras.get("exitCode")
@@ -493,6 +505,7 @@ class _Conversation:
     live: list[dict[str, Any]]
     userMessage: str | list[dict[str, Any]] | None
     extraTools: dict[str, Tool] = attrs.field(factory=dict)
+    checkpoint: TurnCheckpoint | None = None
     new: list[dict[str, Any]] = attrs.field(factory=list)
     usage: TurnUsage = attrs.field(factory=TurnUsage)
     lastPromptTokens: int = 0
@@ -742,7 +755,7 @@ class _Conversation:
         for index, call in enumerate(calls):
             callId = f"{step}.{index}"
             context = self.agent.toolContext(self.cancellation.event, self.observer, self.workspace, callId,
-                                             self.cancellation)
+                                             self.cancellation, self.checkpoint)
             arguments: Any = {}
             try:
                 arguments = parseArguments(call.arguments)

@@ -181,6 +181,7 @@ def engineTool(route: Route) -> Tool:
         parameters=parameters(route.definition),
         handler=lambda ctx, /, **arguments: ctx.delegate(route.exposed, arguments),
         passthrough=True, title=route.title, kind=route.kind,
+        mayWrite=not route.readOnly,  # a server's tool may change the session's folders too
     )
 
 

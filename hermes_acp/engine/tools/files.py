@@ -224,4 +224,5 @@ WRITE_FILE = Tool(
     ),
     writeFile,
     pathArgument="path",
+    mayWrite=True,
 )

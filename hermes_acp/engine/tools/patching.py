@@ -256,4 +256,5 @@ PATCH = Tool(
     ),
     patchFile,
     pathArgument="path",
+    mayWrite=True,
 )

@@ -121,4 +121,7 @@ PROCESS = Tool(
         limit={"type": "integer", "minimum": 1, "default": LOG_LINES, "description": "Lines for log"},
     ),
     runProcess,
+    # Input to a process may make it change files; what it does on its own after its turn is the
+    # user's to see (a rewind asks about it, it does not undo it).
+    mayWrite=lambda ctx, arguments: arguments.get("action") in ("write", "submit", "close"),
 )

@@ -123,6 +123,9 @@ class ToolContext:
     #: like an edit of the workspace though they live in ``$HERMES_HOME`` (``PathApprovals.decide``).
     approveSkillEdit: Callable[[EditProposal], Verdict] = lambda proposal: Verdict(
         False, "skills cannot be changed here")
+    #: ``beforeChange()``: the turn's checkpoint of the session's folders, taken once, before
+    #: the first call that may change them (``Tool.mayWrite``; ``engine.checkpoints``).
+    beforeChange: Callable[[], None] = lambda: None
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
@@ -157,6 +160,21 @@ class Tool:
     #: How the editor shows its calls, when not by the renderer's rules.
     title: str | None = None
     kind: str | None = None
+    #: Whether a call may change files: True, or ``mayWrite(ctx, arguments)`` for tools whose
+    #: arguments tell (a command known to only read). The engine takes the turn's checkpoint
+    #: before the first such call runs (``ToolContext.beforeChange``): a tool that writes, starts
+    #: a process or runs another agent says so here, and ``/rewind`` can undo what it did.
+    mayWrite: bool | Callable[[ToolContext, dict[str, Any]], bool] = False
+
+    def writes(self, ctx: ToolContext, arguments: dict[str, Any]) -> bool:
+        """Whether this call may change files (a failing judgement counts as yes)."""
+        if not callable(self.mayWrite):
+            return self.mayWrite
+        try:
+            return bool(self.mayWrite(ctx, arguments))
+        except Exception:
+            log.exception("mayWrite of %s failed; taking a checkpoint all the same", self.name)
+            return True
 
     def schema(self) -> dict[str, Any]:
         return {

@@ -101,6 +101,11 @@ def startBackground(ctx: ToolContext, command: str, cwd: str, policy: Policy | N
                       f"'close', session_id='{proc.processId}') to check on it; you will be told when it ends."}
     extras = {"command": command, "cwd": cwd, "background": proc.processId, "number": proc.number, "pid": proc.pid}
     return ToolOutcome(jsonText(report), extras)
+def commandMayWrite(ctx: ToolContext, arguments: dict[str, object]) -> bool:
+    """A command may change files unless it is read-only as written (``engine.readonly``)."""
+    command, workdir = arguments.get("command"), arguments.get("workdir")
+    cwd = ctx.resolve(workdir) if isinstance(workdir, str) and workdir else ctx.cwd
+    return not isinstance(command, str) or readonly.safeEnvironment(command, cwd) is None
 
 
 TERMINAL = Tool(
@@ -126,4 +131,5 @@ TERMINAL = Tool(
                                    "process tool"},
     ),
     runTerminal,
+    mayWrite=commandMayWrite,
 )

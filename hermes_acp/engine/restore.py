@@ -1,0 +1,310 @@
+"""Putting back what turns changed, from their checkpoints (``engine.checkpoints``).
+
+A rewind undoes the agent's changes, not the user's: for every path that some turn from
+the rewind's target on changed (its ``before`` and ``after`` manifests differ there), the
+path goes back to what it was before the first of those turns changed it, and only when
+it still is what the last of them left. A path that is something else by now was changed
+since by someone else (the user, another program): it is a *conflict*, put back only when
+the user says so (``apply(..., overwrite=True)``). Paths no turn changed are never touched,
+so nothing like ``git clean`` can remove the user's own new files.
+
+What cannot be put back is said (``RewindPlan.notes``): ignored paths and files over the
+size bound that existed before (no copy was kept; ignored or huge paths the agent created
+are removed), folders that were not checkpointed, and everything outside the session's
+folders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from hermes_acp.engine.checkpoints import (
+    FILE, FOLDER, HUGE, IGNORED, LINK, CheckpointError, CheckpointStore, Entry, delta, same,
+)
+
+OUTSIDE = ("Changes outside the session's folders (other folders, the network, processes, services) "
+           "cannot be undone.")
+#: Paths named in one message at most (the rest are counted).
+SHOWN = 20
+
+
+@attrs.frozen
+class Change:
+    """One path a rewind puts back: ``target`` (before the turns; None: absent), what the
+    agent ``left`` there, and what is there ``now``."""
+
+    root: str
+    path: str
+    target: Entry | None
+    left: Entry | None
+    now: Entry | None
+
+    @property
+    def absolute(self) -> str:
+        return os.path.join(self.root, self.path)
+
+    @property
+    def isFolder(self) -> bool:
+        return FOLDER in ((self.target or [None])[0], (self.left or [None])[0])
+
+    def describe(self) -> str:
+        """What the rewind does to it, in a few words."""
+        if self.target is None:
+            return "remove (created since)"
+        if self.now is None:
+            return "recreate (deleted since)"
+        return "restore"
+
+    def conflict(self) -> str:
+        """How it changed since the agent left it, in a few words."""
+        if self.now is None:
+            return "deleted since"
+        if self.left is None:
+            return "created again since the agent deleted it"
+        return "changed since"
+
+
+@attrs.frozen
+class RewindPlan:
+    """What a rewind would do; ``conflicts`` were changed since by someone else."""
+
+    restore: list[Change]
+    conflicts: list[Change]
+    notes: list[str]
+
+
+def turnChanges(before: dict[str, Any], after: dict[str, Any]) -> Iterator[tuple[str, str, Entry | None, Entry | None]]:
+    """(root, path, before, after) for each path one turn changed. A path under an ignored
+    folder in either state is left out: nothing is known of it there (a ``.gitignore`` the
+    turn changed must not make its files look created or deleted)."""
+    for root, entries in before["roots"].items():
+        if entries is None:
+            continue
+        changed = after.get("changed", {}).get(root, {})
+        removed = after.get("removed", {}).get(root, [])
+        hidden = {p for p, e in entries.items() if e[0] == IGNORED} | {p for p, e in changed.items() if e[0] == IGNORED}
+
+        def covered(path: str) -> bool:
+            while "/" in path:
+                path = path.rsplit("/", 1)[0]
+                if path in hidden:
+                    return True
+            return False
+
+        for path, entry in changed.items():
+            if not covered(path):
+                yield root, path, entries.get(path), entry
+        for path in removed:
+            if not covered(path):
+                yield root, path, entries[path], None
+
+
+def plan(store: CheckpointStore, sessionId: str, turns: list[int]) -> RewindPlan:
+    """What undoing ``turns`` (the store's turn numbers, in order) would do. Turns without a
+    checkpoint changed nothing the engine knew of; a turn without an ``after`` manifest (the
+    agent stopped mid-turn) is taken to have left what the next checkpoint, or the disk now, shows.
+    CheckpointError when a manifest is damaged."""
+    first: dict[tuple[str, str], Entry | None] = {}
+    last: dict[tuple[str, str], Entry | None] = {}
+    notes: list[str] = []
+    taken = [turn for turn in store.turns(sessionId) if turn in set(turns)]
+    if any(store.pruned(sessionId, turn) for turn in turns):
+        notes.append("Some of these turns' checkpoints were pruned to keep the store under "
+                     "HERMES_ACP_CHECKPOINT_STORE_MAX: what those turns changed stays.")
+    for index, turn in enumerate(taken):
+        before = store.manifest(sessionId, turn, "before")
+        if before is None:
+            continue
+        after = store.manifest(sessionId, turn, "after") or _afterwards(store, sessionId, taken[index + 1:], before)
+        for root, entries in before["roots"].items():
+            if entries is None:
+                notes.append(f"{root} was not checkpointed before one of these turns: its changes there stay.")
+        notes += [note for note in before.get("notes", ()) if "not checkpointed" in note]
+        for root, path, old, new in turnChanges(before, after):
+            first.setdefault((root, path), old)
+            last[(root, path)] = new
+    restore, conflicts = [], []
+    for (root, path), target in sorted(first.items()):
+        change = Change(root, path, target, last[(root, path)], store.current(os.path.join(root, path)))
+        if same(change.now, target):
+            continue
+        targetKind, leftKind = (target or [None])[0], (change.left or [None])[0]
+        if targetKind in (IGNORED, HUGE) or (leftKind in (IGNORED, HUGE) and target is not None):
+            why = "is ignored" if IGNORED in (targetKind, leftKind) else "was over the size bound"
+            notes.append(f"{path} cannot be put back: it {why}, so no copy was kept.")
+        elif leftKind == IGNORED:
+            restore.append(change)  # created since, and ignored (a build folder): removed
+        elif same(change.now, change.left) or (FOLDER in (targetKind, leftKind)
+                                                and (change.now is None or change.now[0] == FOLDER)):
+            restore.append(change)
+        else:
+            conflicts.append(change)
+    return RewindPlan(restore, conflicts, list(dict.fromkeys(notes)))
+
+
+def _afterwards(store: CheckpointStore, sessionId: str, later: list[int], before: dict[str, Any]) -> dict[str, Any]:
+    """The ``after`` of a turn that never wrote one: the next checkpoint's state, else the disk's."""
+    nextOne = store.manifest(sessionId, later[0], "before") if later else None
+    changed: dict[str, dict[str, Entry]] = {}
+    removed: dict[str, list[str]] = {}
+    for root, entries in before["roots"].items():
+        if entries is None:
+            continue
+        now = nextOne["roots"].get(root) if nextOne else store.scan(root).entries
+        if now is not None:
+            changed[root], removed[root] = delta(entries, now)
+    return {"changed": changed, "removed": removed}
+
+
+def apply(store: CheckpointStore, rewind: RewindPlan, overwrite: bool) -> list[str]:
+    """Put the plan's paths back (and its conflicts too with ``overwrite``); the problems met,
+    one line each (the rest is done regardless). A path that changed since the plan looked at
+    it is left alone. Removals go first, deepest first; then what comes back, parents first;
+    last, folders the turns created, when they are empty."""
+    problems: list[str] = []
+    changes = []
+    for change in rewind.restore + (rewind.conflicts if overwrite else []):
+        if same(store.current(change.absolute), change.now):
+            changes.append(change)
+        else:  # while the user was asked, say: what they answered about is not what is there now
+            problems.append(f"{change.path}: changed again since the rewind looked at it, left as it is")
+    for change in sorted((c for c in changes if c.target is None), key=lambda c: -c.path.count("/")):
+        if change.left is not None and change.left[0] == FOLDER:
+            continue  # at the end, when emptied
+        try:
+            _remove(change)
+        except OSError as e:
+            problems.append(f"{change.path}: not removed ({e.strerror or e})")
+    for change in sorted((c for c in changes if c.target is not None), key=lambda c: c.path.count("/")):
+        try:
+            _put(store, change)
+        except (OSError, CheckpointError) as e:
+            problems.append(f"{change.path}: not restored ({getattr(e, 'strerror', None) or e})")
+    for change in sorted((c for c in changes if c.target is None and c.left and c.left[0] == FOLDER),
+                         key=lambda c: -c.path.count("/")):
+        with contextlib.suppress(OSError):
+            os.rmdir(_inside(change))  # not empty: something not the agent's is in it
+    for root in {change.root for change in changes}:
+        store.forget(root)
+    return problems
+
+
+def _inside(change: Change) -> str:
+    """The path, after checking that its folder (the part of it that exists) still lies
+    inside the session folder: a link swapped in for a parent folder must not lead a
+    restore elsewhere."""
+    existing = os.path.dirname(change.absolute)
+    while not os.path.lexists(existing) and existing != os.path.dirname(existing):
+        existing = os.path.dirname(existing)
+    parent, root = os.path.realpath(existing), os.path.realpath(change.root)
+    if parent != root and not parent.startswith(root.rstrip("/") + "/"):
+        raise OSError(f"its folder now leads outside {change.root}")
+    return change.absolute
+
+
+def _remove(change: Change) -> None:
+    path = _inside(change)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _put(store: CheckpointStore, change: Change) -> None:
+    target = change.target
+    assert target is not None
+    path = _inside(change)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    kind = target[0]
+    if kind == FOLDER:
+        if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
+            os.unlink(path)
+        os.makedirs(path, exist_ok=True)
+        os.chmod(path, target[1])
+        return
+    data = store.get(target[6])
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    if kind == LINK:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.symlink(os.fsdecode(data), path)
+        return
+    assert kind == FILE
+    temporary = f"{path}.hermes-rewind.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(temporary, target[1])
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+# -- what the user reads ---------------------------------------------------------------------
+
+
+def paths(names: list[str]) -> str:
+    shown = ", ".join(f"`{name}`" for name in names[:SHOWN])
+    return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
+def summary(store: CheckpointStore, sessionId: str, turn: int) -> str:
+    """What a turn changed in the session's folders, in a few words (``/rewind``'s list)."""
+    try:
+        before = store.manifest(sessionId, turn, "before")
+        after = store.manifest(sessionId, turn, "after")
+    except CheckpointError as e:
+        return f"its checkpoint is unreadable ({e})"
+    if before is None:
+        if store.pruned(sessionId, turn):
+            return "its checkpoint was pruned (HERMES_ACP_CHECKPOINT_STORE_MAX): its changes stay"
+        return "no file changes"
+    if after is None:
+        return "changes not recorded (the turn did not finish)"
+    kinds: dict[str, list[str]] = {"changed": [], "created": [], "deleted": []}
+    for _, path, old, new in turnChanges(before, after):
+        if FOLDER not in ((old or [None])[0], (new or [None])[0]):
+            kinds["created" if old is None else "deleted" if new is None else "changed"].append(path)
+    parts = [f"{len(names)} {kind} ({', '.join(f'`{n}`' for n in names[:3])}{', …' if len(names) > 3 else ''})"
+             for kind, names in kinds.items() if names]
+    return ", ".join(parts) or "no file changes"
+
+
+def leftOut(store: CheckpointStore, sessionId: str) -> list[str]:
+    """The notes of the session's newest walk: ignored paths, huge files, folders not covered."""
+    for turn in reversed(store.turns(sessionId)):
+        with contextlib.suppress(CheckpointError):
+            manifest = store.manifest(sessionId, turn, "after") or store.manifest(sessionId, turn, "before")
+            if manifest is not None:
+                return list(manifest.get("notes", ()))
+    return []
+
+
+def report(rewind: RewindPlan, overwrite: bool, problems: list[str]) -> list[str]:
+    """What a rewind did to the files, paragraph by paragraph."""
+    done = [c for c in rewind.restore + (rewind.conflicts if overwrite else []) if not c.isFolder]
+    lines = []
+    if done:
+        groups: dict[str, list[str]] = {}
+        for change in done:
+            groups.setdefault(change.describe(), []).append(change.path)
+        lines.append("Files put back: " + "; ".join(f"{what}: {paths(names)}" for what, names in groups.items()) + ".")
+    else:
+        lines.append("No file needed putting back.")
+    if rewind.conflicts:
+        verb = "Overwrote" if overwrite else "Kept"
+        lines.append(f"{verb} your changes to {paths([c.path for c in rewind.conflicts])}.")
+    if problems:
+        lines.append("Could not put back: " + "; ".join(problems[:SHOWN]) + ".")
+    return lines + rewind.notes[:SHOWN] + [OUTSIDE]

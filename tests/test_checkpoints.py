@@ -1,0 +1,273 @@
+"""The checkpoint store and rewinds of it (``engine.checkpoints``, ``engine.restore``,
+``engine.ignore``), on real folders."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from hermes_acp.engine import restore
+from hermes_acp.engine.checkpoints import HUGE, IGNORED, CheckpointStore, Limits, TurnCheckpoint
+from hermes_acp.engine.ignore import IgnoreRules
+
+BINARY = bytes(range(256)) * 40
+
+
+def tree(root: Path) -> dict[str, tuple[str, int, bytes]]:
+    """Everything under ``root``: path -> (kind, mode, content or link target)."""
+    found = {}
+    for folder, folders, files in os.walk(root):
+        for name in folders + files:
+            path = Path(folder) / name
+            relative = str(path.relative_to(root))
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                found[relative] = ("l", 0, os.readlink(path).encode())
+            elif stat.S_ISDIR(info.st_mode):
+                found[relative] = ("d", stat.S_IMODE(info.st_mode), b"")
+            else:
+                found[relative] = ("f", stat.S_IMODE(info.st_mode), path.read_bytes())
+    return found
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("print('hello')\n")
+    (root / "logo.bin").write_bytes(BINARY)
+    (root / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "doomed.txt").write_text("delete me\n")
+    (root / "link").symlink_to("src/app.py")
+    (root / ".gitignore").write_text("build/\n*.log\n")
+    return root
+
+
+def store(tmp_path: Path, **limits: int) -> CheckpointStore:
+    return CheckpointStore(tmp_path / "home" / "checkpoints", Limits(**limits))
+
+
+def turn(checkpoints: CheckpointStore, number: int, root: Path, change) -> None:
+    """One turn: its checkpoint before the change, what it changed after."""
+    checkpoint = TurnCheckpoint(checkpoints, "s1", number, (str(root),))
+    checkpoint.beforeChange()
+    checkpoint.beforeChange()  # once a turn
+    change()
+    checkpoint.finish()
+
+
+def agentTurns(root: Path) -> list:
+    def two():
+        (root / "src" / "app.py").write_text("print('changed')\n")
+        (root / "logo.bin").write_bytes(BINARY[::-1])
+        (root / "run.sh").chmod(0o644)
+        (root / "new.txt").write_text("created\n")
+
+    def three():
+        (root / "doomed.txt").unlink()
+        (root / "link").unlink()
+        (root / "link").symlink_to("elsewhere")
+        (root / "deep" / "er").mkdir(parents=True)
+        (root / "deep" / "er" / "x.txt").write_text("x")
+
+    def four():
+        (root / "build" / "out").mkdir(parents=True)
+        (root / "build" / "out" / "a.o").write_bytes(b"\0" * 100)
+        (root / "debug.log").write_text("noise")
+
+    return [two, three, four]
+
+
+def test_rewindPutsTheFolderBackByteForByte(tmp_path, project) -> None:
+    """Writes, binary content, a mode, a deletion, a swapped link, new folders, an ignored
+    build folder and log the turns created: all back as they were before turn 2."""
+    checkpoints = store(tmp_path)
+    before = tree(project)
+    for number, change in enumerate(agentTurns(project), 2):
+        turn(checkpoints, number, project, change)
+    assert tree(project) != before
+    plan = restore.plan(checkpoints, "s1", [2, 3, 4])
+    assert plan.conflicts == []
+    assert restore.apply(checkpoints, plan, overwrite=False) == []
+    assert tree(project) == before
+
+
+def test_rewindSurvivesARestart(tmp_path, project) -> None:
+    """A new store on the same folder (a new process) reads the checkpoints and restores."""
+    before = tree(project)
+    for number, change in enumerate(agentTurns(project), 2):
+        turn(store(tmp_path), number, project, change)
+    again = store(tmp_path)
+    assert again.turns("s1") == [2, 3, 4]
+    assert restore.apply(again, restore.plan(again, "s1", [2, 3, 4]), overwrite=False) == []
+    assert tree(project) == before
+
+
+def test_userEditsAreConflictsAndKeptUnlessOverwritten(tmp_path, project) -> None:
+    """A file the user changed after the agent (and one the user created, never the agent's)
+    is not put back silently: a conflict, kept unless the rewind overwrites."""
+    checkpoints = store(tmp_path)
+    before = tree(project)
+    for number, change in enumerate(agentTurns(project), 2):
+        turn(checkpoints, number, project, change)
+    (project / "src" / "app.py").write_text("the user's own edit\n")
+    (project / "mine.txt").write_text("never the agent's\n")
+    plan = restore.plan(checkpoints, "s1", [2, 3, 4])
+    assert [c.path for c in plan.conflicts] == ["src/app.py"]
+    restore.apply(checkpoints, plan, overwrite=False)
+    assert (project / "src" / "app.py").read_text() == "the user's own edit\n"
+    assert (project / "mine.txt").exists()
+    assert (project / "logo.bin").read_bytes() == BINARY
+    plan = restore.plan(checkpoints, "s1", [2, 3, 4])
+    restore.apply(checkpoints, plan, overwrite=True)
+    after = tree(project)
+    assert after.pop("mine.txt")[2] == b"never the agent's\n"
+    assert after == before
+
+
+def test_onlyTheLaterTurnsAreUndone(tmp_path, project) -> None:
+    """Undoing turn 4 alone leaves turns 2 and 3's changes."""
+    checkpoints = store(tmp_path)
+    for number, change in enumerate(agentTurns(project), 2):
+        turn(checkpoints, number, project, change)
+    restore.apply(checkpoints, restore.plan(checkpoints, "s1", [4]), overwrite=False)
+    assert not (project / "build").exists() and not (project / "debug.log").exists()
+    assert (project / "deep" / "er" / "x.txt").exists()
+    assert (project / "src" / "app.py").read_text() == "print('changed')\n"
+
+
+def test_unchangedFilesAreNotReadAgain(tmp_path, project, monkeypatch) -> None:
+    """A second checkpoint keeps the hashes of files whose size, times and inode are unchanged."""
+    checkpoints = store(tmp_path)
+    turn(checkpoints, 1, project, lambda: None)
+    read = []
+    original = checkpoints.put
+    monkeypatch.setattr(checkpoints, "put", lambda data: (read.append(data), original(data))[1])
+    turn(checkpoints, 2, project, lambda: (project / "new.txt").write_text("only this\n"))
+    assert read == [b"only this\n"]
+    # A new process finds the last walk through the newest checkpoint: it too reads only what changed.
+    again = store(tmp_path)
+    opened = []
+    monkeypatch.setattr("hermes_acp.engine.checkpoints.readFile", lambda path, limit: opened.append(path) or b"")
+    turn(again, 3, project, lambda: None)
+    assert opened == []
+    # ... also when a rewind took back the turn that walked last: the newest one left serves.
+    again.removeTurns("s1", [3])
+    turn(store(tmp_path), 4, project, lambda: None)
+    assert opened == []
+
+
+def test_ignoredHugeAndNotedPaths(tmp_path, project) -> None:
+    """.gitignore rules (nested ones too) and tool folders are recorded as present only; a file
+    over the bound by its size; both said in the notes."""
+    (project / "node_modules" / "x").mkdir(parents=True)
+    (project / "src" / ".gitignore").write_text("*.tmp\n!keep.tmp\n")
+    (project / "src" / "a.tmp").write_text("t")
+    (project / "src" / "keep.tmp").write_text("k")
+    (project / "big.dat").write_bytes(b"b" * 5000)
+    checkpoints = store(tmp_path, fileMax=4096)
+    manifest = checkpoints.record("s1", 1, [str(project)])
+    entries = manifest["roots"][str(project.resolve())]
+    assert entries["node_modules"] == [IGNORED] and entries["src/a.tmp"] == [IGNORED]
+    assert entries["src/keep.tmp"][0] == "f" and entries["big.dat"][0] == HUGE
+    assert "node_modules/x" not in entries
+    assert any("ignored" in note for note in manifest["notes"])
+    assert any("over 4,096 bytes" in note for note in manifest["notes"])
+
+
+def test_aGitignoreChangeDeletesNothing(tmp_path, project) -> None:
+    """A turn that makes src/ ignored must not make its files look deleted or created (the
+    Cline bug: a restore that deleted untracked files)."""
+    checkpoints = store(tmp_path)
+    turn(checkpoints, 1, project, lambda: (project / ".gitignore").write_text("src/\n"))
+    plan = restore.plan(checkpoints, "s1", [1])
+    assert [c.path for c in plan.restore] == [".gitignore"]
+    restore.apply(checkpoints, plan, overwrite=False)
+    assert (project / "src" / "app.py").read_text() == "print('hello')\n"
+
+
+def test_pruneDropsTheOldestAndUnusedCopies(tmp_path, project) -> None:
+    """Past the store's bound the oldest turns' checkpoints go, with the copies only they
+    named; the newest stays; a session's removal takes its checkpoints and copies."""
+    checkpoints = store(tmp_path, storeMax=60_000)
+    for number in range(1, 8):
+        turn(checkpoints, number, project,
+             lambda n=number: (project / "grow.bin").write_bytes(os.urandom(8000 + n)))
+    kept = checkpoints.turns("s1")
+    assert kept[-1] == 7 and kept[0] > 1 and checkpoints.pruned("s1", 1)
+    assert checkpoints.used() <= 60_000
+    objects = sum(len(files) for _, _, files in os.walk(checkpoints.folder / "objects"))
+    checkpoints.removeSession("s1")
+    assert checkpoints.turns("s1") == []
+    assert sum(len(files) for _, _, files in os.walk(checkpoints.folder / "objects")) == 0 < objects
+
+
+def test_tooManyFilesIsSaid(tmp_path, project) -> None:
+    manifest = store(tmp_path, maxFiles=3).record("s1", 1, [str(project)])
+    assert manifest["roots"][str(project.resolve())] is None
+    assert "HERMES_ACP_CHECKPOINT_MAX_FILES" in manifest["notes"][0]
+
+
+@pytest.mark.parametrize(("rules", "path", "folder", "ignored"), [
+    ("build/", "build", True, True),
+    ("build/", "build", False, False),
+    ("*.log", "a/b/c.log", False, True),
+    ("/top.txt", "top.txt", False, True),
+    ("/top.txt", "a/top.txt", False, False),
+    ("docs/**/*.md", "docs/x/y/z.md", False, True),
+    ("**/cache", "a/cache", True, True),
+    ("*.log\n!keep.log", "keep.log", False, False),
+    ("# comment\n\n", "x", False, False),
+    ("a/b", "a/b", False, True),
+    ("a/b", "c/a/b", False, False),
+])
+def test_gitignoreRules(rules, path, folder, ignored) -> None:
+    assert IgnoreRules().below(rules, "").ignored(path, path.rsplit("/", 1)[-1], folder) is ignored
+
+
+def test_nestedRulesApplyBelowTheirFolder() -> None:
+    rules = IgnoreRules().below("*.tmp", "src")
+    assert rules.ignored("src/a.tmp", "a.tmp", False)
+    assert not rules.ignored("a.tmp", "a.tmp", False)
+
+
+def test_checkSaysWhetherCheckpointsWork(tmp_path) -> None:
+    """``hermes-acp --check`` says whether turns are checkpointed, where, and that git is not needed."""
+    from hermes_acp.check import checkpointSummary
+    from hermes_acp.config import Settings
+
+    assert "git not needed" in checkpointSummary(Settings(), tmp_path)
+    assert checkpointSummary(Settings(checkpoints=False), tmp_path).startswith("off (HERMES_ACP_CHECKPOINTS=off)")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if not os.access(locked, os.W_OK):  # root writes anywhere
+        assert checkpointSummary(Settings(), locked).startswith("not working")
+
+
+def test_aLinkSwappedInForAFolderLeadsNoRestoreOutside(tmp_path, project) -> None:
+    """A parent folder replaced by a link to elsewhere since: the file is not written there."""
+    checkpoints = store(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    turn(checkpoints, 1, project, lambda: (project / "src" / "app.py").unlink())
+    os.rename(project / "src", tmp_path / "src-moved")
+    (project / "src").symlink_to(outside)
+    plan = restore.plan(checkpoints, "s1", [1])
+    problems = restore.apply(checkpoints, plan, overwrite=True)
+    assert problems and "outside" in problems[0]
+    assert list(outside.iterdir()) == []
+
+
+def test_aFileChangedAfterThePlanIsLeftAlone(tmp_path, project) -> None:
+    """What changes between the plan and its application (while the user is asked) is not overwritten."""
+    checkpoints = store(tmp_path)
+    turn(checkpoints, 1, project, lambda: (project / "src" / "app.py").write_text("agent\n"))
+    plan = restore.plan(checkpoints, "s1", [1])
+    (project / "src" / "app.py").write_text("typed meanwhile\n")
+    problems = restore.apply(checkpoints, plan, overwrite=False)
+    assert problems == ["src/app.py: changed again since the rewind looked at it, left as it is"]
+    assert (project / "src" / "app.py").read_text() == "typed meanwhile\n"
