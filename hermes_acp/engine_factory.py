@@ -36,12 +36,17 @@ class EngineAgentFactory:
     #: The process's tool slots: every session's agent shares them (``HERMES_ACP_TOOL_THREADS``).
     toolSlots: ToolSlots = attrs.field(
         default=attrs.Factory(lambda self: ToolSlots(self.settings.toolThreads), takes_self=True))
+    #: The process's child slots: children of every session's ``delegate_task`` share them
+    #: (``HERMES_ACP_SUBAGENT_THREADS``).
+    childSlots: ToolSlots = attrs.field(
+        default=attrs.Factory(lambda self: ToolSlots(self.settings.subagentThreads), takes_self=True))
 
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
         from .engine.model import ReplyLimits
         from .engine.processes import Limits
         from .engine.sandbox import policyFor
+        from .engine.subagents import SubagentSettings
 
         settings = self.settings
         folders = (session.cwd, *session.additionalDirectories)
@@ -60,6 +65,8 @@ class EngineAgentFactory:
             maxToolCalls=settings.maxToolCalls,
             toolParallel=settings.toolParallel,
             toolSlots=self.toolSlots,
+            subagents=SubagentSettings(settings.subagentParallel, settings.subagentTasks, settings.subagentSummary,
+                                       settings.subagentModel, self.childSlots),
             replyLimits=ReplyLimits(settings.modelMaxEvent, settings.modelMaxReply, settings.modelReplySeconds),
         )
         agent.setEditMode(session.mode)

@@ -36,7 +36,7 @@ from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from .bridge import SUMMARY_CHUNK, BridgedObserver, EventBridge
+from .bridge import SUBAGENT_CHUNK, SUMMARY_CHUNK, BridgedObserver, EventBridge
 from .catalog import ModelCatalog
 from .commands import Commands, slashCommand
 from .client import ClientInfo
@@ -60,6 +60,7 @@ from .questions import choiceOptions, formRequest, noAnswer, readChoice, readFor
 from .render import planEntries, planSteps, shownOutput, textContent
 from .session_state import SessionState
 from .store import timestamp
+from . import subagents
 from .updates import usageUpdate
 
 if TYPE_CHECKING:
@@ -159,6 +160,13 @@ class Turn:
     #: The MCP tools the model was offered in this turn, by name, and when each call's progress was last shown.
     routes: dict[str, Route] = attrs.field(factory=dict)
     progressShown: dict[str, float] = attrs.field(factory=dict)
+    #: ``delegate_task``'s children: the subagent tag of each card of theirs (by toolCallId), each
+    #: running child ("CALLID/CHILD" -> its card, tag and answer so far), and their transcripts
+    #: (kept searchable beside the history, never in it).
+    childTags: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    children: dict[str, tuple[str, dict[str, Any], list[str]]] = attrs.field(factory=dict)
+    childCounts: dict[str, list[int]] = attrs.field(factory=dict)
+    asides: list[dict[str, Any]] = attrs.field(factory=list)
     _answer: OneShot[dict[str, Any]] = attrs.field(factory=OneShot)
     _claimLock: threading.Lock = attrs.field(factory=threading.Lock)
     _claimed: bool = False  # a worker thread has started the engine
@@ -286,7 +294,7 @@ class Turn:
             session.history = list(replaced)
         else:
             session.history.extend(messages)
-        await services.store.endTurn(session, messages, replaced)
+        await services.store.endTurn(session, messages, replaced, self.asides)
         self._move(ANSWERED)
         if failure is not None:
             raise failure
@@ -359,6 +367,9 @@ class Turn:
             elif kind == SUMMARY_CHUNK:
                 for compactionId in self.compactions:  # one at a time
                     self.services.updates.compactionChunk(self.session, compactionId, payload)
+            elif kind.startswith(SUBAGENT_CHUNK):
+                _, callId, child = kind.split("\t")
+                self.subagentText(callId, int(child), payload)
             else:
                 self.sendText(kind, payload)
         return self.services.updates.whenWritable()
@@ -374,15 +385,78 @@ class Turn:
         self.messageSeq += 1  # text after a tool call is a new message
         toolCallId = f"{self.turnId}-{callId}"
         self.cards[callId] = (toolCallId, name, arguments)
-        send = self.services.updates.send
-        send(self.session, self.renderer.toolStarted(toolCallId, name, arguments, extras))
+        child = extras.get("subagent")
+        parent = self.cards.get(child["parentCallId"]) if isinstance(child, dict) else None
+        if isinstance(child, dict) and parent is not None:  # a child's call: titled with its name
+            self.childTags[toolCallId] = {**self._childTag(parent[0], child["child"], child["name"]), "role": subagents.CALL}
+        self.sendCard(self.renderer.toolStarted(toolCallId, name, arguments, extras), title=True)
+
+    def sendCard(self, update: dict[str, Any], journal: bool = True, title: bool = False) -> None:
+        """A card's update; a child's carries its tag (how the editor sees it is ``subagents``')."""
+        tag = self.childTags.get(update.get("toolCallId", ""))
+        self.services.updates.send(self.session, update if tag is None else subagents.tagged(update, tag, title), journal)
+
+    def _childTag(self, parentToolCallId: str, child: int, name: str) -> dict[str, Any]:
+        return {"sessionId": f"{self.session.sessionId}-{parentToolCallId}-{child}", "name": name,
+                "parentToolCallId": parentToolCallId}
+
+    def subagentStarted(self, callId: str, child: int, name: str, goal: str) -> None:
+        """A child of the ``delegate_task`` call starts: its card, and the call's progress."""
+        parent = self.cards.get(callId)
+        if parent is None:
+            return
+        toolCallId = f"{parent[0]}/{child}"
+        tag = self._childTag(parent[0], child, name)
+        update = subagents.childStarted(toolCallId, tag, goal)
+        self.childTags[toolCallId] = subagents.tagOf(update) or tag
+        self.children[f"{callId}/{child}"] = (toolCallId, tag, [])
+        self.cards[f"{callId}/{child}"] = (toolCallId, "subagent", {"goal": goal})
+        self.services.updates.send(self.session, update)
+        self.childCounts.setdefault(callId, [0, 0])[1] += 1
+        self._childProgress(callId)
+
+    def subagentText(self, callId: str, child: int, delta: str) -> None:
+        """A piece of a child's answer: a chunk of the child's session where the editor shows
+        children so, else the card's content so far (not journaled: its end carries it)."""
+        entry = self.children.get(f"{callId}/{child}")
+        if entry is None or not delta:
+            return
+        toolCallId, tag, parts = entry
+        if sum(map(len, parts)) < 4 * subagents.CONTENT_LIMIT:
+            parts.append(delta)
+        if self.services.client.subagents:
+            self.services.updates.send(self.session, subagents.childChunk(tag, delta), journal=False)
+        else:
+            self.services.updates.send(self.session, subagents.childText(toolCallId, tag, "".join(parts)), journal=False)
+
+    def subagentEnded(self, callId: str, child: int, status: str, summary: str) -> None:
+        entry = self.children.pop(f"{callId}/{child}", None)
+        self.cards.pop(f"{callId}/{child}", None)
+        if entry is None:
+            return
+        toolCallId, tag, parts = entry
+        self.childTags.pop(toolCallId, None)
+        self.services.updates.send(self.session, subagents.childEnded(toolCallId, tag, status, "".join(parts), summary))
+        counts = self.childCounts.setdefault(callId, [0, 0])
+        counts[0] += 1
+        self._childProgress(callId)
+
+    def _childProgress(self, callId: str) -> None:
+        """The ``delegate_task`` card says how many children are done, running and waiting."""
+        card = self.cards.get(callId)
+        if card is None or self.phase == ANSWERED:
+            return
+        done, started = self.childCounts.get(callId, [0, 0])
+        tasks = card[2].get("tasks")
+        total = len(tasks) if isinstance(tasks, list) and tasks else 1
+        self.sendCard({"sessionUpdate": "tool_call_update", "toolCallId": card[0], "status": "in_progress",
+                       "content": [textContent(subagents.progress(done, started - done, total))]}, journal=False)
 
     def toolRunning(self, callId: str) -> None:
         """The call left the reply's queue: its card goes from pending to in progress."""
         card = self.cards.get(callId)
         if card is not None:
-            self.services.updates.send(self.session, {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
-                                                      "status": "in_progress"})
+            self.sendCard({"sessionUpdate": "tool_call_update", "toolCallId": card[0], "status": "in_progress"})
 
     def toolEnded(self, callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None:
         self.messageSeq += 1
@@ -391,8 +465,13 @@ class Turn:
             log.warn("end of unknown tool call {id} ({name})", id=callId, name=name)
             return
         toolCallId, _, arguments = card
-        self.services.updates.send(self.session, self.renderer.toolFinished(toolCallId, name, arguments, result, failed, extras))
-        if name == "todo" and not failed and isinstance(extras.get("todos"), list):
+        transcripts = extras.get("transcripts") if name == "delegate_task" else None
+        if isinstance(transcripts, list):  # the children's own words: searchable, never the model's history
+            extras = {k: v for k, v in extras.items() if k != "transcripts"}
+            self.asides += [m for t in transcripts for m in t.get("messages", ()) if isinstance(m, dict)]
+        self.sendCard(self.renderer.toolFinished(toolCallId, name, arguments, result, failed, extras))
+        child = self.childTags.pop(toolCallId, None)
+        if name == "todo" and child is None and not failed and isinstance(extras.get("todos"), list):
             self.services.updates.send(self.session, {"sessionUpdate": "plan", "entries": planEntries(extras["todos"])})
 
     def compactionStarted(self, compactionId: str, reason: str) -> None:
@@ -419,28 +498,28 @@ class Turn:
         """The editor made a terminal for the call's command: show it in its card."""
         card = self.cards.get(callId)
         if card is not None:
-            update = {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
-                      "content": [{"type": "terminal", "terminalId": terminalId}]}
-            self.services.updates.send(self.session, update)
+            self.sendCard({"sessionUpdate": "tool_call_update", "toolCallId": card[0],
+                           "content": [{"type": "terminal", "terminalId": terminalId}]})
 
     def commandOutput(self, callId: str, output: str) -> None:
         """The output so far of a command that runs here: shown in its card as the editor's
         terminal would show it. Not journaled: the card's final update carries the output."""
         card = self.cards.get(callId)
         if card is not None and self.phase != ANSWERED and not self.cancelled:
-            update = {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
-                      "content": [textContent(shownOutput(output, "(no output yet)"))]}
-            self.services.updates.send(self.session, update, journal=False)
+            self.sendCard({"sessionUpdate": "tool_call_update", "toolCallId": card[0],
+                           "content": [textContent(shownOutput(output, "(no output yet)"))]}, journal=False)
 
     def sweep(self) -> None:
         """Give every tool card still open a final status."""
         reason = "cancelled" if self.cancelled else "the turn ended before it finished"
         for toolCallId, _, _ in self.cards.values():
-            self.services.updates.send(self.session, {
+            self.sendCard({
                 "sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "failed",
                 "content": [textContent(f"Not completed: {reason}.")],
             })  # fmt: skip
         self.cards.clear()
+        self.children.clear()
+        self.childTags.clear()
         for compactionId in sorted(self.compactions):
             self.services.updates.compaction(self.session, compactionId, "failed", f"Not completed: {reason}.")
         self.compactions.clear()
@@ -597,12 +676,15 @@ class Turn:
         parts = [f"{done:g}" + (f" of {total:g}" if isinstance(total, (int, float)) else "")
                  if isinstance(done, (int, float)) else "", str(message)[:300] if message else ""]
         text = " — ".join(part for part in parts if part) or "working"
-        self.services.updates.send(self.session, {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
-                                                  "content": [textContent(f"Progress: {text}")]})
+        self.sendCard({"sessionUpdate": "tool_call_update", "toolCallId": card[0],
+                       "content": [textContent(f"Progress: {text}")]})
 
     def _ask(self, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
         if self.cancelled or self.phase == ANSWERED:
             return succeed(CANCELLED)  # no question after a cancel
+        tag = self.childTags.get(toolCall["toolCallId"])
+        if tag is not None:  # a child asks: the question names it
+            toolCall = subagents.tagged(toolCall, tag, title=True)
         d = self.services.permissions.requestPermission(self.session.sessionId, toolCall, kind)
         self._track(d)
         return d

@@ -53,7 +53,7 @@ async def test_debugLogTellsTheStoryWithoutSecrets(scriptedServer, tmp_path) -> 
         "request initialize id 0 (", "answer to initialize id 0: ok (",
         "request session/prompt id ", "answer to session/prompt id ",
         f"session {sid} created in {tmp_path}", f"session {sid} closed",
-        "model request: scripted-model, 2 messages, 8 tools", "retry 1 in",
+        "model request: scripted-model, 2 messages, 9 tools", "retry 1 in",
         "120 prompt + 7 completion tokens", "1 retries",
         "tool read_file finished in", "tool write_file finished in", "tool terminal finished in",
         "exit code 3", "allow_once",

@@ -240,8 +240,9 @@ async def test_editorWithTheCapabilitySeesCompactionUpdates(scriptedServer, tmp_
 
 
 def big(n: int) -> str:
-    """A prompt of about 1,500 tokens: prompts are never shortened, so only a summary helps."""
-    return f"big {n} " + "w" * 6000
+    """A prompt of about 1,250 tokens: prompts are never shortened, so only a summary helps. Three
+    fit the window beside the tools' schemas (with room for more tools), a fourth does not."""
+    return f"big {n} " + "w" * 5000
 
 
 def smallWindow(model: ScriptedModel, summaries: list[Any]) -> None:

@@ -13,6 +13,7 @@ from hermes_acp.engine.tools.registry import ToolError, checkArguments, parseArg
 def test_hermesToolNames() -> None:
     assert list(BUILTIN_TOOLS) == [
         "read_file", "write_file", "patch", "search_files", "terminal", "todo", "session_search", "clarify",
+        "delegate_task",
     ]
     for tool in BUILTIN_TOOLS.values():
         schema = tool.schema()["function"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hermes_acp.engine.tools.clarify import CLARIFY
+from hermes_acp.engine.tools.delegate import DELEGATE_TASK
 from hermes_acp.engine.tools.files import READ_FILE, WRITE_FILE
 from hermes_acp.engine.tools.patching import PATCH
 from hermes_acp.engine.tools.registry import Tool
@@ -15,7 +16,7 @@ from hermes_acp.engine.tools.todo import TODO
 
 BUILTIN_TOOLS: dict[str, Tool] = {
     tool.name: tool
-    for tool in (READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, SESSION_SEARCH, CLARIFY)
+    for tool in (READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, SESSION_SEARCH, CLARIFY, DELEGATE_TASK)
 }
 
 

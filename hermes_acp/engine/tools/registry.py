@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -21,9 +21,19 @@ from hermes_acp.engine.sandbox import Policy
 from hermes_acp.engine.secrets import redact, redactAll, secretValues
 from hermes_acp.engine.workspace import Workspace
 
-log = logging.getLogger(__name__)
-
 SessionSearch = Callable[[str, int, bool], list[dict[str, Any]]]  # (query, limit, allProjects)
+
+
+class Children(Protocol):
+    """``delegate_task``'s side of ``engine.subagents.Delegation``: the tasks a call may hold,
+    and running them (each task's result and the child's messages)."""
+
+    @property
+    def maxTasks(self) -> int: ...
+
+    def run(self, tasks: list[Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]: ...
+
+log = logging.getLogger(__name__)
 
 
 class ToolError(Exception):
@@ -94,6 +104,9 @@ class ToolContext:
     #: ``askUser(question, choices)``: ask the user through the turn that owns this
     #: call; an ``engine.asking.Answer`` (nobody to ask: no answer).
     askUser: Callable[[str, list[str]], Answer] = lambda question, choices: NOBODY
+    #: ``delegate_task``'s children (``engine.subagents.Delegation``), bound to the call; None
+    #: for any other call, and in a subagent.
+    subagents: Children | None = None
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
@@ -128,6 +141,9 @@ class Tool:
     #: How the editor shows its calls, when not by the renderer's rules.
     title: str | None = None
     kind: str | None = None
+    #: Its call holds one of the process's tool slots while it runs; not one that only waits for
+    #: work that needs slots itself (``delegate_task``: its children's calls).
+    holdsSlot: bool = True
 
     def schema(self) -> dict[str, Any]:
         return {
