@@ -432,18 +432,6 @@ def _runCall(inbox: queue.Queue[Any], slots: ToolSlots | None, job: _Call) -> No
         inbox.put((job.index, outcome))
 
 
-def _releaseGrants(inbox: queue.Queue[Any], slots: ToolSlots) -> None:
-    """Give back the slots granted to a dispatch that no longer needs them (its asks were
-    withdrawn, so no more come); outcomes of abandoned calls are dropped with the queue."""
-    while True:
-        try:
-            item = inbox.get_nowait()
-        except queue.Empty:
-            return
-        if item is GRANTED:
-            slots.release()
-
-
 @attrs.define
 class _Conversation:
     """The state of one ``AIAgent.run_conversation`` call.
@@ -778,7 +766,7 @@ class _Conversation:
                         self._ended(job.callId, job.call, outcome)
             finally:
                 slots.withdraw(inbox)
-                _releaseGrants(inbox, slots)
+                slots.releaseGrants(inbox)  # outcomes of abandoned calls are dropped
         for job in running.values():
             self._finish(job, outcomes, "Error: interrupted by the user before it finished.")
         for job in waiting:

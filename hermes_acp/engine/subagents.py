@@ -264,14 +264,8 @@ class Delegation:
                         results[index] = result
             finally:
                 slots.withdraw(inbox)
-                while True:  # grants that came too late go back
-                    try:
-                        late = inbox.get_nowait()
-                    except queue.Empty:
-                        break
-                    if late is GRANTED:
-                        slots.release()
-                    elif late is not _WOKEN:
+                for late in slots.releaseGrants(inbox):  # results that came with the cancel count
+                    if late is not _WOKEN:
                         results.setdefault(late[0], late[1])
         for task in tasks:
             if task.index not in results:
