@@ -164,7 +164,7 @@ async def test_cancelEndsEveryChildAtOnce(scriptedServer, tmp_path) -> None:
     print(f"cancel with three children: answered in {took:.3f} s, their streams dropped in {dropped:.3f} s")
     assert wire.problems() == []
     assert response.stop_reason == "cancelled" and again.stop_reason == "end_turn"
-    assert took < 3 and dropped < 3 and server.abandoned >= 3  # measured: ~0.02 s and ~0.01 s (see the report)
+    assert took < 3 and dropped < 3 and server.abandoned >= 3  # measured: 0.008 s for both
     cards = toolCalls(updates(wire, sid))
     assert cards and all(c["status"] in ("completed", "failed") for c in cards.values())
 
