@@ -17,6 +17,7 @@ and its tool calls are cards, both under the child's session id, and its end is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -83,6 +84,110 @@ def progress(done: int, running: int, total: int) -> str:
 def _line(text: str, limit: int = 80) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+@attrs.define(eq=False)
+class ChildCards:
+    """One turn's children of ``delegate_task`` as cards: their tags, their answers so far, the
+    progress on the parent's card, and their transcripts (``asides``) for the store.
+
+    ``send(update, journal)`` sends on the parent's session; ``cards`` is the turn's own table of
+    open cards (engine call id -> toolCallId, name, arguments), where each child's card joins the
+    others so that the turn's end closes it like any; ``live`` is whether the editor takes
+    ``subagents`` (then the answer goes as chunks of the child's session)."""
+
+    sessionId: str
+    send: Callable[[dict[str, Any], bool], None]
+    cards: dict[str, tuple[str, str, dict[str, Any]]]
+    live: bool = False
+    #: toolCallId -> its tag, for every open card of a child (its own, its calls').
+    tags: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    #: "CALLID/CHILD" -> (its card's toolCallId, its tag, its answer so far).
+    children: dict[str, tuple[str, dict[str, Any], list[str]]] = attrs.field(factory=dict)
+    #: The delegate call's id -> [children ended, children started].
+    counts: dict[str, list[int]] = attrs.field(factory=dict)
+    asides: list[dict[str, Any]] = attrs.field(factory=list)
+
+    def tagged(self, update: dict[str, Any], title: bool = False) -> dict[str, Any]:
+        """``update`` as sent: tagged when the card is a child's."""
+        tag = self.tags.get(update.get("toolCallId", ""))
+        return update if tag is None else tagged(update, tag, title)
+
+    def callStarted(self, toolCallId: str, extras: dict[str, Any]) -> None:
+        """A call starts; a child's (``extras["subagent"]``) is tagged with its child."""
+        child = extras.get("subagent")
+        parent = self.cards.get(child.get("parentCallId", "")) if isinstance(child, dict) else None
+        if isinstance(child, dict) and parent is not None:
+            self.tags[toolCallId] = {**self._tag(parent[0], child["child"], child["name"]), "role": CALL}
+
+    def callEnded(self, toolCallId: str, name: str, extras: dict[str, Any]) -> dict[str, Any]:
+        """A call ended: the extras its card shows (a delegate call's transcripts are kept aside)."""
+        transcripts = extras.get("transcripts") if name == "delegate_task" else None
+        if isinstance(transcripts, list):
+            extras = {k: v for k, v in extras.items() if k != "transcripts"}
+            self.asides += [m for t in transcripts if isinstance(t, dict)
+                            for m in t.get("messages", ()) if isinstance(m, dict)]
+        return extras
+
+    def forget(self, toolCallId: str) -> bool:
+        """The card is closed; whether it was a child's."""
+        return self.tags.pop(toolCallId, None) is not None
+
+    def _tag(self, parentToolCallId: str, child: int, name: str) -> dict[str, Any]:
+        return {"sessionId": f"{self.sessionId}-{parentToolCallId}-{child}", "name": name,
+                "parentToolCallId": parentToolCallId}
+
+    def started(self, callId: str, child: int, name: str, goal: str) -> None:
+        """A child of the delegate call ``callId`` starts: its card, and the call's progress."""
+        parent = self.cards.get(callId)
+        if parent is None:
+            return
+        toolCallId = f"{parent[0]}/{child}"
+        tag = self._tag(parent[0], child, name)
+        update = childStarted(toolCallId, tag, goal)
+        self.tags[toolCallId] = tagOf(update) or tag
+        self.children[f"{callId}/{child}"] = (toolCallId, tag, [])
+        self.cards[f"{callId}/{child}"] = (toolCallId, "subagent", {"goal": goal})
+        self.send(update, True)
+        self.counts.setdefault(callId, [0, 0])[1] += 1
+        self._progress(callId)
+
+    def text(self, callId: str, child: int, delta: str) -> None:
+        """A piece of a child's answer: a chunk of the child's session for an editor that shows
+        children so, else the card's content so far (not journaled: its end carries it)."""
+        entry = self.children.get(f"{callId}/{child}")
+        if entry is None or not delta:
+            return
+        toolCallId, tag, parts = entry
+        if sum(map(len, parts)) < 4 * CONTENT_LIMIT:
+            parts.append(delta)
+        self.send(childChunk(tag, delta) if self.live else childText(toolCallId, tag, "".join(parts)), False)
+
+    def ended(self, callId: str, child: int, status: str, summary: str) -> None:
+        entry = self.children.pop(f"{callId}/{child}", None)
+        self.cards.pop(f"{callId}/{child}", None)
+        if entry is None:
+            return
+        toolCallId, tag, parts = entry
+        self.tags.pop(toolCallId, None)
+        self.send(childEnded(toolCallId, tag, status, "".join(parts), summary), True)
+        self.counts.setdefault(callId, [0, 0])[0] += 1
+        self._progress(callId)
+
+    def _progress(self, callId: str) -> None:
+        """The delegate call's card says how many children are done, running and waiting."""
+        card = self.cards.get(callId)
+        if card is None:
+            return
+        done, started = self.counts.get(callId, [0, 0])
+        tasks = card[2].get("tasks")
+        total = len(tasks) if isinstance(tasks, list) and tasks else 1
+        self.send(self.tagged({"sessionUpdate": "tool_call_update", "toolCallId": card[0], "status": "in_progress",
+                               "content": [textContent(progress(done, started - done, total))]}), False)
+
+    def clear(self) -> None:
+        self.tags.clear()
+        self.children.clear()
 
 
 @attrs.define(eq=False)

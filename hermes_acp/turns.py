@@ -160,13 +160,10 @@ class Turn:
     #: The MCP tools the model was offered in this turn, by name, and when each call's progress was last shown.
     routes: dict[str, Route] = attrs.field(factory=dict)
     progressShown: dict[str, float] = attrs.field(factory=dict)
-    #: ``delegate_task``'s children: the subagent tag of each card of theirs (by toolCallId), each
-    #: running child ("CALLID/CHILD" -> its card, tag and answer so far), and their transcripts
-    #: (kept searchable beside the history, never in it).
-    childTags: dict[str, dict[str, Any]] = attrs.field(factory=dict)
-    children: dict[str, tuple[str, dict[str, Any], list[str]]] = attrs.field(factory=dict)
-    childCounts: dict[str, list[int]] = attrs.field(factory=dict)
-    asides: list[dict[str, Any]] = attrs.field(factory=list)
+    #: ``delegate_task``'s children as cards, and their transcripts (``subagents.ChildCards``).
+    children: subagents.ChildCards = attrs.field(default=attrs.Factory(lambda self: subagents.ChildCards(
+        self.session.sessionId, lambda update, journal: self.services.updates.send(self.session, update, journal),
+        self.cards, self.services.client.subagents), takes_self=True))
     _answer: OneShot[dict[str, Any]] = attrs.field(factory=OneShot)
     _claimLock: threading.Lock = attrs.field(factory=threading.Lock)
     _claimed: bool = False  # a worker thread has started the engine
@@ -294,7 +291,7 @@ class Turn:
             session.history = list(replaced)
         else:
             session.history.extend(messages)
-        await services.store.endTurn(session, messages, replaced, self.asides)
+        await services.store.endTurn(session, messages, replaced, self.children.asides)
         self._move(ANSWERED)
         if failure is not None:
             raise failure
@@ -385,72 +382,21 @@ class Turn:
         self.messageSeq += 1  # text after a tool call is a new message
         toolCallId = f"{self.turnId}-{callId}"
         self.cards[callId] = (toolCallId, name, arguments)
-        child = extras.get("subagent")
-        parent = self.cards.get(child["parentCallId"]) if isinstance(child, dict) else None
-        if isinstance(child, dict) and parent is not None:  # a child's call: titled with its name
-            self.childTags[toolCallId] = {**self._childTag(parent[0], child["child"], child["name"]), "role": subagents.CALL}
+        self.children.callStarted(toolCallId, extras)
         self.sendCard(self.renderer.toolStarted(toolCallId, name, arguments, extras), title=True)
 
     def sendCard(self, update: dict[str, Any], journal: bool = True, title: bool = False) -> None:
         """A card's update; a child's carries its tag (how the editor sees it is ``subagents``')."""
-        tag = self.childTags.get(update.get("toolCallId", ""))
-        self.services.updates.send(self.session, update if tag is None else subagents.tagged(update, tag, title), journal)
-
-    def _childTag(self, parentToolCallId: str, child: int, name: str) -> dict[str, Any]:
-        return {"sessionId": f"{self.session.sessionId}-{parentToolCallId}-{child}", "name": name,
-                "parentToolCallId": parentToolCallId}
+        self.services.updates.send(self.session, self.children.tagged(update, title), journal)
 
     def subagentStarted(self, callId: str, child: int, name: str, goal: str) -> None:
-        """A child of the ``delegate_task`` call starts: its card, and the call's progress."""
-        parent = self.cards.get(callId)
-        if parent is None:
-            return
-        toolCallId = f"{parent[0]}/{child}"
-        tag = self._childTag(parent[0], child, name)
-        update = subagents.childStarted(toolCallId, tag, goal)
-        self.childTags[toolCallId] = subagents.tagOf(update) or tag
-        self.children[f"{callId}/{child}"] = (toolCallId, tag, [])
-        self.cards[f"{callId}/{child}"] = (toolCallId, "subagent", {"goal": goal})
-        self.services.updates.send(self.session, update)
-        self.childCounts.setdefault(callId, [0, 0])[1] += 1
-        self._childProgress(callId)
+        self.children.started(callId, child, name, goal)
 
     def subagentText(self, callId: str, child: int, delta: str) -> None:
-        """A piece of a child's answer: a chunk of the child's session where the editor shows
-        children so, else the card's content so far (not journaled: its end carries it)."""
-        entry = self.children.get(f"{callId}/{child}")
-        if entry is None or not delta:
-            return
-        toolCallId, tag, parts = entry
-        if sum(map(len, parts)) < 4 * subagents.CONTENT_LIMIT:
-            parts.append(delta)
-        if self.services.client.subagents:
-            self.services.updates.send(self.session, subagents.childChunk(tag, delta), journal=False)
-        else:
-            self.services.updates.send(self.session, subagents.childText(toolCallId, tag, "".join(parts)), journal=False)
+        self.children.text(callId, child, delta)
 
     def subagentEnded(self, callId: str, child: int, status: str, summary: str) -> None:
-        entry = self.children.pop(f"{callId}/{child}", None)
-        self.cards.pop(f"{callId}/{child}", None)
-        if entry is None:
-            return
-        toolCallId, tag, parts = entry
-        self.childTags.pop(toolCallId, None)
-        self.services.updates.send(self.session, subagents.childEnded(toolCallId, tag, status, "".join(parts), summary))
-        counts = self.childCounts.setdefault(callId, [0, 0])
-        counts[0] += 1
-        self._childProgress(callId)
-
-    def _childProgress(self, callId: str) -> None:
-        """The ``delegate_task`` card says how many children are done, running and waiting."""
-        card = self.cards.get(callId)
-        if card is None or self.phase == ANSWERED:
-            return
-        done, started = self.childCounts.get(callId, [0, 0])
-        tasks = card[2].get("tasks")
-        total = len(tasks) if isinstance(tasks, list) and tasks else 1
-        self.sendCard({"sessionUpdate": "tool_call_update", "toolCallId": card[0], "status": "in_progress",
-                       "content": [textContent(subagents.progress(done, started - done, total))]}, journal=False)
+        self.children.ended(callId, child, status, summary)
 
     def toolRunning(self, callId: str) -> None:
         """The call left the reply's queue: its card goes from pending to in progress."""
@@ -465,13 +411,10 @@ class Turn:
             log.warn("end of unknown tool call {id} ({name})", id=callId, name=name)
             return
         toolCallId, _, arguments = card
-        transcripts = extras.get("transcripts") if name == "delegate_task" else None
-        if isinstance(transcripts, list):  # the children's own words: searchable, never the model's history
-            extras = {k: v for k, v in extras.items() if k != "transcripts"}
-            self.asides += [m for t in transcripts for m in t.get("messages", ()) if isinstance(m, dict)]
+        extras = self.children.callEnded(toolCallId, name, extras)  # a delegate call's transcripts kept aside
         self.sendCard(self.renderer.toolFinished(toolCallId, name, arguments, result, failed, extras))
-        child = self.childTags.pop(toolCallId, None)
-        if name == "todo" and child is None and not failed and isinstance(extras.get("todos"), list):
+        child = self.children.forget(toolCallId)
+        if name == "todo" and not child and not failed and isinstance(extras.get("todos"), list):
             self.services.updates.send(self.session, {"sessionUpdate": "plan", "entries": planEntries(extras["todos"])})
 
     def compactionStarted(self, compactionId: str, reason: str) -> None:
@@ -519,7 +462,6 @@ class Turn:
             })  # fmt: skip
         self.cards.clear()
         self.children.clear()
-        self.childTags.clear()
         for compactionId in sorted(self.compactions):
             self.services.updates.compaction(self.session, compactionId, "failed", f"Not completed: {reason}.")
         self.compactions.clear()
@@ -682,9 +624,7 @@ class Turn:
     def _ask(self, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
         if self.cancelled or self.phase == ANSWERED:
             return succeed(CANCELLED)  # no question after a cancel
-        tag = self.childTags.get(toolCall["toolCallId"])
-        if tag is not None:  # a child asks: the question names it
-            toolCall = subagents.tagged(toolCall, tag, title=True)
+        toolCall = self.children.tagged(toolCall, title=True)  # a child's question names it
         d = self.services.permissions.requestPermission(self.session.sessionId, toolCall, kind)
         self._track(d)
         return d
