@@ -249,15 +249,17 @@ class Delegation:
                         if deadline is not None:
                             slots.release()
                             continue
-                        child = self._child(waiting.popleft())
+                        task = waiting.popleft()
                         try:
+                            child = self._child(task)
                             threading.Thread(target=self._runChild, args=(inbox, slots, child), daemon=True,
                                              name="hermes-subagent").start()
-                        except RuntimeError as e:  # no thread to be had
+                        except Exception as e:  # no thread to be had (the process's limit), say
+                            log.exception("%s could not start", task.name)
                             slots.release()
-                            results[child.task.index] = (self._failed(child.task, f"it could not start: {e}"), [])
+                            results[task.index] = (self._failed(task, f"it could not start: {e}"), [])
                         else:
-                            running[child.task.index] = child
+                            running[task.index] = child
                     else:
                         index, result = item
                         running.pop(index, None)
