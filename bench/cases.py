@@ -69,6 +69,23 @@ SCRIPT: dict[str, Any] = {
             [{"tool_calls": [{"id": "w", "name": "write_file", "arguments": {"path": "out.txt", "content": "x\n"}}]}],
             [{"text": "Wrote out.txt."}],
         ]},
+        # A delegated task: the parent's request asks for it, the child (its goal says [child]) answers
+        # in one request, the parent answers; and the same three model requests with two reads.
+        {"match": "[delegate]", "responses": [
+            [{"tool_calls": [{"id": "d", "name": "delegate_task", "arguments": {"goal": "[child] say ok"}}]}],
+            [{"text": "The subagent said ok."}],
+        ]},
+        {"match": "[delegate3]", "responses": [
+            [{"tool_calls": [{"id": "d", "name": "delegate_task", "arguments": {"tasks": [
+                {"goal": f"[child] say ok {n}"} for n in range(3)]}}]}],
+            [{"text": "The subagents said ok."}],
+        ]},
+        {"match": "[child]", "responses": [[{"text": "ok"}]]},
+        {"match": "[tworeads]", "responses": [
+            *([{"tool_calls": [{"id": f"read{n}", "name": "read_file", "arguments": {"path": "notes.txt"}}]}]
+              for n in range(2)),
+            [{"text": "Read notes.txt twice."}],
+        ]},
         {"match": "[stream]", "responses": [[{"text": STREAM_DELTA, "times": STREAM_DELTAS}]]},
         {"match": "[second]", "responses": [[{"stall": 1.0}, {"text": "One second later."}]]},
         {"match": "[stall]", "responses": [[{"stall": True}]]},
@@ -359,6 +376,35 @@ async def caseBackground(b: Bench) -> list[Result]:
     await b.close(agent)
     return [Result("turn starting a background process", samples, "ms",
                    note="`terminal(background=true)` `sleep 60`, 2 model requests; its card stays in progress")]
+
+
+async def caseDelegate(b: Bench) -> list[Result]:
+    """A turn that delegates one task (three model requests: the parent's, the child's, the
+    parent's answer) against a turn of three model requests with two reads between them, in
+    alternating pairs: what a delegated task costs beyond its model time (a child agent, its
+    thread and slot, its events, its card and its journal). And three tasks in parallel."""
+    agent = await b.ready()
+    delegated, reads, three = [], [], []
+    for n in range(b.runs.toolTurns):
+        sessionId = await b.warmSession(agent)
+        delegated.append((await agent.prompt(sessionId, f"[delegate] turn {n}"))[0])
+        sessionId = await b.warmSession(agent)
+        reads.append((await agent.prompt(sessionId, f"[tworeads] turn {n}"))[0])
+        sessionId = await b.warmSession(agent)
+        before = len(agent.updates[sessionId])
+        three.append((await agent.prompt(sessionId, f"[delegate3] turn {n}"))[0])
+        ended = [u for u in agent.updates[sessionId][before:] if u.get("status") == "completed"]
+        if len(ended) != 4:  # three children's cards and the delegate_task card
+            raise BenchError(f"a turn delegating three tasks completed {len(ended)} cards, not 4")
+    await b.close(agent)
+    return [
+        Result("turn delegating 1 task", delegated, "ms",
+               note="3 model requests: the parent's, the child's (one delta), the parent's answer"),
+        Result("turn of 3 model requests, 2 `read_file` calls", reads, "ms", note="the same requests without a child"),
+        Result("cost of a delegated task beyond its model time", [d - r for d, r in zip(delegated, reads)], "ms",
+               note="per pair: delegated turn − the turn of reads"),
+        Result("turn delegating 3 tasks", three, "ms", note="3 children in parallel, one request each"),
+    ]
 
 
 async def caseSandbox(b: Bench) -> list[Result]:
@@ -787,6 +833,7 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "turn": caseTurn,
     "skills": caseSkills,
     "tools": caseTools,
+    "delegate": caseDelegate,
     "sandbox": caseSandbox,
     "background": caseBackground,
     "mcp": caseMCP,

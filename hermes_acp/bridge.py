@@ -35,6 +35,8 @@ MAX_BATCH_BYTES = 64 * 1024
 
 Deliver = Callable[[list[tuple[str, Any]]], Any]
 SUMMARY_CHUNK = "compaction_summary_chunk"
+#: The kind of a child's text: ``SUBAGENT_CHUNK`` + ``"\t"`` + the delegate call's id + ``"\t"`` + the child.
+SUBAGENT_CHUNK = "subagent_chunk"
 
 
 class EventBridge:
@@ -66,6 +68,10 @@ class EventBridge:
     def summary(self, text: str) -> None:
         """A piece of a compaction's summary (coalesced like the answer)."""
         self._text(SUMMARY_CHUNK, text)
+
+    def childText(self, callId: str, child: int, text: str) -> None:
+        """A piece of a child's answer: coalesced like the parent's, one batch per child."""
+        self._text(f"{SUBAGENT_CHUNK}\t{callId}\t{child}", text)
 
     def _text(self, kind: str, text: str) -> None:
         if not text:
@@ -162,6 +168,10 @@ class TurnEvents(Protocol):
 
     def compactionEnded(self, compactionId: str, status: str, summary: str, error: str, before: int, after: int) -> None: ...
 
+    def subagentStarted(self, callId: str, child: int, name: str, goal: str) -> None: ...
+
+    def subagentEnded(self, callId: str, child: int, status: str, summary: str) -> None: ...
+
 
 @implementer(ITurnObserver)
 @attrs.frozen
@@ -225,3 +235,12 @@ class BridgedObserver:
 
     def compactionEnded(self, compactionId: str, status: str, summary: str, error: str, before: int, after: int) -> None:
         self.bridge.event(self.turn.compactionEnded, compactionId, status, summary, error, before, after)
+
+    def subagentStarted(self, callId: str, child: int, name: str, goal: str) -> None:
+        self.bridge.event(self.turn.subagentStarted, callId, child, name, goal)
+
+    def subagentText(self, callId: str, child: int, delta: str) -> None:
+        self.bridge.childText(callId, child, delta)
+
+    def subagentEnded(self, callId: str, child: int, status: str, summary: str) -> None:
+        self.bridge.event(self.turn.subagentEnded, callId, child, status, summary)

@@ -48,6 +48,11 @@ class ClientInfo:
         session = self.capabilities.get("session")
         return isinstance(session, dict) and isinstance(session.get("compaction"), dict)
 
+    @property
+    def subagents(self) -> bool:
+        """Whether the editor shows children as sessions of their own (unstable ``subagents: {}``)."""
+        return isinstance(self.capabilities.get("subagents"), dict)
+
     def elicitation(self, mode: str) -> bool:
         """Whether the editor takes ``elicitation/create`` in ``mode`` ("form" or "url"):
         only a mode whose key is present and not null (``{}`` advertises none)."""
@@ -63,6 +68,8 @@ class ClientInfo:
             offers.append("session.notices")
         if self.compaction:
             offers.append("session.compaction")
+        if self.subagents:
+            offers.append("subagents")
         offers += [f"elicitation.{mode}" for mode in ("form", "url") if self.elicitation(mode)]
         if self.supportsTerminalAuth():
             offers.append("terminal auth")

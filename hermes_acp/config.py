@@ -35,6 +35,12 @@ DEFAULT_COMPACT_AT = 0.9
 DEFAULT_MAX_TOOL_CALLS = 32
 DEFAULT_TOOL_PARALLEL = 4
 DEFAULT_TOOL_THREADS = 16
+#: ``delegate_task``: children of one call at once, tasks per call, children running in the
+#: process, the characters of each child's summary the parent reads.
+DEFAULT_SUBAGENT_PARALLEL = 3
+DEFAULT_SUBAGENT_TASKS = 12
+DEFAULT_SUBAGENT_THREADS = 48
+DEFAULT_SUBAGENT_SUMMARY = 24_000
 #: One model reply: the largest server-sent event (or line, or whole JSON answer) in bytes, the
 #: most text, reasoning and tool calls in bytes (``engine.model.CALL_BYTES``), the longest time in seconds.
 DEFAULT_MODEL_MAX_EVENT = 8 * 1024 * 1024
@@ -314,6 +320,13 @@ class Settings:
     maxToolCalls: int = DEFAULT_MAX_TOOL_CALLS
     toolParallel: int = DEFAULT_TOOL_PARALLEL
     toolThreads: int = DEFAULT_TOOL_THREADS
+    #: ``delegate_task``: children at once per call, tasks per call, children running in the
+    #: process, characters of a child's summary, and the children's model (None: the session's).
+    subagentParallel: int = DEFAULT_SUBAGENT_PARALLEL
+    subagentTasks: int = DEFAULT_SUBAGENT_TASKS
+    subagentThreads: int = DEFAULT_SUBAGENT_THREADS
+    subagentSummary: int = DEFAULT_SUBAGENT_SUMMARY
+    subagentModel: str | None = None
     #: One model reply's bounds: an event's bytes, the reply's bytes, its seconds.
     modelMaxEvent: int = DEFAULT_MODEL_MAX_EVENT
     modelMaxReply: int = DEFAULT_MODEL_MAX_REPLY
@@ -376,6 +389,11 @@ class Settings:
             maxToolCalls=envInt(env, "HERMES_ACP_MAX_TOOL_CALLS", DEFAULT_MAX_TOOL_CALLS),
             toolParallel=envInt(env, "HERMES_ACP_TOOL_PARALLEL", DEFAULT_TOOL_PARALLEL),
             toolThreads=envInt(env, "HERMES_ACP_TOOL_THREADS", DEFAULT_TOOL_THREADS),
+            subagentParallel=envInt(env, "HERMES_ACP_SUBAGENT_PARALLEL", DEFAULT_SUBAGENT_PARALLEL),
+            subagentTasks=envInt(env, "HERMES_ACP_SUBAGENT_TASKS", DEFAULT_SUBAGENT_TASKS),
+            subagentThreads=envInt(env, "HERMES_ACP_SUBAGENT_THREADS", DEFAULT_SUBAGENT_THREADS),
+            subagentSummary=envInt(env, "HERMES_ACP_SUBAGENT_SUMMARY", DEFAULT_SUBAGENT_SUMMARY, minimum=200),
+            subagentModel=env.get("HERMES_ACP_SUBAGENT_MODEL", "").strip() or None,
             modelMaxEvent=envInt(env, "HERMES_ACP_MODEL_MAX_EVENT", DEFAULT_MODEL_MAX_EVENT, minimum=1024),
             modelMaxReply=envInt(env, "HERMES_ACP_MODEL_MAX_REPLY", DEFAULT_MODEL_MAX_REPLY, minimum=1024),
             modelReplySeconds=envSeconds(env, "HERMES_ACP_MODEL_REPLY_SECONDS", DEFAULT_MODEL_REPLY_SECONDS),

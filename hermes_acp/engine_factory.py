@@ -48,6 +48,10 @@ class EngineAgentFactory:
     background: BackgroundProcesses | None = None
     #: The skills every session's agent lists and its skill tools use (None: no skills).
     skills: SkillLibrary | None = None
+    #: The process's child slots: children of every session's ``delegate_task`` share them
+    #: (``HERMES_ACP_SUBAGENT_THREADS``).
+    childSlots: ToolSlots = attrs.field(
+        default=attrs.Factory(lambda self: ToolSlots(self.settings.subagentThreads), takes_self=True))
 
     def buildAgent(self, session: SessionState) -> AIAgent:
         from .engine.agent import AIAgent
@@ -55,6 +59,7 @@ class EngineAgentFactory:
         from .engine.model import ReplyLimits
         from .engine.processes import Limits
         from .engine.sandbox import policyFor
+        from .engine.subagents import SubagentSettings
 
         settings = self.settings
         folders = (session.cwd, *session.additionalDirectories)
@@ -74,6 +79,8 @@ class EngineAgentFactory:
             maxToolCalls=settings.maxToolCalls,
             toolParallel=settings.toolParallel,
             toolSlots=self.toolSlots,
+            subagents=SubagentSettings(settings.subagentParallel, settings.subagentTasks, settings.subagentSummary,
+                                       settings.subagentModel, self.childSlots),
             replyLimits=ReplyLimits(settings.modelMaxEvent, settings.modelMaxReply, settings.modelReplySeconds),
             background=None if self.background is None else self.background.forSession(session.sessionId),
             memory=memory,

@@ -90,6 +90,15 @@ class ITurnObserver(Interface):
         """"completed" (with what the user is shown), "failed" (with why) or "cancelled";
         ``before`` and ``after`` are the estimated tokens of a request."""
 
+    def subagentStarted(callId: str, child: int, name: str, goal: str) -> None:
+        """A child of the ``delegate_task`` call ``callId`` (task index ``child``) starts."""
+
+    def subagentText(callId: str, child: int, delta: str) -> None:
+        """A piece of that child's answer (its own calls come as tool events with their own ids)."""
+
+    def subagentEnded(callId: str, child: int, status: str, summary: str) -> None:
+        """That child ended: "completed", "failed" or "interrupted", with its summary or why."""
+
 
 class IEngineAgent(Interface):
     """One session's synchronous agent. ``run_conversation`` runs on a worker thread;
@@ -294,9 +303,10 @@ class ISessionStore(Interface):
         """Cut the conversation back to before prompt turn ``turn``; the turns cut."""
 
     def endTurn(state: SessionState, messages: list[dict[str, Any]],
-                history: list[dict[str, Any]] | None = None) -> Awaitable[None]:
+                history: list[dict[str, Any]] | None = None, asides: list[dict[str, Any]] = ()) -> Awaitable[None]:
         """Make the finished turn durable (journal, new messages, idle state); with
-        ``history`` (after a compaction) that is the model's history from now on."""
+        ``history`` (after a compaction) that is the model's history from now on. ``asides``
+        (subagents' messages) are kept searchable, outside the model's history."""
 
     def replaceHistory(state: SessionState, messages: list[dict[str, Any]]) -> Awaitable[None]:
         """Replace the conversation the model sees."""

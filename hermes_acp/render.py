@@ -34,6 +34,7 @@ KINDS = {
     "skills_list": "read",
     "skill_view": "read",
     "skill_manage": "edit",
+    "delegate_task": "think",
 }
 #: Cap on text shown in a tool call's content and on rawOutput.
 CONTENT_LIMIT = 16 * 1024
@@ -88,6 +89,17 @@ def _questionAndAnswer(extras: dict[str, Any]) -> str:
                "deferred": "_Asked in the conversation: the next prompt answers it._"}
     said = answers.get(str(extras.get("action")), f"_No answer: {extras.get('answer') or 'nobody answered'}._")
     return f"**Question:** {extras['question']}\n\n{said}"
+
+
+def _delegated(results: list[Any]) -> str:
+    """A ``delegate_task`` card at its end: each child's status and summary (or why it failed)."""
+    parts = []
+    for result in results:
+        if isinstance(result, dict):
+            said = str(result.get("summary") or result.get("error") or "")
+            parts.append(f"**Subagent {int(result.get('task_index', 0)) + 1}** ({result.get('status')}): "
+                         f"{truncateMiddle(said, CONTENT_LIMIT // max(1, len(results)))}")
+    return "\n\n".join(parts)
 
 
 def _commandStatus(text: str, failed: bool, extras: dict[str, Any]) -> str:
@@ -223,6 +235,10 @@ class Renderer:
             return f"Analyze image {self.shown(source) if not source.startswith('data:') else '(data URL)'}"
         if name in ("skills_list", "skill_view", "skill_manage"):
             return _skillTitle(name, args)
+        if name == "delegate_task":
+            tasks = args.get("tasks")
+            count = len(tasks) if isinstance(tasks, list) and tasks else 1
+            return f"Delegate {count} task{'s' if count != 1 else ''} to subagents"
         if name == "session_search":
             where = " in all projects" if args.get("all_projects") is True else ""
             return f'Search past sessions{where}: "{_oneLine(str(args.get("query", "")), 60)}"'
@@ -238,7 +254,7 @@ class Renderer:
 
     def locations(self, name: str, args: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]]:
         path = extras.get("path") or (args.get("path") if "path" in args else None)
-        if name not in KINDS or name in ("terminal", "todo", "session_search", "process") or path is None:
+        if name not in KINDS or name in ("terminal", "todo", "session_search", "process", "delegate_task") or path is None:
             return []
         location: dict[str, Any] = {"path": self.absolute(path)}
         line = extras.get("line") or (args.get("offset") if name == "read_file" else None)
@@ -295,7 +311,9 @@ class Renderer:
             content.append(self.diff(extras))
         if extras.get("terminalId"):
             content.append({"type": "terminal", "terminalId": extras["terminalId"]})
-        if name == "clarify" and "question" in extras and not failed:
+        if name == "delegate_task" and isinstance(extras.get("results"), list):
+            content.append(textContent(_delegated(extras["results"])))
+        elif name == "clarify" and "question" in extras and not failed:
             content.append(textContent(_questionAndAnswer(extras)))
         elif name == "terminal" and "output" in extras:
             body = str(extras["output"])

@@ -379,7 +379,7 @@ class SessionManager:
         return gatherResults([self.flush(s) for s in list(self.sessions.values())])
 
     async def endTurn(self, state: SessionState, messages: list[dict[str, Any]],
-                      history: list[dict[str, Any]] | None = None) -> None:
+                      history: list[dict[str, Any]] | None = None, asides: list[dict[str, Any]] = ()) -> None:
         """Make the finished turn durable: journal, new messages (or, after a compaction,
         the new ``history``, the old one archived), idle state, settings; one job of
         the database thread, so a shutdown's close comes after all of it.
@@ -387,11 +387,13 @@ class SessionManager:
         When another process marked the turn interrupted meanwhile, the messages are
         appended all the same. When the store refuses (a full disk), all of it is kept
         in memory and written first thing the next time the session writes; the user
-        is told. The editor's answer never waits for more than this one try.
+        is told. The editor's answer never waits for more than this one try. ``asides`` (the
+        turn's subagents' messages) are archived: found by ``session_search``, never loaded.
         """
         state.updatedAt = timestamp()
+        archived = [_Write("archiveMessages", (list(asides),))] if asides else []
         await self._write(state, *self._journal(state), _Write("endTurn", (state.turnNumber, messages, history)),
-                          self._settings(state))
+                          *archived, self._settings(state))
 
     async def beginTurn(self, state: SessionState, prompt: str | None = None) -> None:
         """Mark a turn running in this process (with its ``prompt`` when it goes to the model:

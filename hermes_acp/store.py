@@ -687,6 +687,17 @@ class SessionDB:
             ).fetchall()
         return [safejson.loads(message) for (message,) in rows]
 
+    def archiveMessages(self, sessionId: str, messages: Iterable[dict[str, Any]]) -> None:
+        """Keep ``messages`` searchable beside the history, never in it (a subagent's): archived
+        rows below the lowest ``seq``, in the full-text index like those a compaction archived."""
+        messages = list(messages)
+        with self._write() as cursor:
+            self._require(cursor, sessionId)
+            (low,) = cursor.execute(
+                "SELECT coalesce(min(seq), 0) FROM acp_messages WHERE session_id = ?", (sessionId,)
+            ).fetchone()
+            self._insertMessages(cursor, sessionId, min(low, 0) - len(messages), messages, archived=True)
+
     def replaceMessages(self, sessionId: str, messages: Iterable[dict[str, Any]]) -> int:
         """Replace the model's history in one transaction (``/reset``); the old messages are
         archived, still found by ``searchMessages``."""

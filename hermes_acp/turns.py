@@ -36,7 +36,7 @@ from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from .bridge import SUMMARY_CHUNK, BridgedObserver, EventBridge
+from .bridge import SUBAGENT_CHUNK, SUMMARY_CHUNK, BridgedObserver, EventBridge
 from .catalog import ModelCatalog
 from .commands import Commands, slashCommand
 from .client import ClientInfo
@@ -61,6 +61,7 @@ from .render import planEntries, planSteps, shownOutput, textContent
 from .session_state import SessionState
 from .skillcommands import SkillCommands
 from .store import timestamp
+from . import subagents
 from .updates import usageUpdate
 
 if TYPE_CHECKING:
@@ -169,6 +170,10 @@ class Turn:
     #: The MCP tools the model was offered in this turn, by name, and when each call's progress was last shown.
     routes: dict[str, Route] = attrs.field(factory=dict)
     progressShown: dict[str, float] = attrs.field(factory=dict)
+    #: ``delegate_task``'s children as cards, and their transcripts (``subagents.ChildCards``).
+    children: subagents.ChildCards = attrs.field(default=attrs.Factory(lambda self: subagents.ChildCards(
+        self.session.sessionId, lambda update, journal: self.services.updates.send(self.session, update, journal),
+        self.cards, self.services.client.subagents), takes_self=True))
     _answer: OneShot[dict[str, Any]] = attrs.field(factory=OneShot)
     _claimLock: threading.Lock = attrs.field(factory=threading.Lock)
     _claimed: bool = False  # a worker thread has started the engine
@@ -303,7 +308,7 @@ class Turn:
             session.history = list(replaced)
         else:
             session.history.extend(messages)
-        await services.store.endTurn(session, messages, replaced)
+        await services.store.endTurn(session, messages, replaced, self.children.asides)
         self._move(ANSWERED)
         if failure is not None:
             raise failure
@@ -387,6 +392,9 @@ class Turn:
             elif kind == SUMMARY_CHUNK:
                 for compactionId in self.compactions:  # one at a time
                     self.services.updates.compactionChunk(self.session, compactionId, payload)
+            elif kind.startswith(SUBAGENT_CHUNK):
+                _, callId, child = kind.split("\t")
+                self.subagentText(callId, int(child), payload)
             else:
                 self.sendText(kind, payload)
         return self.services.updates.whenWritable()
@@ -402,15 +410,27 @@ class Turn:
         self.messageSeq += 1  # text after a tool call is a new message
         toolCallId = f"{self.turnId}-{callId}"
         self.cards[callId] = (toolCallId, name, arguments)
-        send = self.services.updates.send
-        send(self.session, self.renderer.toolStarted(toolCallId, name, arguments, extras))
+        self.children.callStarted(toolCallId, extras)
+        self.sendCard(self.renderer.toolStarted(toolCallId, name, arguments, extras), title=True)
+
+    def sendCard(self, update: dict[str, Any], journal: bool = True, title: bool = False) -> None:
+        """A card's update; a child's carries its tag (how the editor sees it is ``subagents``')."""
+        self.services.updates.send(self.session, self.children.tagged(update, title), journal)
+
+    def subagentStarted(self, callId: str, child: int, name: str, goal: str) -> None:
+        self.children.started(callId, child, name, goal)
+
+    def subagentText(self, callId: str, child: int, delta: str) -> None:
+        self.children.text(callId, child, delta)
+
+    def subagentEnded(self, callId: str, child: int, status: str, summary: str) -> None:
+        self.children.ended(callId, child, status, summary)
 
     def toolRunning(self, callId: str) -> None:
         """The call left the reply's queue: its card goes from pending to in progress."""
         card = self.cards.get(callId)
         if card is not None:
-            self.services.updates.send(self.session, {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
-                                                      "status": "in_progress"})
+            self.sendCard({"sessionUpdate": "tool_call_update", "toolCallId": card[0], "status": "in_progress"})
 
     def toolEnded(self, callId: str, name: str, result: str, failed: bool, extras: dict[str, Any]) -> None:
         self.messageSeq += 1
@@ -419,11 +439,14 @@ class Turn:
             log.warn("end of unknown tool call {id} ({name})", id=callId, name=name)
             return
         toolCallId, _, arguments = card
+        extras = self.children.callEnded(toolCallId, name, extras)  # a delegate call's transcripts kept aside
         if name == "terminal" and not failed and extras.get("background") and self.services.background is not None:
             self.services.background.adopt(self.session, toolCallId, extras)  # the card lives on with the process
+            self.children.forget(toolCallId)
             return
-        self.services.updates.send(self.session, self.renderer.toolFinished(toolCallId, name, arguments, result, failed, extras))
-        if name == "todo" and not failed and isinstance(extras.get("todos"), list):
+        self.sendCard(self.renderer.toolFinished(toolCallId, name, arguments, result, failed, extras))
+        child = self.children.forget(toolCallId)
+        if name == "todo" and not child and not failed and isinstance(extras.get("todos"), list):
             self.services.updates.send(self.session, {"sessionUpdate": "plan", "entries": planEntries(extras["todos"])})
 
     def compactionStarted(self, compactionId: str, reason: str) -> None:
@@ -450,28 +473,27 @@ class Turn:
         """The editor made a terminal for the call's command: show it in its card."""
         card = self.cards.get(callId)
         if card is not None:
-            update = {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
-                      "content": [{"type": "terminal", "terminalId": terminalId}]}
-            self.services.updates.send(self.session, update)
+            self.sendCard({"sessionUpdate": "tool_call_update", "toolCallId": card[0],
+                           "content": [{"type": "terminal", "terminalId": terminalId}]})
 
     def commandOutput(self, callId: str, output: str) -> None:
         """The output so far of a command that runs here: shown in its card as the editor's
         terminal would show it. Not journaled: the card's final update carries the output."""
         card = self.cards.get(callId)
         if card is not None and self.phase != ANSWERED and not self.cancelled:
-            update = {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
-                      "content": [textContent(shownOutput(output, "(no output yet)"))]}
-            self.services.updates.send(self.session, update, journal=False)
+            self.sendCard({"sessionUpdate": "tool_call_update", "toolCallId": card[0],
+                           "content": [textContent(shownOutput(output, "(no output yet)"))]}, journal=False)
 
     def sweep(self) -> None:
         """Give every tool card still open a final status."""
         reason = "cancelled" if self.cancelled else "the turn ended before it finished"
         for toolCallId, _, _ in self.cards.values():
-            self.services.updates.send(self.session, {
+            self.sendCard({
                 "sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "failed",
                 "content": [textContent(f"Not completed: {reason}.")],
             })  # fmt: skip
         self.cards.clear()
+        self.children.clear()
         for compactionId in sorted(self.compactions):
             self.services.updates.compaction(self.session, compactionId, "failed", f"Not completed: {reason}.")
         self.compactions.clear()
@@ -628,12 +650,13 @@ class Turn:
         parts = [f"{done:g}" + (f" of {total:g}" if isinstance(total, (int, float)) else "")
                  if isinstance(done, (int, float)) else "", str(message)[:300] if message else ""]
         text = " — ".join(part for part in parts if part) or "working"
-        self.services.updates.send(self.session, {"sessionUpdate": "tool_call_update", "toolCallId": card[0],
-                                                  "content": [textContent(f"Progress: {text}")]})
+        self.sendCard({"sessionUpdate": "tool_call_update", "toolCallId": card[0],
+                       "content": [textContent(f"Progress: {text}")]})
 
     def _ask(self, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
         if self.cancelled or self.phase == ANSWERED:
             return succeed(CANCELLED)  # no question after a cancel
+        toolCall = self.children.tagged(toolCall, title=True)  # a child's question names it
         d = self.services.permissions.requestPermission(self.session.sessionId, toolCall, kind)
         self._track(d)
         return d

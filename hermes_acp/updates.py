@@ -21,6 +21,7 @@ from .render import textContent
 from .interfaces import ISessionStore, IUpdateChannel
 from .jsonrpc import JSONRPCConnection
 from .session_state import SessionState
+from .subagents import SubagentView
 
 
 @implementer(IUpdateChannel)
@@ -31,13 +32,15 @@ class UpdateChannel:
     connection: JSONRPCConnection
     store: ISessionStore
     client: ClientInfo
+    #: How children of ``delegate_task`` are shown to an editor with ``subagents``.
+    subagents: SubagentView = attrs.field(factory=SubagentView)
 
     @property
     def paused(self) -> bool:
         return self.connection.paused
 
     def send(self, state: SessionState, update: dict[str, Any], journal: bool = True) -> None:
-        self.connection.notify("session/update", {"sessionId": state.sessionId, "update": update})
+        self._show(state, update)
         if journal:
             self.store.journalUpdate(state, update)
 
@@ -66,8 +69,15 @@ class UpdateChannel:
         update = withoutEditorTerminals(update)
         if update.keys() <= {"sessionUpdate", "toolCallId"}:
             return  # it only showed a terminal
-        self.send(state, compactionUpdate(update) if self.client.compaction and isCompactionCard(update) else update,
-                  journal=False)
+        self._show(state, compactionUpdate(update) if self.client.compaction and isCompactionCard(update) else update,
+                   replaying=True)
+
+    def _show(self, state: SessionState, update: dict[str, Any], replaying: bool = False) -> None:
+        if self.client.subagents and "_meta" in update:  # a child's, maybe: in its session's form
+            for sessionId, shown in self.subagents.shown(state.sessionId, update, replaying):
+                self.connection.notify("session/update", {"sessionId": sessionId, "update": shown})
+        else:
+            self.connection.notify("session/update", {"sessionId": state.sessionId, "update": update})
 
     def whenWritable(self) -> Deferred[None]:
         return self.connection.whenWritable()

@@ -19,6 +19,8 @@ SCHEMA_PATH = Path(__file__).parent / "data" / "acp-schema-v1.json"
 # Unstable additions we use (session/fork, PromptResponse.usage) are checked against this one.
 UNSTABLE_PATH = Path(__file__).parent / "data" / "acp-schema-v1-unstable.json"
 ENVELOPE_KEYS = {"jsonrpc", "id", "method", "params", "result", "error"}
+# Session updates only the unstable schema has (an editor with ``subagents`` gets them).
+UNSTABLE_UPDATES = {"subagent_update", "session_message", "session_message_chunk"}
 # Methods no current schema has, kept for older clients.
 LEGACY_METHODS = {"session/set_model"}
 # Values the schema leaves free-form: anything may sit below these keys (a form's
@@ -103,6 +105,8 @@ def checkAgentFrame(frame: dict[str, Any], requestMethods: dict[str, str]) -> li
             found += problems(params, typeFor(method, "client", "Request"))
         elif method == "$/cancel_request":
             found += problems(params, "CancelRequestNotification")
+        elif method == "session/update" and (params.get("update") or {}).get("sessionUpdate") in UNSTABLE_UPDATES:
+            found += problems(params, ("SessionNotification", True))
         else:
             found += problems(params, typeFor(method, "client", "Notification"))
     elif "error" in frame:

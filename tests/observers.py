@@ -39,6 +39,9 @@ class RecordingObserver:
         self.userAnswer = userAnswer
         #: ("started", id, reason), ("text", id, delta), ("ended", id, status, summary, error, before, after)
         self.compactions: list[tuple[Any, ...]] = []
+        #: ("started", call id, child, name, goal), ("text", call id, child, delta),
+        #: ("ended", call id, child, status, summary) of ``delegate_task``'s children
+        self.children: list[tuple[Any, ...]] = []
         #: ``toolAnswer(name, arguments)`` answers a delegated (MCP) call.
         self.toolAnswer = toolAnswer or (lambda name, arguments: (f"ran {name}", False, {}))
         self.commandAnswer = commandAnswer
@@ -113,6 +116,18 @@ class RecordingObserver:
 
     def compactionEnded(self, compactionId: str, status: str, summary: str, error: str, before: int, after: int) -> None:
         self.compactions.append(("ended", compactionId, status, summary, error, before, after))
+
+    def subagentStarted(self, callId: str, child: int, name: str, goal: str) -> None:
+        with self.lock:
+            self.children.append(("started", callId, child, name, goal))
+
+    def subagentText(self, callId: str, child: int, delta: str) -> None:
+        with self.lock:
+            self.children.append(("text", callId, child, delta))
+
+    def subagentEnded(self, callId: str, child: int, status: str, summary: str) -> None:
+        with self.lock:
+            self.children.append(("ended", callId, child, status, summary))
 
     def ends(self) -> dict[str, str]:
         """call id -> how it ended; fails if a call ended twice or never started."""

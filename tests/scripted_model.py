@@ -31,7 +31,8 @@ connection open after ``[DONE]``, as a misbehaving proxy would. ``FRAMINGS`` are
 client's stream and cancel tests run against.
 
 Rules pick a script by a substring of the latest user message, so concurrent
-sessions each get their own; requests that match no rule use the default
+sessions each get their own (a rule whose match starts with ``system:`` looks in the
+system prompt instead: a subagent's says it is one, and names its task); requests that match no rule use the default
 script. A script that runs out answers HTTP 500, unless it repeats. The agent's
 compaction requests (their system prompt is ``compaction.SUMMARY_PROMPT``) have a
 script of their own, ``summaries`` (by default each answers a short numbered
@@ -523,7 +524,9 @@ class ScriptedModel(Resource):
         elif isTitleRequest(body):
             steps = self.titles.next()
         else:
-            script = next((s for match, s in self.rules if match in text), self.default)
+            system = str(_systemPrompt(body) or "")
+            script = next((s for match, s in self.rules if (match[7:] in system if match.startswith("system:")
+                                                            else match in text)), self.default)
             steps = script.next()
         if steps is None:
             message = f"script exhausted (latest user message: {text[:80]!r})"

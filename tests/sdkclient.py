@@ -120,6 +120,7 @@ class Wire:
         restoring: dict[Any, str] = {}  # load/resume request id -> session id
         prompting: dict[str, int] = {}  # session id -> prompts in flight
         promptIds: dict[Any, str] = {}
+        parentOf: dict[str, str] = {}  # announced child session -> its parent
         found = []
         for direction, message in self.order:
             if direction == "sent" and "method" in message and "id" in message:
@@ -141,6 +142,9 @@ class Wire:
             elif direction == "received" and message.get("method") == "session/update":
                 sessionId = message["params"]["sessionId"]
                 kind = message["params"]["update"]["sessionUpdate"]
+                if kind == "subagent_update" and sessionId in known | set(restoring.values()):
+                    parentOf[message["params"]["update"]["sessionId"]] = sessionId  # announces a child
+                sessionId = parentOf.get(sessionId, sessionId)  # a child's traffic counts as its parent's
                 if sessionId not in known and sessionId not in restoring.values():
                     found.append(f"{kind} for {sessionId} before the editor knew the session")
                 elif (kind in TURN_CONTENT and not prompting.get(sessionId) and sessionId not in restoring.values()

@@ -154,7 +154,8 @@ async def test_historyIsSentAndTheNextTurnContinues(scriptedServer, workspace: P
     assert sent[1:] == [{"role": "user", "content": "one"}, {"role": "assistant", "content": "first answer"},
                         {"role": "user", "content": "two"}]
     tools = [t["function"]["name"] for t in server.chatRequests[0]["tools"]]
-    assert tools == ["read_file", "write_file", "patch", "search_files", "terminal", "todo", "clarify", "web_extract"]
+    assert tools == ["read_file", "write_file", "patch", "search_files", "terminal", "todo", "clarify", "delegate_task",
+                     "web_extract"]
 
 
 @pytest_twisted.ensureDeferred

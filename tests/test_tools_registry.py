@@ -12,8 +12,8 @@ from hermes_acp.engine.tools.registry import ToolError, checkArguments, parseArg
 
 def test_hermesToolNames() -> None:
     assert list(BUILTIN_TOOLS) == [
-        "read_file", "write_file", "patch", "search_files", "terminal", "todo", "session_search", "clarify", "process",
-        "web_search", "web_extract", "memory", "skills_list", "skill_view", "skill_manage",
+        "read_file", "write_file", "patch", "search_files", "terminal", "todo", "session_search", "clarify",
+        "delegate_task", "process", "web_search", "web_extract", "memory", "skills_list", "skill_view", "skill_manage",
     ]
     for tool in BUILTIN_TOOLS.values():
         schema = tool.schema()["function"]

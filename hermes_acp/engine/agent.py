@@ -37,6 +37,7 @@ from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, M
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy, policyFor
 from hermes_acp.engine.secrets import redact, secretValues
+from hermes_acp.engine.subagents import CHILD_EXCLUDED, Delegation, SubagentSettings
 from hermes_acp.engine.result import TurnResult, TurnUsage
 from hermes_acp.engine.tools.builtin import SKILL_TOOLS, selectTools
 from hermes_acp.engine.asking import Answer
@@ -254,6 +255,10 @@ class AIAgent:
     #: The skills (``engine.skills``): listed in the system prompt, read and changed by the
     #: skill tools (None: no skills, and no skill tools).
     skills: SkillLibrary | None = None
+    #: How ``delegate_task`` runs children (``engine.subagents``), and how deep this agent is:
+    #: 0 for a session's, 1 for a child (which cannot delegate nor ask the user).
+    subagents: SubagentSettings = attrs.field(factory=SubagentSettings)
+    depth: int = 0
 
     todos: list[dict[str, str]] = attrs.field(factory=list)
     _commandApprovals: CommandApprovals | None = attrs.field(default=None, init=False)
@@ -371,11 +376,26 @@ class AIAgent:
         if self.skills is None and self.tools is None:
             for name in SKILL_TOOLS:
                 tools.pop(name)
-        if self.planning:
+        if self.planning and not self.depth:
             tools[EXIT_PLAN.name] = EXIT_PLAN
         if self.visionModel is not None and self.tools is None:
             tools[VISION_ANALYZE.name] = VISION_ANALYZE
+        for name in CHILD_EXCLUDED if self.depth else ():
+            tools.pop(name, None)
         return tools
+
+    def child(self, systemPrompt: str, model: str | None = None) -> AIAgent:
+        """A subagent of this agent: the same endpoint, folders, sandbox, limits and tools (less
+        ``CHILD_EXCLUDED``), the same mode and permission rules (what the user allowed for the
+        session holds for it, and its answers hold for the session), a history and a model
+        client of its own, and ``systemPrompt``."""
+        child = attrs.evolve(
+            self, model=model or self.model, systemPrompt=systemPrompt, client=None, depth=self.depth + 1,
+            estimator=Estimator(), summaryFailures=0, todos=[])
+        child.pathApprovals = self.pathApprovals
+        child._commandApprovals = self.commandApprovals
+        child._locks = self._locks
+        return child
 
     def modelClient(self) -> ModelClient:
         if self.client is None or self.client.endpoint != self.endpoint:
@@ -455,9 +475,9 @@ class _Call:
     arguments: dict[str, Any]
 
 
-def _runCall(inbox: queue.Queue[Any], slots: ToolSlots, job: _Call) -> None:
+def _runCall(inbox: queue.Queue[Any], slots: ToolSlots | None, job: _Call) -> None:
     """A tool thread: run the call unless the turn was cancelled first; whatever
-    happens, its slot is given back and an outcome goes to the inbox (the turn waits
+    happens, its slot (if it holds one) is given back and an outcome goes to the inbox (the turn waits
     for one per running call)."""
     tool, context = job.tool, job.context
     outcome = ToolOutcome(f"Error: {tool.name} failed unexpectedly", failed=True)
@@ -475,20 +495,9 @@ def _runCall(inbox: queue.Queue[Any], slots: ToolSlots, job: _Call) -> None:
     except Exception:
         log.exception("tool thread of %s failed", tool.name)
     finally:
-        slots.release()
-        inbox.put((job.index, outcome))
-
-
-def _releaseGrants(inbox: queue.Queue[Any], slots: ToolSlots) -> None:
-    """Give back the slots granted to a dispatch that no longer needs them (its asks were
-    withdrawn, so no more come); outcomes of abandoned calls are dropped with the queue."""
-    while True:
-        try:
-            item = inbox.get_nowait()
-        except queue.Empty:
-            return
-        if item is GRANTED:
+        if slots is not None:
             slots.release()
+        inbox.put((job.index, outcome))
 
 
 @attrs.define
@@ -545,6 +554,10 @@ class _Conversation:
         self.live.append(message)
 
     def _system(self) -> dict[str, Any]:
+        content = self._prompt()
+        return {"role": "system", "content": f"{content}\n\n{NOTE}" if self.agent.planning else content}
+
+    def _prompt(self) -> str:
         agent = self.agent
         content = agent.systemPrompt or defaultSystemPrompt(agent.cwd, agent.additionalDirectories,
                                                             projectInstructions(agent.cwd).text)
@@ -553,7 +566,7 @@ class _Conversation:
         if agent.skills is not None:  # the skills' names and descriptions (``engine.skills``)
             skills = agent.skills.catalog(agent.cwd).promptSection(agent.skills.promptChars)
             content = f"{content}\n\n{skills}" if skills else content
-        return {"role": "system", "content": f"{content}\n\n{NOTE}" if agent.planning else content}
+        return content
 
     def _tools(self) -> dict[str, Tool]:
         """The agent's tools and the run's extra ones (an extra never shadows a built-in)."""
@@ -756,6 +769,10 @@ class _Conversation:
             callId = f"{step}.{index}"
             context = self.agent.toolContext(self.cancellation.event, self.observer, self.workspace, callId,
                                              self.cancellation, self.checkpoint)
+            if call.name == "delegate_task" and not self.agent.depth:
+                context = attrs.evolve(context, subagents=Delegation(
+                    self.agent, self.cancellation, self.observer, self.workspace, self.extraTools, callId,
+                    self._prompt()))
             arguments: Any = {}
             try:
                 arguments = parseArguments(call.arguments)
@@ -809,12 +826,15 @@ class _Conversation:
         them; the running ones get a grace period, then end as interrupted (a late one's thread
         still gives its slot back when it ends)."""
         slots, width = self.agent.toolSlots, max(1, self.agent.toolParallel)
-        waiting, running = deque(ready), {}
+        waiting, running = deque(job for job in ready if job.tool.holdsSlot), {}
         inbox: queue.Queue[Any] = queue.Queue()
         asked = 0  # asks for a slot not granted yet
         deadline: float | None = None
         with self.cancellation.watching(inbox):
             try:
+                for job in ready:  # a call that holds no slot starts at once (it waits on calls that do)
+                    if not job.tool.holdsSlot:
+                        self._start(job, inbox, None, running, outcomes)
                 while running or (waiting and deadline is None):
                     while deadline is None and asked < len(waiting) and asked + len(running) < width:
                         slots.ask(inbox)
@@ -835,16 +855,7 @@ class _Conversation:
                         if deadline is not None:  # cancelled since it asked
                             slots.release()
                             continue
-                        job = waiting.popleft()
-                        _notify(self.observer.toolRunning, job.callId)
-                        try:
-                            threading.Thread(target=_runCall, args=(inbox, slots, job), daemon=True,
-                                             name=f"hermes-tool-{job.call.name}").start()
-                        except RuntimeError as e:  # no thread to be had (the process's limit)
-                            slots.release()
-                            self._finish(job, outcomes, f"Error: the agent could not start it: {e}")
-                        else:
-                            running[job.index] = job
+                        self._start(waiting.popleft(), inbox, slots, running, outcomes)
                     else:
                         index, outcome = item
                         job = running.pop(index)
@@ -852,11 +863,25 @@ class _Conversation:
                         self._ended(job.callId, job.call, outcome)
             finally:
                 slots.withdraw(inbox)
-                _releaseGrants(inbox, slots)
+                slots.releaseGrants(inbox)  # outcomes of abandoned calls are dropped
         for job in running.values():
             self._finish(job, outcomes, "Error: interrupted by the user before it finished.")
         for job in waiting:
             self._finish(job, outcomes, "Error: interrupted by the user before it ran.")
+
+    def _start(self, job: _Call, inbox: queue.Queue[Any], slots: ToolSlots | None, running: dict[int, _Call],
+               outcomes: dict[int, ToolOutcome]) -> None:
+        """Start ``job``'s thread; ``slots``: the tool slots it holds (None: it holds none)."""
+        _notify(self.observer.toolRunning, job.callId)
+        try:
+            threading.Thread(target=_runCall, args=(inbox, slots, job), daemon=True,
+                             name=f"hermes-tool-{job.call.name}").start()
+        except RuntimeError as e:  # no thread to be had (the process's limit)
+            if slots is not None:
+                slots.release()
+            self._finish(job, outcomes, f"Error: the agent could not start it: {e}")
+        else:
+            running[job.index] = job
 
     def _finish(self, job: _Call, outcomes: dict[int, ToolOutcome], text: str) -> None:
         outcomes[job.index] = ToolOutcome(text, failed=True)

@@ -55,6 +55,20 @@ class ToolSlots:
             else:
                 raise RuntimeError("released a tool slot that was never granted")
 
+    def releaseGrants(self, inbox: queue.Queue[Any]) -> list[Any]:
+        """Give back the slots granted to ``inbox`` that its owner no longer needs (after
+        ``withdraw``, no more come); the other items it held, in order."""
+        others = []
+        while True:
+            try:
+                item = inbox.get_nowait()
+            except queue.Empty:
+                return others
+            if item is GRANTED:
+                self.release()
+            else:
+                others.append(item)
+
     def withdraw(self, inbox: queue.Queue[Any]) -> int:
         """Take back every ask of ``inbox`` not granted yet; how many there were. After it no
         grant reaches ``inbox`` for them (grants already in it are the caller's to release)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hermes_acp.engine.tools.clarify import CLARIFY
+from hermes_acp.engine.tools.delegate import DELEGATE_TASK
 from hermes_acp.engine.tools.files import READ_FILE, WRITE_FILE
 from hermes_acp.engine.tools.memory import MEMORY
 from hermes_acp.engine.tools.patching import PATCH
@@ -20,8 +21,8 @@ from hermes_acp.engine.tools.websearch import WEB_SEARCH
 
 BUILTIN_TOOLS: dict[str, Tool] = {
     tool.name: tool
-    for tool in (READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, SESSION_SEARCH, CLARIFY, PROCESS,
-                 WEB_SEARCH, WEB_EXTRACT, MEMORY)
+    for tool in (READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, SESSION_SEARCH, CLARIFY, DELEGATE_TASK,
+                 PROCESS, WEB_SEARCH, WEB_EXTRACT, MEMORY)
 }
 BUILTIN_TOOLS.update((tool.name, tool) for tool in (SKILLS_LIST, SKILL_VIEW, SKILL_MANAGE))
 #: The tools that need the session's skills (``AIAgent.skills``).

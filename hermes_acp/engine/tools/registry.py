@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -29,9 +29,19 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from hermes_acp.engine.memory import MemoryStore
 
-log = logging.getLogger(__name__)
-
 SessionSearch = Callable[[str, int, bool], list[dict[str, Any]]]  # (query, limit, allProjects)
+
+
+class Children(Protocol):
+    """``delegate_task``'s side of ``engine.subagents.Delegation``: the tasks a call may hold,
+    and running them (each task's result and the child's messages)."""
+
+    @property
+    def maxTasks(self) -> int: ...
+
+    def run(self, tasks: list[Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]: ...
+
+log = logging.getLogger(__name__)
 
 
 class ToolError(Exception):
@@ -126,6 +136,9 @@ class ToolContext:
     #: ``beforeChange()``: the turn's checkpoint of the session's folders, taken once, before
     #: the first call that may change them (``Tool.mayWrite``; ``engine.checkpoints``).
     beforeChange: Callable[[], None] = lambda: None
+    #: ``delegate_task``'s children (``engine.subagents.Delegation``), bound to the call; None
+    #: for any other call, and in a subagent.
+    subagents: Children | None = None
 
     def resolve(self, path: str) -> str:
         """An absolute, normalised path; relative paths start at the session's folder."""
@@ -175,6 +188,10 @@ class Tool:
         except Exception:
             log.exception("mayWrite of %s failed; taking a checkpoint all the same", self.name)
             return True
+
+    #: Its call holds one of the process's tool slots while it runs; not one that only waits for
+    #: work that needs slots itself (``delegate_task``: its children's calls).
+    holdsSlot: bool = True
 
     def schema(self) -> dict[str, Any]:
         return {
