@@ -29,6 +29,8 @@ from .interfaces import IAgentFactory, ISessionStore
 from .jsonrpc import AuthRequired, InvalidParams, JSONRPCConnection, Reply
 from .lifecycle import Lifecycle
 from .mcp.registry import MCPServers
+from .mcp.signin import SignIns
+from .mcp.tokens import TokenStore
 from .mcp.specs import ConfiguredServers, configFile
 from .naming import SessionNamer
 from .options import SessionOptions
@@ -88,6 +90,7 @@ class ACPServer:
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
         mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
+        mcp.signIns = SignIns(reactor, self.settings, client, TokenStore.default(), connection, mcp.signedIn)
         commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp)
 
         def workspaceFor(state: SessionState, request: Callable[..., Deferred[Any]]) -> ClientWorkspace:
