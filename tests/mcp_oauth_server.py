@@ -18,7 +18,7 @@ What tests need and the packages do not do, under ``/test/`` (no auth):
 refresh tokens stay good),
 ``POST /test/revoke`` revokes every token (a refresh fails with ``invalid_grant``),
 ``POST /test/require?scope=S`` makes the server demand scope S too (403
-``insufficient_scope``), ``GET /test/log`` tells what the authorization server
+``insufficient_scope``, its challenge naming the scopes: ``namingScopes``), ``GET /test/log`` tells what the authorization server
 was asked (each authorize's ``resource`` and scopes, each token grant).
 Tools: add(a, b), whoami() -> the scopes of the caller's token.
 """
@@ -109,11 +109,31 @@ def build(base: str) -> tuple[MCPServer, RecordingProvider, AuthSettings]:
     return server, provider, settings
 
 
+def namingScopes(app: Any, settings: AuthSettings) -> Any:
+    """The package's 403 ``insufficient_scope`` names no ``scope``, which the MCP spec says
+    a server should (RFC 6750 §3): it is added here, the scopes the server requires."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        async def sending(message: dict[str, Any]) -> None:
+            if message.get("type") == "http.response.start" and message.get("status") == 403:
+                headers = []
+                for name, value in message.get("headers", []):
+                    if name.lower() == b"www-authenticate" and b"insufficient_scope" in value:
+                        value += f', scope="{" ".join(settings.required_scopes)}"'.encode()
+                    headers.append((name, value))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return wrapped
+
+
 async def serve(sock: socket.socket, base: str) -> None:
     import uvicorn
 
-    server, _, _ = build(base)
-    app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    server, _, settings = build(base)
+    app = namingScopes(server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1"), settings)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     await uvicorn.Server(config).serve(sockets=[sock])
 

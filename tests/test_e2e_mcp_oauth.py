@@ -340,3 +340,43 @@ async def test_terminalLoginThenTheEditorUsesTheToken(scriptedServer, oauthServe
 
     assert await onLoop(editor()) == []
     assert toolMessages(model.chatRequests[1])[0].strip() == "3"
+
+
+@pytest_twisted.ensureDeferred
+async def test_insufficientScopeStepsUp(scriptedServer, oauthServer, tmp_path) -> None:
+    """A 403 ``insufficient_scope`` asks for a new sign-in with the wider scope (a fresh
+    registration that may ask it); after it, the call works with both scopes."""
+    model, url = scriptedServer
+    browser = Browser()
+    opened: list[asyncio.Task[Any]] = []
+
+    def elicit(request: dict[str, Any]) -> dict[str, Any]:
+        opened.append(asyncio.ensure_future(browser.open(str(request["mode"]["url"]))))
+        return {"action": "accept"}
+
+    model.default.responses += [
+        call("a", "mcp__oa__whoami"), [{"text": "one"}],
+        call("b", "mcp__oa__whoami"), [{"text": "two"}],
+        call("c", "mcp__oa__whoami"), [{"text": "three"}],
+    ]
+    client = SigningClient(permission=allowAll, elicitation=elicit)
+
+    async def scenario() -> Any:
+        async with connect(client, env=modelEnv(url, HERMES_ACP_MCP_LOGIN_TIMEOUT="60")) as (conn, _, wire, process):
+            await raw(conn, "initialize", {"protocolVersion": 1, "clientCapabilities": {"elicitation": {"url": {}}}})
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("oa", oauthServer.url)])).session_id
+            await until(lambda: client.completed, 60, "the sign-in to complete")
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("who")]), 60)
+            await oauthServer.do("/test/require?scope=admin")
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("who now")]), 60)
+            await until(lambda: len(client.completed) == 2, 60, "the step-up sign-in to complete")
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("and now")]), 60)
+            return wire.problems(), await oauthServer.do("/test/log", "GET")
+
+    problems, asked = await onLoop(scenario())
+    assert problems == []
+    assert toolMessages(model.chatRequests[1])[-1].strip() == "mcp"
+    assert "more permissions" in toolMessages(model.chatRequests[3])[-1]
+    assert toolMessages(model.chatRequests[5])[-1].strip() == "admin mcp"
+    authorizations = [entry["scopes"] for entry in asked if entry["what"] == "authorize"]
+    assert authorizations == [["mcp"], ["mcp", "admin"]]

@@ -90,6 +90,8 @@ class _Collect(Protocol):
         self.parts.append(data)
 
     def connectionLost(self, reason: Failure) -> None:
+        if self.done.called:
+            return  # (given up on: the one who waited has gone)
         if self.size > self.limit:
             self.done.errback(TransportError(f"the answer exceeded {self.limit} bytes"))
         else:  # complete, or cut short: what arrived is parsed as far as it goes

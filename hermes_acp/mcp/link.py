@@ -45,6 +45,8 @@ CAPABILITIES: dict[str, Any] = {"roots": {"listChanged": False}}
 STARTING, READY, FAILED, STOPPED = "starting", "ready", "failed", "stopped"
 #: An OAuth server that wants the user to sign in (its tools are absent until then).
 NEEDS_LOGIN = "needs login"
+#: The most sign-ins a server's 403 ``insufficient_scope`` starts (per link).
+MAX_STEP_UPS = 2
 #: The most ``tools/list`` pages read from one server.
 MAX_PAGES = 100
 #: A stdio server that closed its output gets this long to exit (its exit status is the better reason).
@@ -106,6 +108,7 @@ class ServerLink:
     stepUp: tuple[str, ...] = ()
     #: Whether the user is to be taken to a sign-in unasked (not after signing out).
     offerSignIn: bool = False
+    _stepUps: int = 0
     _refreshTimer: Any = None
 
     def __attrs_post_init__(self) -> None:
@@ -300,13 +303,13 @@ class ServerLink:
 
         challenge = parseChallenge(error.challenge)
         if error.status == 403:
-            if challenge.get("error") != "insufficient_scope":
-                return False
-            granted = tuple(((self.oauth.record() or {}).get("scope") or "").split())
-            wider = tuple(dict.fromkeys([*granted, *self.stepUp, *(challenge.get("scope") or "").split()]))
-            if wider == tuple(dict.fromkeys([*granted, *self.stepUp])):
-                return False  # it asks for nothing we have not asked for: a step-up would not help
-            self.stepUp = wider
+            if challenge.get("error") != "insufficient_scope" or self._stepUps >= MAX_STEP_UPS:
+                return False  # (a step-up that did not help is not tried for ever)
+            self._stepUps += 1
+            granted = ((self.oauth.record() or {}).get("scope") or "").split()
+            # The union of what was granted and what is asked (without a scope in the
+            # challenge, the sign-in asks what the server's metadata names now).
+            self.stepUp = tuple(dict.fromkeys([*granted, *self.stepUp, *(challenge.get("scope") or "").split()]))
             why = f"it needs more permissions ({challenge.get('scope') or 'a wider scope'}): sign in again"
         else:
             why = "it needs you to sign in" if self.oauth.bearer() is None else "its sign-in expired: sign in again"
@@ -328,6 +331,8 @@ class ServerLink:
             return self.whenSettled()
         self.state, self.reason, self.stepUp = STARTING, "", ()
         self._settled = OneShot()  # a prompt now waits for this start, as for the first
+        if self.spec.transport == HTTP:  # a new sign-in may be another principal: a new MCP session
+            self.channel.sessionId = None
         self.onChange(self)
         return self.start()
 

@@ -126,7 +126,7 @@ async def signIn(oauth: OAuthClient, reactor: Any, challenge: Mapping[str, str],
     request = None
     try:
         redirectURI = f"http://127.0.0.1:{listening.getHost().port}{CALLBACK_PATH}"
-        client = await oauth.client(discovered, redirectURI)
+        client = await oauth.client(discovered, redirectURI, scopes)
         pending.append(oauth.authorization(discovered, client, redirectURI, scopes))
         shown = maybeDeferred(show, pending[0].url)
         shown.addErrback(lambda f: None if answer.called else answer.errback(f))

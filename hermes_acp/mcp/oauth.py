@@ -271,14 +271,18 @@ class OAuthClient:
             scopes.append("offline_access")
         return Discovered(self.resource, issuer, metadata, tuple(scopes))
 
-    async def client(self, discovered: Discovered, redirectURI: str) -> dict[str, Any]:
+    async def client(self, discovered: Discovered, redirectURI: str, scopes: tuple[str, ...] = ()) -> dict[str, Any]:
         """The client to authorize as: pre-registered, or registered before with this
-        server for this redirect URI, or registered now (RFC 7591)."""
+        server for this redirect URI (and scopes: a step-up may need a wider one), or
+        registered now (RFC 7591)."""
         if self.configured.get("client_id"):
             return {"client_id": self.configured["client_id"], "client_secret": self.configured.get("client_secret"),
                     "token_endpoint_auth_method": "client_secret_post" if self.configured.get("client_secret") else "none"}
+        wanted = list(dict.fromkeys([*discovered.scopes, *scopes]))
         known = self.store.client(discovered.issuer)
-        if known is not None and redirectURI in (known.get("redirect_uris") or []):
+        registered = known.get("scope") if known is not None else None
+        if known is not None and redirectURI in (known.get("redirect_uris") or []) and (
+                not isinstance(registered, str) or set(wanted) <= set(registered.split())):
             return known
         endpoint = discovered.metadata.get("registration_endpoint")
         if not isinstance(endpoint, str):
@@ -289,8 +293,8 @@ class OAuthClient:
                    "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
                    "token_endpoint_auth_method": "none" if "none" in methods else "client_secret_post",
                    "software_id": "hermes-acp", "software_version": __version__}
-        if discovered.scopes:
-            request["scope"] = " ".join(discovered.scopes)
+        if wanted:
+            request["scope"] = " ".join(wanted)
         answer = await self._post(endpoint, json.dumps(request).encode(), "application/json")
         if not isinstance(answer.get("client_id"), str):
             raise OAuthError("the authorization server's registration answer has no client_id")
