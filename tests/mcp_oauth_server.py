@@ -20,16 +20,19 @@ refresh tokens stay good),
 ``POST /test/require?scope=S`` makes the server demand scope S too (403
 ``insufficient_scope``, its challenge naming the scopes: ``namingScopes``), ``GET /test/log`` tells what the authorization server
 was asked (each authorize's ``resource`` and scopes, each token grant).
-Tools: add(a, b), whoami() -> the scopes of the caller's token.
+Tools: add(a, b), whoami() -> the scopes of the caller's token. ``OAUTH_TOKEN_SECONDS`` in
+the environment: the access tokens' lifetime (an hour by default).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from typing import Any
 
 import anyio
+from fastmcp.server.auth.providers import in_memory
 from fastmcp.server.auth.providers.in_memory import InMemoryOAuthProvider
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
@@ -62,6 +65,8 @@ class RecordingProvider(InMemoryOAuthProvider):
 
 
 def build(base: str) -> tuple[MCPServer, RecordingProvider, AuthSettings]:
+    if os.environ.get("OAUTH_TOKEN_SECONDS"):  # the provider's access-token lifetime (default an hour)
+        in_memory.DEFAULT_ACCESS_TOKEN_EXPIRY_SECONDS = int(os.environ["OAUTH_TOKEN_SECONDS"])
     provider = RecordingProvider(base_url=base, issuer_url=base)
     settings = AuthSettings(
         issuer_url=base, resource_server_url=f"{base}/mcp", required_scopes=["mcp"],

@@ -90,8 +90,10 @@ class OAuthServer:
 
 
 @pytest.fixture
-def oauthServer() -> Any:
-    process = subprocess.Popen([sys.executable, SERVER, "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def oauthServer(request: Any) -> Any:
+    """The server; ``indirect`` parametrization gives its tokens' lifetime in seconds."""
+    env = {**os.environ, "OAUTH_TOKEN_SECONDS": str(getattr(request, "param", ""))}
+    process = subprocess.Popen([sys.executable, SERVER, "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     try:
         import select
 
@@ -380,3 +382,65 @@ async def test_insufficientScopeStepsUp(scriptedServer, oauthServer, tmp_path) -
     assert toolMessages(model.chatRequests[5])[-1].strip() == "admin mcp"
     authorizations = [entry["scopes"] for entry in asked if entry["what"] == "authorize"]
     assert authorizations == [["mcp"], ["mcp", "admin"]]
+
+
+@pytest.mark.parametrize("oauthServer", [6], indirect=True)
+@pytest_twisted.ensureDeferred
+async def test_aTokenIsRefreshedBeforeItExpires(scriptedServer, oauthServer, tmp_path) -> None:
+    """A token that lives 6 s is refreshed before it runs out, unasked; calls go on working."""
+    model, url = scriptedServer
+    browser = Browser()
+    home = tempfile.mkdtemp(prefix="hermes-home-")
+    model.default.responses += [call("a", "mcp__oa__add", a=3, b=4), [{"text": "seven"}]]
+
+    def elicit(request: dict[str, Any]) -> dict[str, Any]:
+        asyncio.ensure_future(browser.open(str(request["mode"]["url"])))
+        return {"action": "accept"}
+
+    client = SigningClient(permission=allowAll, elicitation=elicit)
+
+    async def refreshes() -> int:
+        return sum(entry.get("grant") == "refresh_token" for entry in await oauthServer.do("/test/log", "GET"))
+
+    async def scenario() -> Any:
+        async with connect(client, env=modelEnv(url, home)) as (conn, _, wire, process):
+            await raw(conn, "initialize", {"protocolVersion": 1, "clientCapabilities": {"elicitation": {"url": {}}}})
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("oa", oauthServer.url)])).session_id
+            await until(lambda: client.completed, 60, "the sign-in to complete")
+            first = json.loads(tokenFiles(home)[0].read_text())["access_token"]
+            deadline = asyncio.get_running_loop().time() + 30
+            while await refreshes() == 0:
+                assert asyncio.get_running_loop().time() < deadline, "no refresh within 30 s"
+                await asyncio.sleep(0.5)
+            second = json.loads(tokenFiles(home)[0].read_text())["access_token"]
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("add")]), 60)
+            return first != second, wire.problems()
+
+    changed, problems = await onLoop(scenario())
+    assert problems == [] and changed
+    assert toolMessages(model.chatRequests[1])[-1].strip() == "7"
+    assert len(client.elicitations) == 1  # no sign-in asked again
+
+
+@pytest_twisted.ensureDeferred
+async def test_aDeclinedSignInIsNotAskedAgain(scriptedServer, oauthServer, tmp_path) -> None:
+    """Declining the editor's sign-in page stops the sign-in: the server stays without tools,
+    /mcp says what to do, and the agent does not ask again by itself."""
+    model, url = scriptedServer
+    model.default.responses += [[{"text": "fine"}]]
+    client = SigningClient(permission=allowAll, elicitation=lambda request: {"action": "decline"})
+
+    async def scenario() -> Any:
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+            await raw(conn, "initialize", {"protocolVersion": 1, "clientCapabilities": {"elicitation": {"url": {}}}})
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("oa", oauthServer.url)])).session_id
+            await until(lambda: client.elicitations, 60, "the sign-in page")
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("hello")]), 60)
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp")]), 60)
+            return agentText(updates(wire, sid)), wire.problems()
+
+    shown, problems = await onLoop(scenario())
+    assert problems == []
+    assert len(client.elicitations) == 1 and client.completed == []
+    assert "mcp__oa__add" not in offered(model.chatRequests[0])
+    assert "| `oa` | needs login |" in shown and "declined" in shown and "/mcp login oa" in shown
