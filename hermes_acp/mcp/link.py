@@ -47,6 +47,8 @@ STARTING, READY, FAILED, STOPPED = "starting", "ready", "failed", "stopped"
 NEEDS_LOGIN = "needs login"
 #: The most sign-ins a server's 403 ``insufficient_scope`` starts (per link).
 MAX_STEP_UPS = 2
+#: A refresh that could not reach the authorization server is tried again this much later.
+REFRESH_RETRY = 30.0
 #: The most ``tools/list`` pages read from one server.
 MAX_PAGES = 100
 #: A stdio server that closed its output gets this long to exit (its exit status is the better reason).
@@ -276,7 +278,8 @@ class ServerLink:
 
     async def _authorized(self, step: Callable[[], Any]) -> Any:
         """``step()``; when the server refuses the token (401), it is refreshed and
-        ``step`` runs once more (the 401 stands when no refresh is possible)."""
+        ``step`` runs once more (the 401 stands when no refresh is possible: the user is
+        asked to sign in)."""
         try:
             return await step()
         except TransportError as e:
@@ -284,11 +287,12 @@ class ServerLink:
             if e.status != 401 or used is None:
                 raise
             refused = e
-        from .oauth import LoginNeeded
+        from .oauth import OAuthError
 
         try:
             await self.oauth.refresh(used)
-        except LoginNeeded:
+        except OAuthError as e:  # refused, or the authorization server cannot be reached
+            log.info("MCP server {name}: no fresh token ({e})", name=self.spec.name, e=str(e))
             raise refused from None
         self._armRefresh()
         return await step()
@@ -359,9 +363,14 @@ class ServerLink:
         from .oauth import LoginNeeded
 
         def refused(failure: Failure) -> None:
-            if self.state == READY:
-                reason = failure.value if failure.check(LoginNeeded) else "the token could not be refreshed"
-                self.needsLogin(f"{reason}: sign in again (`/mcp login {self.spec.name}`)")
+            if self.state != READY:
+                return
+            if failure.check(LoginNeeded):
+                self.needsLogin(f"{failure.value}: sign in again (`/mcp login {self.spec.name}`)")
+                return
+            log.warn("MCP server {name}: its token could not be refreshed ({e}); trying again in {s:g} s",
+                     name=self.spec.name, e=failure.getErrorMessage(), s=REFRESH_RETRY)
+            self._refreshTimer = self.reactor.callLater(REFRESH_RETRY, self._refreshNow)
 
         d = Deferred.fromCoroutine(self.oauth.refresh())
         d.addCallbacks(lambda _: self._armRefresh(), refused)

@@ -16,6 +16,7 @@ the sign-in stops.
 from __future__ import annotations
 
 import html
+from urllib.parse import urlsplit
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -96,8 +97,11 @@ async def signIn(oauth: OAuthClient, reactor: Any, challenge: Mapping[str, str],
     known = None if oauth.configured.get("client_id") else oauth.store.client(discovered.issuer)
     wanted = port
     for uri in (known or {}).get("redirect_uris") or []:
-        if isinstance(uri, str) and uri.startswith("http://127.0.0.1:"):
-            wanted = int(uri.split(":")[2].split("/")[0])
+        try:
+            if isinstance(uri, str) and uri.startswith("http://127.0.0.1:"):
+                wanted = urlsplit(uri).port or port
+        except ValueError:  # a stored URI that is no URI: a new port, a new registration
+            pass
     answer: Deferred[tuple[str, Any]] = Deferred()
     pending: list[Pending] = []
 

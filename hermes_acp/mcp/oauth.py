@@ -53,6 +53,10 @@ class OAuthError(Exception):
     """The login cannot go on; the message says why, for the user."""
 
 
+class Refused(OAuthError):
+    """The authorization server answered with an error (not: it could not be reached)."""
+
+
 class LoginNeeded(OAuthError):
     """No token works any more (none stored, or its refresh was refused): the user must sign in."""
 
@@ -145,15 +149,12 @@ class OAuthClient:
     #: A pre-registered client (config.yaml ``oauth``): client_id, client_secret, scope.
     configured: Mapping[str, str] = attrs.Factory(dict)
     timeout: float = 30.0
+    #: The HTTP client (``twisted.web.client.Agent``), made when first needed.
     agent: Any = None
     _refreshing: OneShot[dict[str, Any]] | None = None
     #: The tokens in use (None: not read from the store yet, or none there).
     _current: dict[str, Any] | None = None
     _loaded: bool = False
-
-    def __attrs_post_init__(self) -> None:
-        if self.agent is None:
-            self.agent = Agent(self.reactor, connectTimeout=10)
 
     @property
     def resource(self) -> str:
@@ -219,8 +220,8 @@ class OAuthClient:
                   "token_endpoint_auth_method": record.get("token_endpoint_auth_method")}
         try:
             answer = await self._token(record["token_endpoint"], client, fields)
-        except OAuthError as e:
-            log.info("MCP server {url}: refreshing its token failed: {e}", url=self.resource, e=str(e))
+        except Refused as e:  # (one that could not reach the server may work later: not this)
+            log.info("MCP server {url}: refreshing its token was refused: {e}", url=self.resource, e=str(e))
             raise LoginNeeded(f"the server refused to refresh the token ({e})") from None
         saved = self._tokens(answer, record, keepRefresh=refreshToken)
         log.info("MCP server {url}: token refreshed", url=self.resource)
@@ -403,7 +404,7 @@ class OAuthClient:
             error = document.get("error") if isinstance(document, dict) else None
             detail = document.get("error_description") if isinstance(document, dict) else None
             shown = f"{error}" + (f": {str(detail)[:200]}" if detail else "") if isinstance(error, str) else f"HTTP {status}"
-            raise OAuthError(f"{urlsplit(url).netloc} answered {shown}")
+            raise Refused(f"{urlsplit(url).netloc} answered {shown}")
         if not isinstance(document, dict):
             raise OAuthError(f"{url.split('?')[0]} answered something that is not a JSON object")
         return document
@@ -416,6 +417,8 @@ class OAuthClient:
         sent = Headers({b"accept": [b"application/json"], b"user-agent": [f"hermes-acp/{__version__}".encode()]})
         for name, value in headers.items():
             sent.setRawHeaders(name, [value])
+        if self.agent is None:
+            self.agent = Agent(self.reactor, connectTimeout=10)
         d = self.agent.request(method, url.encode("ascii", "ignore"), sent, _Body(body) if body is not None else None)
         d.addTimeout(self.timeout, self.reactor)
         try:

@@ -255,7 +255,6 @@ class MCPServers:
             lines += ["", "Tools: " + ", ".join(f"`{name}`" for name in tools)]
         return "\n".join(lines)
 
-
     # -- signing in and out (``/mcp login NAME``, ``/mcp logout NAME``) -------------------------
 
     def _oauthLink(self, state: SessionState, name: str) -> ServerLink | str:

@@ -86,7 +86,7 @@ def runMCPCommand(options: MCPOptions, out: IO[str] = sys.stdout, err: IO[str] =
     from .oauth import OAuthClient
 
     if options.subCommand == "logout":
-        had = OAuthClient(None, store, spec.url, agent=object()).forget()
+        had = OAuthClient(None, store, spec.url).forget()
         out.write(f"Signed out of {spec.name}.\n" if had else f"{spec.name} had no stored sign-in.\n")
         return 0
     try:
@@ -148,6 +148,9 @@ async def _challenge(oauth: Any) -> tuple[int, list[str]]:
     body = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25",' \
            b'"capabilities":{},"clientInfo":{"name":"hermes-acp","version":"login"}}}'
     headers = Headers({b"accept": [ACCEPT.encode()], b"content-type": [b"application/json"]})
+    from twisted.web.client import Agent
+
+    oauth.agent = oauth.agent or Agent(oauth.reactor, connectTimeout=10)
     d = oauth.agent.request(b"POST", oauth.url.encode("ascii", "ignore"), headers, _Body(body))
     d.addTimeout(oauth.timeout, oauth.reactor)
     response = await d
