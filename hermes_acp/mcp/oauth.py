@@ -194,7 +194,8 @@ class OAuthClient:
     async def refresh(self, used: str | None = None) -> dict[str, Any]:
         """New tokens from the refresh token (one refresh at a time for this server).
         ``used`` is the access token that was refused: if the store already holds
-        another (refreshed meanwhile by someone else), that one is taken. LoginNeeded
+        another (refreshed meanwhile by someone else), that one is taken; without
+        ``used`` (before expiry), a stored token not yet due is kept. LoginNeeded
         when no refresh is possible or the server refused it (revoked, expired)."""
         if self._refreshing is None:
             shot = self._refreshing = OneShot()
@@ -211,7 +212,9 @@ class OAuthClient:
         if record is None:
             raise LoginNeeded("not signed in")
         if used is not None and record.get("access_token") not in (None, used) and not self._expired(record):
-            return record
+            return record  # another process (or session) refreshed it meanwhile
+        if used is None and (self.refreshDue() or 0) > 0:
+            return record  # (a timer's refresh) the stored one is fresh already
         refreshToken = record.get("refresh_token")
         if not refreshToken:
             raise LoginNeeded("the token expired and the server gave no refresh token")
