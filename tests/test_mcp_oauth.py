@@ -191,3 +191,22 @@ def test_learnedTokensAreRedactedFromLogsAndTraces(tmp_path) -> None:
     trace("out", b"", {"params": {"text": "x tok-learned-0123456789 y"}})
     trace.close()
     assert "tok-learned" not in (tmp_path / "trace").read_text()
+
+
+@pytest_twisted.ensureDeferred
+async def test_theClientIsPreRegisteredThenAMetadataDocumentThenRegistered(served) -> None:
+    """config.yaml's client_id wins; a client ID metadata document is used where the server
+    takes them; otherwise the registration made before, for this redirect URI, is reused."""
+    _, base = served({})
+    found = Discovered(f"{base}/mcp", base, metadata(base, client_id_metadata_document_supported=True), ("mcp",))
+    redirect = "http://127.0.0.1:5/callback"
+    assert (await client(f"{base}/mcp", configured={"client_id": "mine"}).client(found, redirect))["client_id"] == "mine"
+    document = "https://me.example/hermes.json"
+    chosen = await client(f"{base}/mcp", configured={"client_metadata_url": document}).client(found, redirect)
+    assert chosen == {"client_id": document, "token_endpoint_auth_method": "none"}
+    oauth = client(f"{base}/mcp", configured={"client_metadata_url": document})
+    oauth.store.saveClient(base, {"client_id": "earlier", "redirect_uris": [redirect], "scope": "mcp"})
+    plain = Discovered(f"{base}/mcp", base, metadata(base), ("mcp",))
+    assert (await oauth.client(plain, redirect))["client_id"] == "earlier"
+    with pytest.raises(OAuthError, match="no client registration"):  # a wider scope needs a new one
+        await oauth.client(plain, redirect, ("admin",))

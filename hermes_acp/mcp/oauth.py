@@ -276,12 +276,18 @@ class OAuthClient:
         return Discovered(self.resource, issuer, metadata, tuple(scopes))
 
     async def client(self, discovered: Discovered, redirectURI: str, scopes: tuple[str, ...] = ()) -> dict[str, Any]:
-        """The client to authorize as: pre-registered, or registered before with this
-        server for this redirect URI (and scopes: a step-up may need a wider one), or
-        registered now (RFC 7591)."""
+        """The client to authorize as, in the MCP spec's order: pre-registered
+        (config.yaml ``oauth.client_id``); a client ID metadata document (config.yaml
+        ``oauth.client_metadata_url``, the HTTPS URL where the user hosts it) when the
+        server takes them; the registration made before with this server for this
+        redirect URI (and scopes: a step-up may need a wider one); a new dynamic
+        registration (RFC 7591)."""
         if self.configured.get("client_id"):
             return {"client_id": self.configured["client_id"], "client_secret": self.configured.get("client_secret"),
                     "token_endpoint_auth_method": "client_secret_post" if self.configured.get("client_secret") else "none"}
+        document = self.configured.get("client_metadata_url")
+        if document and discovered.metadata.get("client_id_metadata_document_supported") is True:
+            return {"client_id": document, "token_endpoint_auth_method": "none"}
         wanted = list(dict.fromkeys([*discovered.scopes, *scopes]))
         known = self.store.client(discovered.issuer)
         registered = known.get("scope") if known is not None else None

@@ -210,6 +210,8 @@ class MCPServers:
     # -- telling the user ------------------------------------------------------------------
 
     def report(self, state: SessionState, title: str, description: str, severity: str = "warning") -> None:
+        if state.sessionId not in self.sessions:
+            return  # (a sign-in that ended after its session did: nobody to tell)
         if self.client.notices:
             self.updates.notice(state, severity, title, description, journal=False)
             return

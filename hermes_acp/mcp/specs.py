@@ -19,7 +19,7 @@ from ..jsonrpc import InvalidParams
 
 STDIO, HTTP, SSE = "stdio", "http", "sse"
 #: What config.yaml's ``oauth`` of an HTTP server may say.
-OAUTH_KEYS = {"client_id", "client_secret", "scope", "redirect_port"}
+OAUTH_KEYS = {"client_id", "client_secret", "client_metadata_url", "scope", "redirect_port"}
 
 
 @attrs.frozen
@@ -39,8 +39,8 @@ class ServerSpec:
     origin: str = "editor"
     #: Seconds a call may go without an answer or progress (None: the setting).
     callTimeout: float | None = None
-    #: config.yaml's ``oauth`` for it: a pre-registered client (client_id, client_secret),
-    #: the scope to ask, the redirect port.
+    #: config.yaml's ``oauth`` for it: a pre-registered client (client_id, client_secret) or
+    #: the URL of a client ID metadata document, the scope to ask, the redirect port.
     oauth: tuple[tuple[str, str], ...] = ()
 
     @property
