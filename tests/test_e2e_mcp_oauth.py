@@ -200,6 +200,7 @@ async def test_signInThroughAURLElicitationRefreshAndSignOut(scriptedServer, oau
                 await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("add a third time")]), 60)
                 await until(lambda: len(client.completed) == 2, 60, "the second sign-in to complete")
                 seen["third"] = await opened[1]
+                seen["final log"] = await oauthServer.do("/test/log", "GET")
                 await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp logout oa")]), 30)
                 seen["after logout"] = tokenFiles(home)
                 await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp")]), 30)
@@ -221,6 +222,9 @@ async def test_signInThroughAURLElicitationRefreshAndSignOut(scriptedServer, oau
     assert grants == ["authorization_code", "refresh_token"]
     authorize = [entry for entry in seen["log"] if entry["what"] == "authorize"][0]
     assert authorize["resource"] == oauthServer.url and authorize["scopes"] == ["mcp"]
+    again = [entry for entry in seen["final log"] if entry["what"] == "authorize"]
+    assert len(again) == 2 and (again[0]["client_id"], again[0]["redirect_uri"]) == (
+        again[1]["client_id"], again[1]["redirect_uri"])  # the registration and its port are reused
     assert seen["rotated"]
     third = toolMessages(model.chatRequests[5])[-1]
     assert "sign in" in third  # the model is told why the call failed
@@ -249,9 +253,12 @@ async def test_signInLinkAsANoticeAndAsText(scriptedServer, oauthServer, tmp_pat
             sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("oa", oauthServer.url)])).session_id
             notice = await noticed(wire, "needs you to sign in")
             seen["notice"] = notice
+            link = URL.search(notice["description"]).group(0)
+            callback = parse_qs(urlsplit(link).query)["redirect_uri"][0]
+            seen["stranger"] = await asyncio.to_thread(browser._get, f"{callback}?code=forged&state=forged")
             await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp")]), 30)
             seen["before"] = agentText(updates(wire, sid))
-            await browser.open(URL.search(notice["description"]).group(0))
+            await browser.open(link)
             await noticed(wire, "Signed in")
             seen["problems"] = wire.problems()
 
@@ -272,6 +279,7 @@ async def test_signInLinkAsANoticeAndAsText(scriptedServer, oauthServer, tmp_pat
     seen = await onLoop(scenario())
     assert seen["problems"] == []
     assert seen["notice"]["severity"] == "info" and "Open this link" in seen["notice"]["description"]
+    assert seen["stranger"][0] == 400  # an answer with another state is refused, the sign-in goes on
     assert "| `oa` | needs login |" in seen["before"] and "/mcp login oa" in seen["before"]
     assert "Open this link to sign in to MCP server `oa`" in seen["held"]
     assert "mcp__oa__add" not in offered(model.chatRequests[0])
@@ -444,3 +452,47 @@ async def test_aDeclinedSignInIsNotAskedAgain(scriptedServer, oauthServer, tmp_p
     assert len(client.elicitations) == 1 and client.completed == []
     assert "mcp__oa__add" not in offered(model.chatRequests[0])
     assert "| `oa` | needs login |" in shown and "declined" in shown and "/mcp login oa" in shown
+
+
+@pytest_twisted.ensureDeferred
+async def test_twoSessionsShareOneSignInAndAnUnansweredOneEnds(scriptedServer, oauthServer, tmp_path) -> None:
+    """Two sessions listing one server: one sign-in page, and both get the tools. A sign-in
+    nobody finishes ends after HERMES_ACP_MCP_LOGIN_TIMEOUT, its listener closed, and says so."""
+    model, url = scriptedServer
+    browser = Browser()
+    pages: list[str] = []
+
+    def elicit(request: dict[str, Any]) -> dict[str, Any]:
+        pages.append(str(request["mode"]["url"]))
+        return {"action": "accept"}
+
+    model.default.responses += [[{"text": "a"}], [{"text": "b"}]]
+    client = SigningClient(permission=allowAll, elicitation=elicit)
+
+    async def scenario() -> Any:
+        env = modelEnv(url, HERMES_ACP_MCP_LOGIN_TIMEOUT="3")
+        async with connect(client, env=env) as (conn, _, wire, process):
+            await raw(conn, "initialize", {"protocolVersion": 1, "clientCapabilities": {
+                "elicitation": {"url": {}}, "session": {"notices": {}}}})
+            first = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("oa", oauthServer.url)])).session_id
+            await until(lambda: pages, 60, "the first sign-in page")
+            ended = await noticed(wire, "did not finish")  # nobody opened it
+            callback = parse_qs(urlsplit(pages[0]).query)["redirect_uri"][0]
+            try:
+                await asyncio.to_thread(browser._get, callback)
+                closed = False
+            except OSError:
+                closed = True
+            await asyncio.wait_for(conn.prompt(session_id=first, prompt=[text("/mcp login oa")]), 60)
+            second = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("oa", oauthServer.url)])).session_id
+            await browser.open(pages[-1])
+            await until(lambda: client.completed, 60, "the sign-in to complete")
+            for sid in (first, second):
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("hi")]), 60)
+            return ended, closed, wire.problems()
+
+    ended, closed, problems = await onLoop(scenario())
+    assert problems == []
+    assert "nobody signed in within 3 s" in ended["description"] and closed
+    assert len(pages) == 2  # the timed-out one and /mcp login's; the second session joined it
+    assert "mcp__oa__add" in offered(model.chatRequests[0]) and "mcp__oa__add" in offered(model.chatRequests[1])
