@@ -210,3 +210,16 @@ async def test_theClientIsPreRegisteredThenAMetadataDocumentThenRegistered(serve
     assert (await oauth.client(plain, redirect))["client_id"] == "earlier"
     with pytest.raises(OAuthError, match="no client registration"):  # a wider scope needs a new one
         await oauth.client(plain, redirect, ("admin",))
+
+
+def test_configYamlOAuthEntries(tmp_path) -> None:
+    from hermes_acp.mcp.specs import parseConfig
+
+    path = tmp_path / "config.yaml"
+    path.write_text("mcp_servers:\n  a:\n    url: https://a.example/mcp\n    oauth: {client_id: c, client_secret: s3cr3t-value,"
+                    " redirect_port: 8765}\n  b:\n    url: https://b.example/mcp\n    oauth: {redirect_port: x}\n"
+                    "  c:\n    url: https://c.example/mcp\n    oauth: {password: p}\n")
+    specs, problems = parseConfig(path)
+    assert [s.name for s in specs] == ["a"] and dict(specs[0].oauth)["redirect_port"] == "8765"
+    assert "s3cr3t-value" in specs[0].secrets
+    assert len(problems) == 2 and "redirect_port" in problems[0] and "oauth must be" in problems[1]

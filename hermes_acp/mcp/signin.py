@@ -52,8 +52,9 @@ def oauthWanted(spec: ServerSpec) -> bool:
 
 @attrs.define(eq=False)
 class _Running:
-    done: Deferred[None]
-    #: What the user is told of the link (for ``/mcp login`` while it runs).
+    """A sign-in underway: what the user is told of its link (``/mcp login`` joining it
+    gets the same)."""
+
     shown: OneShot[str] = attrs.Factory(OneShot)
 
 
@@ -98,7 +99,7 @@ class SignIns:
         assert link.oauth is not None
         running = self._running.get(id(link.oauth))
         if running is None:
-            running = _Running(Deferred())
+            running = _Running()
             self._running[id(link.oauth)] = running
             done = Deferred.fromCoroutine(self._signIn(state, link, report, asked, running))
             done.addErrback(lambda f: log.failure("signing in to MCP server {name} failed", f, name=link.spec.name))

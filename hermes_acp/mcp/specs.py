@@ -167,6 +167,9 @@ def _configured(name: str, entry: Any, folder: str) -> ServerSpec:
         oauth = entry.get("oauth") or {}
         if not isinstance(oauth, dict) or not set(oauth) <= OAUTH_KEYS:
             raise ValueError(f"oauth must be a mapping of {', '.join(sorted(OAUTH_KEYS))}")
+        port = oauth.get("redirect_port")
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+            raise ValueError("oauth.redirect_port must be a port number (1-65535)")
         return ServerSpec(name, HTTP, url=url, headers=mapping("headers"),
                           oauth=tuple((str(k), str(v)) for k, v in oauth.items() if v is not None), **common)
     command = entry.get("command")
