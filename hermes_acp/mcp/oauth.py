@@ -419,7 +419,7 @@ class OAuthClient:
         return document
 
     async def _request(self, method: bytes, url: str, body: bytes | None, headers: Mapping[str, str]) -> tuple[int, bytes]:
-        from .http import _Body, _Collect
+        from .http import _Body, _Collect, _QuietPool
 
         if not url.startswith(("https://", "http://")):
             raise OAuthError(f"{url[:100]} is not an http(s) URL")
@@ -427,7 +427,7 @@ class OAuthClient:
         for name, value in headers.items():
             sent.setRawHeaders(name, [value])
         if self.agent is None:
-            self.agent = Agent(self.reactor, connectTimeout=10)
+            self.agent = Agent(self.reactor, connectTimeout=10, pool=_QuietPool(self.reactor, persistent=False))
         d = self.agent.request(method, url.encode("ascii", "ignore"), sent, _Body(body) if body is not None else None)
         d.addTimeout(self.timeout, self.reactor)
         try:
