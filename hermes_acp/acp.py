@@ -31,6 +31,8 @@ from .interfaces import IAgentFactory, ISessionStore
 from .jsonrpc import AuthRequired, InvalidParams, JSONRPCConnection, Reply
 from .lifecycle import Lifecycle
 from .mcp.registry import MCPServers
+from .mcp.signin import SignIns
+from .mcp.tokens import TokenStore
 from .mcp.specs import ConfiguredServers, configFile
 from .naming import SessionNamer
 from .options import SessionOptions
@@ -102,6 +104,7 @@ class ACPServer:
         catalog.onChange = options.modelsChanged
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
         mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
+        mcp.signIns = SignIns(reactor, self.settings, client, TokenStore.default(), connection, mcp.signedIn)
         skills = SkillCommands(self.skills, reactor, updates, availableCommands())
         rewinds = Rewinds(store, updates, permissions, catalog, self.workers.run, self.checkpointStore)
         commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp,

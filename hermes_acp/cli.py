@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> None:
         from .headless import runPrompt
 
         sys.exit(runPrompt(options, options.subOptions))
+    if options.subCommand == "mcp":  # a terminal command: the link on stderr, the outcome on stdout
+        from .mcp.terminal import runMCPCommand
+
+        sys.exit(runMCPCommand(options.subOptions))
     code = runTerminalCommand(options)
     if code is not None:
         sys.exit(code)

@@ -45,7 +45,8 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "mode": ("Show or switch the edit mode", "default, accept_edits, dont_ask or plan"),
     "plan": ("Enter plan mode: the agent reads and plans, changes nothing, and asks you to approve its plan", None),
     "tools": ("List the tools the agent can use", None),
-    "mcp": ("List this session's MCP servers, their state and tools", None),
+    "mcp": ("List this session's MCP servers, their state and tools; sign in to or out of one",
+            "login NAME or logout NAME (optional)"),
     "context": ("Show how much of the context window the conversation uses", None),
     "compact": ("Summarise the older part of the conversation to free context (alias /compress)",
                 "what the summary should keep (optional)"),
@@ -178,6 +179,13 @@ class Commands:
         return "\n".join(lines)
 
     async def _mcp(self, state: SessionState, argument: str) -> str:
+        verb, _, name = argument.partition(" ")
+        if verb == "login" and name.strip():
+            return await self.mcp.login(state, name.strip())
+        if verb == "logout" and name.strip():
+            return self.mcp.logout(state, name.strip())
+        if argument:
+            return "/mcp: use `/mcp`, `/mcp login NAME` or `/mcp logout NAME`."
         return self.mcp.describe(state)
 
     async def _context(self, state: SessionState, argument: str) -> str:

@@ -29,6 +29,8 @@ DEFAULT_MCP_CALL_TIMEOUT = 300.0
 #: The largest question (message and form, as JSON) an MCP server may put to the user.
 DEFAULT_MCP_ELICITATION_BYTES = 16 * 1024
 DEFAULT_MCP_HTTP_CONNECTIONS = 16
+#: How long an MCP server's OAuth sign-in waits for the browser's redirect.
+DEFAULT_MCP_LOGIN_TIMEOUT = 300.0
 DEFAULT_COMPACT_AT = 0.9
 #: The tool calls of one model reply: how many run at all (the rest are refused) and how many
 #: at once; and how many run at once in the whole process, every session together.
@@ -313,6 +315,8 @@ class Settings:
     mcpElicitationBytes: int = DEFAULT_MCP_ELICITATION_BYTES
     #: The most connections (POSTs at once) to one HTTP MCP server; more messages wait their turn.
     mcpHTTPConnections: int = DEFAULT_MCP_HTTP_CONNECTIONS
+    #: How long an OAuth sign-in (its loopback listener, its editor page) waits for the redirect.
+    mcpLoginTimeout: float = DEFAULT_MCP_LOGIN_TIMEOUT
     #: Compact the conversation when a request would pass this share of the context window
     #: (less the room of the reply).
     compactAt: float = DEFAULT_COMPACT_AT
@@ -385,6 +389,7 @@ class Settings:
                                        minimum=256),
             mcpTrusted=frozenset(_split(env.get("HERMES_ACP_MCP_TRUSTED", ""))),
             mcpHTTPConnections=envInt(env, "HERMES_ACP_MCP_HTTP_CONNECTIONS", DEFAULT_MCP_HTTP_CONNECTIONS),
+            mcpLoginTimeout=envSeconds(env, "HERMES_ACP_MCP_LOGIN_TIMEOUT", DEFAULT_MCP_LOGIN_TIMEOUT),
             compactAt=envShare(env, "HERMES_ACP_COMPACT_AT", DEFAULT_COMPACT_AT, 0.3, 0.98),
             maxToolCalls=envInt(env, "HERMES_ACP_MAX_TOOL_CALLS", DEFAULT_MAX_TOOL_CALLS),
             toolParallel=envInt(env, "HERMES_ACP_TOOL_PARALLEL", DEFAULT_TOOL_PARALLEL),

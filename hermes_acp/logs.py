@@ -17,7 +17,7 @@ from twisted.logger import (
 )
 from zope.interface import implementer
 
-from .engine.secrets import redact, secretValues
+from .engine.secrets import learnedSecrets, redact, secretValues
 
 
 @implementer(ILogObserver)
@@ -33,7 +33,7 @@ class RedactingTextObserver:
         if text is None:
             return
         try:
-            self.stream.write(redact(text, self.secrets))
+            self.stream.write(redact(text, [*self.secrets, *learnedSecrets()]))
             self.stream.flush()
         except (OSError, ValueError):
             pass  # a closed stderr must never take the agent down
@@ -65,11 +65,12 @@ class EventPreparer:
 
     def __call__(self, event: dict) -> None:
         demoteRoutine(event)
-        if not self.secrets:
+        secrets = [*self.secrets, *learnedSecrets()]
+        if not secrets:
             return
         for key, value in event.items():
-            if isinstance(value, str) and any(secret in value for secret in self.secrets):
-                event[key] = redact(value, self.secrets)
+            if isinstance(value, str) and any(secret in value for secret in secrets):
+                event[key] = redact(value, secrets)
 
 
 def prepareEvents() -> None:

@@ -20,6 +20,7 @@ from twisted.python import usage
 
 from . import __version__
 from .headless import PromptOptions
+from .mcp.terminal import MCPOptions
 
 #: Exit statuses (sysexits.h): a setting hermes-acp cannot use; a shutdown that hung.
 EX_CONFIG, EX_SOFTWARE = 78, 70
@@ -32,14 +33,16 @@ SHUTDOWN_DEADLINE = 15.0
 class Options(usage.Options):
     synopsis = (
         "[--check | --setup [--provider P] [--api-key KEY] [--model M] [--base-url URL]] "
-        "[--trace FILE] [--log-level LEVEL] [--version] [--help] [prompt ...]"
+        "[--trace FILE] [--log-level LEVEL] [--version] [--help] [prompt ... | mcp login|logout NAME]"
     )
     longdesc = (
         "Serve the Agent Client Protocol on stdin/stdout for a code editor. "
         "Configuration comes from $HERMES_HOME/.env (default ~/.hermes/.env) and the environment. "
-        "`hermes-acp prompt TEXT` runs one prompt headless (see `hermes-acp prompt --help`)."
+        "`hermes-acp prompt TEXT` runs one prompt headless (see `hermes-acp prompt --help`); "
+        "`hermes-acp mcp login NAME` signs in to an OAuth MCP server."
     )
-    subCommands = [["prompt", None, PromptOptions, "Run one prompt against a fresh agent and print the answer."]]
+    subCommands = [["prompt", None, PromptOptions, "Run one prompt against a fresh agent and print the answer."],
+                   ["mcp", None, MCPOptions, "Sign in to (login NAME) or out of (logout NAME) an OAuth MCP server."]]
     optFlags = [
         ["check", None, "Print the resolved configuration and exit (1 when something is missing)."],
         ["setup", None, "Choose a model provider, key and default model; write $HERMES_HOME/.env."],
@@ -108,8 +111,8 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     from .threads import WorkerPool
     from .trace import TraceError, openTrace
 
-    if options.subCommand == "prompt":
-        sys.stderr.write("hermes-acp: run the prompt client as `hermes-acp prompt ...`, not as a service\n")
+    if options.subCommand:
+        sys.stderr.write(f"hermes-acp: run `hermes-acp {options.subCommand} ...` from a terminal, not as a service\n")
         sys.exit(64)
     code = runTerminalCommand(options)
     if code is not None:

@@ -22,7 +22,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from . import safejson
-from .engine.secrets import REDACTED, redact, secretValues
+from .engine.secrets import REDACTED, learnedSecrets, redact, secretValues
 
 log = Logger()
 
@@ -72,11 +72,12 @@ class FrameTrace:
         if self.fd is None:
             return
         record: dict[str, Any] = {"t": round(self.clock(), 6), "dir": direction}
+        secrets = [*self.secrets, *learnedSecrets()]
         if message is None:
-            record["frame"] = redact(line.decode("utf-8", "replace"), self.secrets)
+            record["frame"] = redact(line.decode("utf-8", "replace"), secrets)
         else:
             try:
-                record["frame"] = scrub(message, self.secrets)
+                record["frame"] = scrub(message, secrets)
             except RecursionError:
                 record["frame"] = f"(a frame of {len(line)} bytes, nested too deeply to record)"
         try:

@@ -97,6 +97,23 @@ def secretValues(env: Mapping[str, str] | None = None) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
+#: Secrets the agent learned while it runs (an MCP server's OAuth tokens): redacted
+#: like the configured ones wherever a log or a trace is written. Replaced whole on
+#: each change, so a reader in another thread never sees it half changed.
+_learned: tuple[str, ...] = ()
+
+
+def learnSecret(value: str) -> None:
+    """Keep ``value`` (a token the agent obtained) out of every log and trace from now on."""
+    global _learned
+    if len(value) >= MIN_SECRET_LENGTH and value not in _learned:
+        _learned = tuple(sorted((*_learned, value), key=len, reverse=True))
+
+
+def learnedSecrets() -> tuple[str, ...]:
+    return _learned
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every one of ``secrets`` replaced by ``[REDACTED]``."""
     for secret in secrets:

@@ -90,6 +90,8 @@ class _Collect(Protocol):
         self.parts.append(data)
 
     def connectionLost(self, reason: Failure) -> None:
+        if self.done.called:
+            return  # (given up on: the one who waited has gone)
         if self.size > self.limit:
             self.done.errback(TransportError(f"the answer exceeded {self.limit} bytes"))
         else:  # complete, or cut short: what arrived is parsed as far as it goes
@@ -240,6 +242,8 @@ class HTTPChannel(_Unpaced):
         self._streams: dict[Any, Protocol] = {}
         self._listening: Deferred[None] | None = None
         self.closed = False
+        #: The OAuth token to send (``Authorization: Bearer``), if the link signed in.
+        self.bearer: Callable[[], str | None] | None = None
 
     # -- what the connection calls -----------------------------------------------
 
@@ -266,6 +270,9 @@ class HTTPChannel(_Unpaced):
         headers = Headers()
         for name, value in self.spec.headers:
             headers.addRawHeader(name, value)
+        token = self.bearer() if self.bearer is not None else None
+        if token:
+            headers.setRawHeaders("authorization", [f"Bearer {token}"])
         headers.setRawHeaders("accept", [ACCEPT])
         headers.setRawHeaders("content-type", ["application/json"])
         if self.sessionId is not None:
@@ -370,7 +377,9 @@ class HTTPChannel(_Unpaced):
             if answer:
                 self._received(body)  # a JSON-RPC error sent with an HTTP error status: the answer
                 return
-            raise self._httpError(status, response.phrase, body, method)
+            error = self._httpError(status, response.phrase, body, method)
+            error.challenge = response.headers.getRawHeaders("www-authenticate")
+            raise error
         kind = (response.headers.getRawHeaders("content-type") or [""])[0].split(";")[0].strip().lower()
         if kind == "text/event-stream":
 

@@ -33,6 +33,7 @@ from .wire import CallFailed, MCPConnection, TransportError
 
 if TYPE_CHECKING:  # imported with the first server of their kind
     from .http import HTTPChannel
+    from .oauth import OAuthClient
     from .stdio import StdioServer
 
 log = Logger()
@@ -42,6 +43,12 @@ MODERN_VERSION = "2026-07-28"
 CLIENT_INFO = {"name": "hermes-acp", "version": __version__}
 CAPABILITIES: dict[str, Any] = {"roots": {"listChanged": False}}
 STARTING, READY, FAILED, STOPPED = "starting", "ready", "failed", "stopped"
+#: An OAuth server that wants the user to sign in (its tools are absent until then).
+NEEDS_LOGIN = "needs login"
+#: The most sign-ins a server's 403 ``insufficient_scope`` starts (per link).
+MAX_STEP_UPS = 2
+#: A refresh that could not reach the authorization server is tried again this much later.
+REFRESH_RETRY = 30.0
 #: The most ``tools/list`` pages read from one server.
 MAX_PAGES = 100
 #: A stdio server that closed its output gets this long to exit (its exit status is the better reason).
@@ -96,6 +103,15 @@ class ServerLink:
     elicitation: tuple[str, ...] = ()
     #: The running calls that can put a server's question to the user, latest last.
     _askers: list[Callable[[dict[str, Any]], Deferred[dict[str, Any]]]] = attrs.Factory(list)
+    #: OAuth for an HTTP server the editor gave no Authorization header for (``oauth``);
+    #: the last challenge it sent, and the scopes a step-up asks on top.
+    oauth: OAuthClient | None = None
+    challenge: dict[str, str] = attrs.Factory(dict)
+    stepUp: tuple[str, ...] = ()
+    #: Whether the user is to be taken to a sign-in unasked (not after signing out).
+    offerSignIn: bool = False
+    _stepUps: int = 0
+    _refreshTimer: Any = None
 
     def __attrs_post_init__(self) -> None:
         requests: dict[str, Any] = {"ping": lambda params: {}, "roots/list": self._roots}
@@ -115,6 +131,8 @@ class ServerLink:
 
             self.channel = HTTPChannel(self.spec, self.reactor, self.connection, self.settings.maxLine,
                                        self.settings.mcpHTTPConnections)
+            if self.oauth is not None:
+                self.channel.bearer = self.oauth.bearer
             self.connection.makeConnection(self.channel)
         else:
             from .stdio import StdioServer
@@ -139,18 +157,19 @@ class ServerLink:
         if self.spec.transport != HTTP:
             self.channel.start()
             self.channel.process.whenEnded().addCallback(lambda _: self._ended())
-        await self._handshake()
+        await self._authorized(self._handshake)
         await self._listTools()
         if self.spec.transport == HTTP:
             self.channel.listen()
         if self.state == STARTING:
             self.state = READY
+            self._armRefresh()
             log.debug("MCP server {name} ready: {era} era ({version}), {n} tool(s)", name=self.spec.name,
                      era=self.era, version=self.version, n=len(self.tools))
             self.onChange(self)
 
     def _startFailed(self, failure: Failure) -> Deferred[None] | None:
-        if self.state != STARTING:
+        if self.state != STARTING or self._signInWanted(failure.value):
             return None
         if failure.check(TimeoutError, CancelledError):
             reason = f"no answer to the handshake within {self.settings.mcpStartupTimeout:g} s"
@@ -168,6 +187,7 @@ class ServerLink:
         """Mark the server failed (once), tell the owner, and stop what is left of it."""
         if self.state in (FAILED, STOPPED):
             return
+        self._cancelRefresh()
         tail = self.channel.stderrTail if self.spec.transport != HTTP else ""
         reason += f"\n\nIts last words on stderr:\n{tail}" if tail else ""
         self.state, self.reason = FAILED, redact(reason, self.spec.secrets)
@@ -254,6 +274,107 @@ class ServerLink:
         instructions = result.get("instructions")
         self.instructions = instructions if isinstance(instructions, str) else None
 
+    # -- OAuth -------------------------------------------------------------------------
+
+    async def _authorized(self, step: Callable[[], Any]) -> Any:
+        """``step()``; when the server refuses the token (401), it is refreshed and
+        ``step`` runs once more (the 401 stands when no refresh is possible: the user is
+        asked to sign in)."""
+        try:
+            return await step()
+        except TransportError as e:
+            used = self.oauth.bearer() if self.oauth is not None else None
+            if e.status != 401 or used is None:
+                raise
+            refused = e
+        from .oauth import OAuthError
+
+        try:
+            await self.oauth.refresh(used)
+        except OAuthError as e:  # refused, or the authorization server cannot be reached
+            log.info("MCP server {name}: no fresh token ({e})", name=self.spec.name, e=str(e))
+            raise refused from None
+        self._armRefresh()
+        return await step()
+
+    def _signInWanted(self, error: BaseException) -> bool:
+        """A 401 (no token works) or a 403 ``insufficient_scope`` (a step-up) from a
+        server this agent signs in to: the link waits for the user to sign in, its
+        tools absent meanwhile. Whether that is what happened."""
+        if self.oauth is None or not isinstance(error, TransportError) or error.status not in (401, 403):
+            return False
+        from .oauth import parseChallenge
+
+        challenge = parseChallenge(error.challenge)
+        if error.status == 403:
+            if challenge.get("error") != "insufficient_scope" or self._stepUps >= MAX_STEP_UPS:
+                return False  # (a step-up that did not help is not tried for ever)
+            self._stepUps += 1
+            granted = ((self.oauth.record() or {}).get("scope") or "").split()
+            # The union of what was granted and what is asked (without a scope in the
+            # challenge, the sign-in asks what the server's metadata names now).
+            self.stepUp = tuple(dict.fromkeys([*granted, *self.stepUp, *(challenge.get("scope") or "").split()]))
+            why = f"it needs more permissions ({challenge.get('scope') or 'a wider scope'}): sign in again"
+        else:
+            why = "it needs you to sign in" if self.oauth.bearer() is None else "its sign-in expired: sign in again"
+        self.challenge = challenge
+        self.needsLogin(f"{why} (`/mcp login {self.spec.name}`)")
+        return True
+
+    def needsLogin(self, reason: str, offer: bool = True) -> None:
+        """No token works: the tools go until the user signs in (to which the user is
+        taken, with ``offer``)."""
+        self._cancelRefresh()
+        self.state, self.reason, self.tools, self.offerSignIn = NEEDS_LOGIN, reason, [], offer
+        log.info("MCP server {name} ({where}) needs a sign-in", name=self.spec.name, where=self.spec.where)
+        self.onChange(self)
+
+    def signedIn(self) -> Deferred[None]:
+        """The user signed in (here or elsewhere): connect again with the new token."""
+        if self.state != NEEDS_LOGIN:
+            return self.whenSettled()
+        self.state, self.reason, self.stepUp = STARTING, "", ()
+        self._settled = OneShot()  # a prompt now waits for this start, as for the first
+        if self.spec.transport == HTTP:  # a new sign-in may be another principal: a new MCP session
+            self.channel.sessionId = None
+        self.onChange(self)
+        return self.start()
+
+    def signedOut(self) -> None:
+        """The user signed out: the token is gone, and so are the tools."""
+        if self.oauth is not None:
+            self.oauth.forget()
+        if self.state in (STARTING, READY, NEEDS_LOGIN):
+            self.needsLogin(f"signed out (`/mcp login {self.spec.name}` signs in again)", offer=False)
+
+    def _armRefresh(self) -> None:
+        """Refresh the token before it expires (and again after each refresh)."""
+        self._cancelRefresh()
+        due = self.oauth.refreshDue() if self.oauth is not None else None
+        if due is not None and self.state in (STARTING, READY):
+            self._refreshTimer = self.reactor.callLater(due, self._refreshNow)
+
+    def _cancelRefresh(self) -> None:
+        if self._refreshTimer is not None and self._refreshTimer.active():
+            self._refreshTimer.cancel()
+        self._refreshTimer = None
+
+    def _refreshNow(self) -> None:
+        from .oauth import LoginNeeded
+
+        def refused(failure: Failure) -> None:
+            if self.state != READY:
+                return
+            if failure.check(LoginNeeded):
+                self.needsLogin(f"{failure.value}: sign in again (`/mcp login {self.spec.name}`)")
+                return
+            log.warn("MCP server {name}: its token could not be refreshed ({e}); trying again in {s:g} s",
+                     name=self.spec.name, e=failure.getErrorMessage(), s=REFRESH_RETRY)
+            self._refreshTimer = self.reactor.callLater(REFRESH_RETRY, self._refreshNow)
+
+        d = Deferred.fromCoroutine(self.oauth.refresh())
+        d.addCallbacks(lambda _: self._armRefresh(), refused)
+
     # -- requests ----------------------------------------------------------------------
 
     def capabilities(self) -> dict[str, Any]:
@@ -286,9 +407,11 @@ class ServerLink:
         if self._reconnecting is not None:
             await self._reconnecting.when()
         try:
-            return await self._request(method, params, timeout)
+            return await self._authorized(lambda: self._request(method, params, timeout))
         except TransportError as e:
             if not e.sessionLost:
+                if self.state == READY and self._signInWanted(e):
+                    raise CallFailed(f"{self.spec.name}: {self.reason}") from None
                 raise
         await self._reconnect()
         return await self._request(method, params, timeout)
@@ -476,6 +599,7 @@ class ServerLink:
     def stop(self) -> Deferred[None]:
         """End it (bounded); its calls fail, and nobody waits for its start any more."""
         self.state = STOPPED
+        self._cancelRefresh()
         self._settled.fire(None)
         return Deferred.fromCoroutine(self._shutDown())
 

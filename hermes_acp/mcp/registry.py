@@ -24,12 +24,13 @@ from ..config import Settings
 from ..engine.approval import ALLOW_ALWAYS, REJECT_ALWAYS
 from ..interfaces import IUpdateChannel
 from ..session_state import SessionState
-from .link import FAILED, READY, STARTING, ServerLink
+from .link import FAILED, NEEDS_LOGIN, READY, STARTING, ServerLink
 from .specs import HTTP, STDIO, ConfiguredServers, ServerSpec, merged
 from .toolset import Route, engineTool, routes
 
 if TYPE_CHECKING:
     from ..engine.tools.registry import Tool
+    from .signin import SignIns
 
 log = Logger()
 
@@ -67,6 +68,9 @@ class MCPServers:
     client: ClientInfo
     configured: ConfiguredServers
     sessions: dict[str, SessionServers] = attrs.Factory(dict)
+    #: OAuth sign-ins of HTTP servers (their tokens, the links shown to the user);
+    #: given the editor's connection once it exists (``acp``), for URL elicitations.
+    signIns: SignIns | None = None
 
     # -- ownership ----------------------------------------------------------------------
 
@@ -100,7 +104,8 @@ class MCPServers:
                 continue
             link = ServerLink(spec, self.reactor, self.settings, state.roots,
                               lambda link, state=state, servers=servers: self._changed(state, servers, link),
-                              elicitation=tuple(mode for mode in ("form", "url") if self.client.elicitation(mode)))
+                              elicitation=tuple(mode for mode in ("form", "url") if self.client.elicitation(mode)),
+                              oauth=self.signIns.clientFor(spec) if self.signIns is not None else None)
             servers.links[spec.name] = link
             log.debug("session {id}: starting MCP server {name} ({transport})", id=state.sessionId,
                       name=spec.name, transport=spec.transport)
@@ -174,6 +179,8 @@ class MCPServers:
         servers.tools = {} if not found else _engineTools(found)
         if link.state == FAILED:
             self.report(state, f"MCP server {link.spec.name} is not available", link.reason)
+        elif link.state == NEEDS_LOGIN and self.signIns is not None:
+            self.signIns.offer(state, link, self.report)
         elif link.state == READY and link.leftOut and (link.spec.name, tuple(link.leftOut)) not in servers.told:
             servers.told.add((link.spec.name, tuple(link.leftOut)))
             self.report(state, f"Some tools of MCP server {link.spec.name} are not offered",
@@ -202,9 +209,11 @@ class MCPServers:
 
     # -- telling the user ------------------------------------------------------------------
 
-    def report(self, state: SessionState, title: str, description: str) -> None:
+    def report(self, state: SessionState, title: str, description: str, severity: str = "warning") -> None:
+        if state.sessionId not in self.sessions:
+            return  # (a sign-in that ended after its session did: nobody to tell)
         if self.client.notices:
-            self.updates.notice(state, "warning", title, description, journal=False)
+            self.updates.notice(state, severity, title, description, journal=False)
             return
         servers = self.sessions.get(state.sessionId)
         if servers is not None:
@@ -239,7 +248,7 @@ class MCPServers:
             era = f", {link.era} era" if link.era else ""
             count = len(link.tools) if link.state == READY else "–"
             lines.append(f"| `{name}` | {link.state} | {link.spec.transport}{era} | {count} | {link.spec.origin} |")
-            if link.state == FAILED:
+            if link.state in (FAILED, NEEDS_LOGIN):
                 problems.append(f"- `{name}`: {link.reason.splitlines()[0]}")
         if problems:
             lines += ["", "**Problems**", "", *problems]
@@ -247,6 +256,46 @@ class MCPServers:
         if tools:
             lines += ["", "Tools: " + ", ".join(f"`{name}`" for name in tools)]
         return "\n".join(lines)
+
+    # -- signing in and out (``/mcp login NAME``, ``/mcp logout NAME``) -------------------------
+
+    def _oauthLink(self, state: SessionState, name: str) -> ServerLink | str:
+        servers = self.sessions.get(state.sessionId)
+        link = None if servers is None else servers.links.get(name)
+        if link is None:
+            known = ", ".join(f"`{n}`" for n in (servers.links if servers else {})) or "none"
+            return f"No MCP server `{name}` in this session (its servers: {known})."
+        if link.oauth is None or self.signIns is None:
+            why = "it is not an HTTP server" if link.spec.transport != HTTP else "the editor gives its Authorization header"
+            return f"MCP server `{name}` does not sign in with OAuth here: {why}."
+        return link
+
+    def login(self, state: SessionState, name: str) -> Deferred[str]:
+        """``/mcp login NAME``: the sign-in's link (shown the best way the editor allows)."""
+        link = self._oauthLink(state, name)
+        if isinstance(link, str):
+            return succeed(link)
+        return self.signIns.start(state, link, self.report, asked=True)
+
+    def logout(self, state: SessionState, name: str) -> str:
+        """``/mcp logout NAME``: the token is removed; every session's link to that server loses its tools."""
+        link = self._oauthLink(state, name)
+        if isinstance(link, str):
+            return link
+        had = link.oauth.forget()
+        for servers in self.sessions.values():
+            for each in servers.links.values():
+                if each.oauth is link.oauth:
+                    each.signedOut()
+        return (f"Signed out of MCP server `{name}`: its token is removed and its tools are gone."
+                if had else f"MCP server `{name}` had no stored sign-in; its tools are gone until you sign in.")
+
+    def signedIn(self, oauth: Any) -> None:
+        """A sign-in finished: every link waiting for that server's token connects again."""
+        for servers in self.sessions.values():
+            for link in servers.links.values():
+                if link.oauth is oauth and link.state == NEEDS_LOGIN:
+                    link.signedIn()
 
 
 def _engineTools(found: dict[str, Route]) -> dict[str, Tool]:

@@ -18,6 +18,8 @@ from ..engine.secrets import redactURL
 from ..jsonrpc import InvalidParams
 
 STDIO, HTTP, SSE = "stdio", "http", "sse"
+#: What config.yaml's ``oauth`` of an HTTP server may say.
+OAUTH_KEYS = {"client_id", "client_secret", "client_metadata_url", "scope", "redirect_port"}
 
 
 @attrs.frozen
@@ -37,6 +39,9 @@ class ServerSpec:
     origin: str = "editor"
     #: Seconds a call may go without an answer or progress (None: the setting).
     callTimeout: float | None = None
+    #: config.yaml's ``oauth`` for it: a pre-registered client (client_id, client_secret) or
+    #: the URL of a client ID metadata document, the scope to ask, the redirect port.
+    oauth: tuple[tuple[str, str], ...] = ()
 
     @property
     def secrets(self) -> list[str]:
@@ -44,7 +49,8 @@ class ServerSpec:
         env values whose names say so (``trace.secretKey``), to keep out of logs and notices."""
         from ..trace import secretKey
 
-        values = [value for _, value in self.headers] + [value for name, value in self.env if secretKey(name)]
+        values = [value for _, value in self.headers] + [value for name, value in (*self.env, *self.oauth)
+                                                         if secretKey(name)]
         return [value for value in values if len(value) >= 8]
 
     @property
@@ -158,7 +164,14 @@ def _configured(name: str, entry: Any, folder: str) -> ServerSpec:
         url = str(entry["url"])
         if not url.startswith(("http://", "https://")):
             raise ValueError("url must be an http:// or https:// URL")
-        return ServerSpec(name, HTTP, url=url, headers=mapping("headers"), **common)
+        oauth = entry.get("oauth") or {}
+        if not isinstance(oauth, dict) or not set(oauth) <= OAUTH_KEYS:
+            raise ValueError(f"oauth must be a mapping of {', '.join(sorted(OAUTH_KEYS))}")
+        port = oauth.get("redirect_port")
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+            raise ValueError("oauth.redirect_port must be a port number (1-65535)")
+        return ServerSpec(name, HTTP, url=url, headers=mapping("headers"),
+                          oauth=tuple((str(k), str(v)) for k, v in oauth.items() if v is not None), **common)
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ValueError("needs a command (stdio) or a url (http)")

@@ -35,6 +35,8 @@ class TransportError(Exception):
         super().__init__(message)
         self.sessionLost = sessionLost
         self.status = status
+        #: An HTTP error's ``WWW-Authenticate`` values (what a 401 or 403 asks for).
+        self.challenge: list[str] | None = None
 
 
 class CallFailed(Exception):
