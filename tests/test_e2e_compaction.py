@@ -483,12 +483,12 @@ FAILING_SUMMARIES = {
 @pytest_twisted.ensureDeferred
 async def test_aFailingSummaryNeverStopsTheSession(scriptedServer, tmp_path, failure) -> None:
     """A summary model that fails every time (issue 22, item 8): 14 turns of 8 KB reads in a
-    6,000-token window all end ``end_turn``: the oldest exchanges are set aside instead (the
+    8,000-token window (about 3,400 of it the tools' schemas) all end ``end_turn``: the oldest exchanges are set aside instead (the
     card says so, and that the summary failed), every request fits and is well-formed, the
     user's latest request reaches the model verbatim, and what was set aside is still found
     by a search. ``/compact`` makes room the same way, and says so."""
     model, url = scriptedServer
-    window, turns = 6000, 14
+    window, turns = 8000, 14
     model.window = window
     model.windows["scripted-model"] = window
     model.summaries = Script([FAILING_SUMMARIES[failure]], repeat=True)
