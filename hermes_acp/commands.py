@@ -103,6 +103,11 @@ class Commands:
         for name, (description, hint) in COMMANDS.items():
             usage = f"/{name} <{hint}>" if hint else f"/{name}"
             lines.append(f"- `{usage}`: {description}")
+        prompts = self.mcp.promptCommands(state)
+        if prompts:  # an MCP server's prompts start a model turn with its messages
+            lines += ["", "**MCP prompts**", ""]
+            lines += [f"- `/{c['name']}{' ' + c['input']['hint'] if 'input' in c else ''}`: {c['description']}"
+                      for c in prompts]
         lines += ["", "Other text starting with `/` goes to the model as a normal message."]
         return "\n".join(lines)
 

@@ -29,6 +29,10 @@ DEFAULT_MCP_CALL_TIMEOUT = 300.0
 #: The largest question (message and form, as JSON) an MCP server may put to the user.
 DEFAULT_MCP_ELICITATION_BYTES = 16 * 1024
 DEFAULT_MCP_HTTP_CONNECTIONS = 16
+#: The most text of one MCP resource read, or of one MCP prompt's messages, the model gets.
+DEFAULT_MCP_RESOURCE_BYTES = 100 * 1024
+#: The most MCP prompts offered as slash commands, per server.
+DEFAULT_MCP_MAX_PROMPTS = 50
 DEFAULT_COMPACT_AT = 0.9
 #: The tool calls of one model reply: how many run at all (the rest are refused) and how many
 #: at once; and how many run at once in the whole process, every session together.
@@ -275,6 +279,10 @@ class Settings:
     mcpElicitationBytes: int = DEFAULT_MCP_ELICITATION_BYTES
     #: The most connections (POSTs at once) to one HTTP MCP server; more messages wait their turn.
     mcpHTTPConnections: int = DEFAULT_MCP_HTTP_CONNECTIONS
+    #: MCP resources and prompts: the most text of one read (or one prompt) the model gets;
+    #: the most prompts of one server that become slash commands.
+    mcpResourceBytes: int = DEFAULT_MCP_RESOURCE_BYTES
+    mcpMaxPrompts: int = DEFAULT_MCP_MAX_PROMPTS
     #: Compact the conversation when a request would pass this share of the context window
     #: (less the room of the reply).
     compactAt: float = DEFAULT_COMPACT_AT
@@ -310,6 +318,8 @@ class Settings:
                                        minimum=256),
             mcpTrusted=frozenset(_split(env.get("HERMES_ACP_MCP_TRUSTED", ""))),
             mcpHTTPConnections=envInt(env, "HERMES_ACP_MCP_HTTP_CONNECTIONS", DEFAULT_MCP_HTTP_CONNECTIONS),
+            mcpResourceBytes=envInt(env, "HERMES_ACP_MCP_RESOURCE_BYTES", DEFAULT_MCP_RESOURCE_BYTES, minimum=1024),
+            mcpMaxPrompts=envInt(env, "HERMES_ACP_MCP_MAX_PROMPTS", DEFAULT_MCP_MAX_PROMPTS, minimum=0),
             compactAt=envShare(env, "HERMES_ACP_COMPACT_AT", DEFAULT_COMPACT_AT, 0.3, 0.98),
             maxToolCalls=envInt(env, "HERMES_ACP_MAX_TOOL_CALLS", DEFAULT_MAX_TOOL_CALLS),
             toolParallel=envInt(env, "HERMES_ACP_TOOL_PARALLEL", DEFAULT_TOOL_PARALLEL),

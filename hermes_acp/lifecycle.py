@@ -100,7 +100,8 @@ class Lifecycle:
 
     def announced(self, state: SessionState, servers: list[ServerSpec] | None) -> None:
         state.announced = True
-        update = {"sessionUpdate": "available_commands_update", "availableCommands": availableCommands()}
+        update = {"sessionUpdate": "available_commands_update",
+                  "availableCommands": availableCommands() + self.mcp.promptCommands(state)}
         self.updates.send(state, update, journal=False)
         self.updates.send(state, usageUpdate(state, self.catalog), journal=False)
         self.mcp.attach(state, servers)

@@ -25,7 +25,7 @@ class ServerSpec:
     """One MCP server as listed: how to reach it, and how far to believe it."""
 
     name: str
-    transport: str  # STDIO or HTTP (SSE: listed, not offered)
+    transport: str  # STDIO, HTTP or SSE (the 2024-11-05 HTTP+SSE transport)
     command: str = ""
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
@@ -90,8 +90,7 @@ def _pairs(entry: Mapping[str, Any], key: str, index: int) -> tuple[tuple[str, s
 
 
 def fromRequest(servers: Any) -> list[ServerSpec]:
-    """The ``mcpServers`` of a session/new, load, resume or fork request (an ``sse``
-    entry is kept as such: the session tells the user it cannot be used)."""
+    """The ``mcpServers`` of a session/new, load, resume or fork request."""
     if servers is None:
         return []
     if not isinstance(servers, list):
@@ -117,15 +116,13 @@ def fromRequest(servers: Any) -> list[ServerSpec]:
             if not isinstance(args, list) or not all(isinstance(a, str) and "\0" not in a for a in args):
                 raise _bad(index, "args", "must be a list of strings", name)
             specs.append(ServerSpec(name, STDIO, command=command, args=tuple(args), env=_pairs(entry, "env", index)))
-        elif kind == HTTP:
+        elif kind in (HTTP, SSE):
             url = entry.get("url")
             if not isinstance(url, str) or not url.startswith(("http://", "https://")):
                 raise _bad(index, "url", "must be an http:// or https:// URL", name)
-            specs.append(ServerSpec(name, HTTP, url=url, headers=_pairs(entry, "headers", index)))
-        elif kind == SSE:
-            specs.append(ServerSpec(name, SSE, url=str(entry.get("url", ""))))
+            specs.append(ServerSpec(name, kind, url=url, headers=_pairs(entry, "headers", index)))
         else:
-            raise _bad(index, "type", f"{kind!r} is not a transport this agent offers (stdio and http)", name)
+            raise _bad(index, "type", f"{kind!r} is not a transport this agent offers (stdio, http and sse)", name)
     return specs
 
 
@@ -158,7 +155,10 @@ def _configured(name: str, entry: Any, folder: str) -> ServerSpec:
         url = str(entry["url"])
         if not url.startswith(("http://", "https://")):
             raise ValueError("url must be an http:// or https:// URL")
-        return ServerSpec(name, HTTP, url=url, headers=mapping("headers"), **common)
+        transport = entry.get("transport", HTTP)
+        if transport not in (HTTP, SSE):
+            raise ValueError("transport must be http (streamable HTTP, the default) or sse (HTTP+SSE)")
+        return ServerSpec(name, transport, url=url, headers=mapping("headers"), **common)
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ValueError("needs a command (stdio) or a url (http)")

@@ -1,0 +1,246 @@
+"""MCP resources, prompts and the HTTP+SSE transport through the real process (issue 29 §2, §3):
+the npm reference server ``server-everything``, servers built with the PyPI ``mcp`` package
+(stdio and its ``SseServerTransport``), and scripted servers for the bad inputs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import pytest_twisted
+from acp.schema import McpServerStdio, SseMcpServer
+
+from .e2e import agentText, answers, modelEnv, text, updates
+from .mcp_e2e import FASTMCP, call, fastmcp, toolMessages
+from .sdkclient import RecordingClient, connect, initialized, onLoop, raw, until
+
+
+def commandNames(found: list[dict[str, Any]]) -> list[list[str]]:
+    """The command names of each available_commands_update, in order."""
+    return [[c["name"] for c in u["availableCommands"]] for u in found
+            if u["sessionUpdate"] == "available_commands_update"]
+
+
+def userText(request: dict[str, Any]) -> str:
+    """The last user message of a model request, as text."""
+    content = [m for m in request["messages"] if m["role"] == "user"][-1]["content"]
+    return content if isinstance(content, str) else "\n".join(p.get("text", "") for p in content)
+
+
+def sse(name: str, url: str) -> SseMcpServer:
+    return SseMcpServer(type="sse", name=name, url=url, headers=[])
+
+
+async def fastmcpSSE() -> tuple[Any, str]:
+    web = await asyncio.create_subprocess_exec(sys.executable, FASTMCP, "sse", "0", stdout=asyncio.subprocess.PIPE)
+    return web, (await asyncio.wait_for(web.stdout.readline(), 30)).decode().strip()
+
+
+@pytest_twisted.ensureDeferred
+async def test_everythingServerResourcesAndPrompts(scriptedServer, everythingServer, tmp_path) -> None:
+    """server-everything (npm): its prompts are slash commands (arguments by position or
+    name; a missing required one is told, the server is not asked); its resources are
+    listed, templates too, and read (asked first: the server is not trusted), and its
+    embedded-resource prompt carries the resource's text to the model."""
+    model, url = scriptedServer
+    everything = McpServerStdio(name="ev", command=everythingServer[0], args=everythingServer[1:], env=[])
+    model.default.responses += [
+        [{"text": "prompted"}],  # /mcp__ev__args-prompt Paris
+        [{"text": "prompted again"}],  # resource-prompt
+        call("l", "list_mcp_resources", server="ev"),
+        call("t", "list_mcp_resource_templates"),
+        call("r", "read_mcp_resource", server="ev", uri="demo://resource/static/document/architecture.md"),
+        call("x", "read_mcp_resource", server="nope", uri="demo://x"),
+        [{"text": "read"}],
+    ]
+    client = RecordingClient(permission=answers("allow_once"))
+
+    async def scenario():
+        env = modelEnv(url, HERMES_ACP_MCP_STARTUP_TIMEOUT="30")
+        async with connect(client, env=env) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[everything])).session_id
+            await until(lambda: any("mcp__ev__args-prompt" in names for names in commandNames(updates(wire, sid))),
+                        30, "the prompts as commands")
+            for prompt in ("/mcp__ev__args-prompt", "/mcp__ev__args-prompt Paris", "/mcp__ev__args-prompt state=Texas",
+                           "/mcp__ev__resource-prompt Text 3", "show me the resources", "/mcp"):
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text(prompt)]), 60)
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == []
+    names = commandNames(found)[-1]
+    assert {"help", "mcp__ev__simple-prompt", "mcp__ev__args-prompt", "mcp__ev__resource-prompt"} <= set(names)
+    shown = agentText(found)
+    assert "/mcp__ev__args-prompt needs city (Name of the city)" in shown  # twice: no argument, then only state
+    assert shown.count("needs city") == 2
+    assert userText(model.chatRequests[0]) == "What's weather in Paris?"
+    embedded = userText(model.chatRequests[1])
+    assert "This prompt includes the Text resource with id: 3" in embedded
+    assert "[resource demo://resource/dynamic/text/3]\nResource 3: This is a plaintext resource" in embedded
+    listed = json.loads(toolMessages(model.chatRequests[3])[0])
+    assert listed["server"] == "ev" and any(r["uri"] == "demo://resource/static/document/architecture.md"
+                                            for r in listed["resources"])
+    templates = json.loads(toolMessages(model.chatRequests[4])[1])
+    assert templates["servers"][0]["resourceTemplates"][0]["uriTemplate"] == "demo://resource/dynamic/text/{resourceId}"
+    results = toolMessages(model.chatRequests[6])
+    assert "Everything Server – Architecture" in results[2]
+    assert "'nope' is not an MCP server of this session that offers resources" in results[3]
+    assert len(client.permissionRequests) == 1  # the read; the listings ran without asking
+    assert "demo://resource/static/document/architecture.md" in json.dumps(
+        client.permissionRequests[0][1].model_dump(by_alias=True, exclude_none=True))
+    assert "Prompts: " in shown and "`/mcp__ev__simple-prompt`" in shown and "Resources (the model lists" in shown
+
+
+@pytest_twisted.ensureDeferred
+async def test_resourceBoundsLinksAndPromptListChanged(scriptedServer, tmp_path) -> None:
+    """A huge resource reaches the model cut at the setting, and says so; a tool's
+    resource link tells the model how to read it, and the read works; a server that
+    adds a prompt and says so (list_changed) gets a new command in the editor; a
+    prompt's arguments by name and by position; "always" covers the server's later reads."""
+    model, url = scriptedServer
+    model.default.responses += [
+        call("a", "read_mcp_resource", server="real", uri="note://big"),
+        call("b", "mcp__real__linked"),
+        call("c", "read_mcp_resource", server="real", uri="note://greeting"),
+        call("d", "mcp__real__teach", word="taught"),
+        [{"text": "done"}],
+        [{"text": "reviewed"}],
+        [{"text": "taught prompt ran"}],
+    ]
+    client = RecordingClient(permission=answers("allow_always", "allow_once", "allow_once"))
+
+    async def scenario():
+        env = modelEnv(url, HERMES_ACP_MCP_RESOURCE_BYTES="4096")
+        async with connect(client, env=env) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[fastmcp("real")])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("read things")]), 60)
+            await until(lambda: any("mcp__real__taught" in n for n in commandNames(updates(wire, sid))), 20,
+                        "the new prompt's command")
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text('/mcp__real__review "x = 1" style=long')]), 60)
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp__real__taught")]), 60)
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == []
+    big = toolMessages(model.chatRequests[1])[0]
+    assert 4096 <= big.count("b") < 4200 and "1,048,576 bytes in all, the first 4,096 shown" in big
+    link = toolMessages(model.chatRequests[2])[1]
+    assert 'read it with read_mcp_resource(server="real", uri="note://greeting")' in link
+    assert "hello from a resource" in toolMessages(model.chatRequests[3])[2]
+    assert len(client.permissionRequests) == 3  # big (always), linked and teach; the second read was remembered
+    assert "Please review this code (long):\nx = 1" in userText(model.chatRequests[5])
+    assert "You were taught taught." in userText(model.chatRequests[6])
+    lists = commandNames(found)
+    assert "mcp__real__review" in lists[0] or "mcp__real__review" in lists[1]
+    assert "mcp__real__taught" not in lists[0] and "mcp__real__taught" in lists[-1]
+
+
+@pytest_twisted.ensureDeferred
+async def test_legacySSEServerFromTheMcpPackage(scriptedServer, tmp_path) -> None:
+    """A server on the 2024-11-05 HTTP+SSE transport (the mcp package's SseServerTransport):
+    initialize advertises sse; its tools and resources work; when it goes away the user is told."""
+    model, url = scriptedServer
+    model.default.responses += [
+        call("a", "mcp__old__add", a=2, b=40),
+        call("b", "read_mcp_resource", server="old", uri="note://echo/sse"),
+        [{"text": "done"}],
+        [{"text": "after"}],
+    ]
+    client = RecordingClient(permission=answers("allow_once", "allow_once"))
+
+    async def scenario():
+        web, webURL = await fastmcpSSE()
+        try:
+            async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
+                init = await initialized(conn)
+                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[sse("old", webURL)])).session_id
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("add")]), 60)
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp")]), 30)
+                web.kill()
+                await web.wait()
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("again")]), 60)
+                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp")]), 30)
+                return init, updates(wire, sid), wire.problems()
+        finally:
+            if web.returncode is None:
+                web.kill()
+                await web.wait()
+
+    init, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert init.agent_capabilities.mcp_capabilities.sse is True
+    results = toolMessages(model.chatRequests[2])
+    assert results[0].strip() == "42" and "echo: sse" in results[1]
+    shown = agentText(found)
+    assert "| `old` | ready | sse, legacy era" in shown
+    assert "| `old` | failed | sse" in shown and "its event stream ended" in shown
+
+
+@pytest_twisted.ensureDeferred
+async def test_sseBadInputsAreToldAndCloseEndsTheStream(scriptedServer, sseMCP, tmp_path) -> None:
+    """An endpoint event naming another origin is refused (nothing is posted there); an
+    event over the agent's line bound closes the stream and the server fails, told; a
+    session's close ends the GET stream of its healthy server."""
+    model, url = scriptedServer
+    evil, evilURL = sseMCP({"endpoint": "http://127.0.0.2:9/messages?session=1"})
+    huge, hugeURL = sseMCP({"tools": [{"name": "huge", "inputSchema": {"type": "object"},
+                                       "behaviour": {"hugeLine": {"bytes": 200_000}}}]})
+    good, goodURL = sseMCP({})
+    model.default.responses += [call("h", "mcp__huge__huge", text="x"), [{"text": "ok"}],
+                                call("e", "mcp__good__echo", text="fine"), [{"text": "ok"}]]
+    client = RecordingClient(permission=answers("allow_once", "allow_once"))
+
+    async def scenario():
+        env = modelEnv(url, HERMES_ACP_MAX_LINE="65536")
+        async with connect(client, env=env) as (conn, _, wire, process):
+            await initialized(conn)
+            servers = [sse("evil", evilURL), sse("huge", hugeURL), sse("good", goodURL)]
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=servers)).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("go")]), 60)
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("again")]), 60)
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp")]), 30)
+            assert len(good.streams) == 1
+            await raw(conn, "session/close", {"sessionId": sid})
+            await until(lambda: good.closedByClient == 1, 10, "the closed session's GET stream to end")
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == []
+    shown = agentText(found)
+    assert "MCP server evil is not available" in shown and "endpoint event names another origin" in shown
+    assert evil.posts == 0
+    assert toolMessages(model.chatRequests[1]) == [
+        "Error: huge: it sent an event over 65536 bytes (HERMES_ACP_MAX_LINE), so its event stream was closed"]
+    assert "MCP server huge is not available" in shown and "event over 65536 bytes" in shown
+    assert toolMessages(model.chatRequests[3])[-1] == "fine"
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelWhileAPromptIsFetched(scriptedServer, tmp_path) -> None:
+    """A prompt command whose server takes its time: a cancel answers the turn at once
+    (the server is told), no model turn runs; /help lists the prompt commands."""
+    model, url = scriptedServer
+
+    async def scenario():
+        async with connect(RecordingClient(), env=modelEnv(url)) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[fastmcp("real")])).session_id
+            await until(lambda: any("mcp__real__slow" in n for n in commandNames(updates(wire, sid))), 30,
+                        "the prompt commands")
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/help")]), 60)
+            turn = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("/mcp__real__slow 60")]))
+            await asyncio.sleep(1.0)
+            began = asyncio.get_running_loop().time()
+            await conn.cancel(session_id=sid)
+            answer = await asyncio.wait_for(turn, 30)
+            return answer, asyncio.get_running_loop().time() - began, updates(wire, sid), wire.problems()
+
+    answer, took, found, problems = await onLoop(scenario())
+    assert problems == []
+    assert answer.stop_reason == "cancelled" and took < 5  # (the prompt would take 60 s)
+    assert model.chatRequests == []
+    assert "`/mcp__real__review code [style]`: [real MCP prompt] Review a piece of code." in agentText(found)
