@@ -181,11 +181,13 @@ async def test_legacySSEServerFromTheMcpPackage(scriptedServer, tmp_path) -> Non
 
 
 @pytest_twisted.ensureDeferred
-async def test_sseBadInputsAreToldAndCloseEndsTheStream(scriptedServer, sseMCP, tmp_path) -> None:
+async def test_sseBadInputsAreToldAndCloseEndsTheStream(scriptedServer, sseMCP, httpMCP, tmp_path) -> None:
     """An endpoint event naming another origin is refused (nothing is posted there); an
     event over the agent's line bound closes the stream and the server fails, told; a
-    session's close ends the GET stream of its healthy server."""
+    streamable HTTP server listed as sse is told as such; a session's close ends the GET
+    stream of its healthy server."""
     model, url = scriptedServer
+    _, streamableURL = httpMCP({})
     evil, evilURL = sseMCP({"endpoint": "http://127.0.0.2:9/messages?session=1"})
     huge, hugeURL = sseMCP({"tools": [{"name": "huge", "inputSchema": {"type": "object"},
                                        "behaviour": {"hugeLine": {"bytes": 200_000}}}]})
@@ -198,7 +200,7 @@ async def test_sseBadInputsAreToldAndCloseEndsTheStream(scriptedServer, sseMCP, 
         env = modelEnv(url, HERMES_ACP_MAX_LINE="65536")
         async with connect(client, env=env) as (conn, _, wire, process):
             await initialized(conn)
-            servers = [sse("evil", evilURL), sse("huge", hugeURL), sse("good", goodURL)]
+            servers = [sse("evil", evilURL), sse("huge", hugeURL), sse("good", goodURL), sse("wrong", streamableURL)]
             sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=servers)).session_id
             await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("go")]), 60)
             await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("again")]), 60)
@@ -213,6 +215,7 @@ async def test_sseBadInputsAreToldAndCloseEndsTheStream(scriptedServer, sseMCP, 
     shown = agentText(found)
     assert "MCP server evil is not available" in shown and "endpoint event names another origin" in shown
     assert evil.posts == 0
+    assert "MCP server wrong is not available" in shown and "is it a streamable HTTP server (type http)?" in shown
     assert toolMessages(model.chatRequests[1]) == [
         "Error: huge: it sent an event over 65536 bytes (HERMES_ACP_MAX_LINE), so its event stream was closed"]
     assert "MCP server huge is not available" in shown and "event over 65536 bytes" in shown

@@ -88,7 +88,7 @@ class SSEChannel(HTTPChannel):
         finally:
             self._inFlight.pop("GET", None)
         kind = (response.headers.getRawHeaders("content-type") or [""])[0].split(";")[0].strip().lower()
-        if response.code >= 400:
+        if response.code >= 400 and response.code not in (404, 405, 406):
             raise self._httpError(response.code, response.phrase, await self._collect(response, 4096), "GET")
         if response.code != 200 or kind != "text/event-stream":
             await self._collect(response, 4096)
@@ -112,7 +112,8 @@ class SSEChannel(HTTPChannel):
                 self._abort("GET")
                 return
             self.url = self.endpoint.encode("ascii", "ignore")
-            self._found.callback(None)
+            if not self._found.called:  # (a start that ran out of time cancelled the wait)
+                self._found.callback(None)
         elif name == b"message":
             self._received(data)
         # other events mean nothing to this client
