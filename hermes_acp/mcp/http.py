@@ -91,6 +91,8 @@ class _Collect(Protocol):
         self.parts.append(data)
 
     def connectionLost(self, reason: Failure) -> None:
+        if self.done.called:  # (cancelled: its canceller closed the connection)
+            return
         if self.size > self.limit:
             self.done.errback(TransportError(f"the answer exceeded {self.limit} bytes"))
         else:  # complete, or cut short: what arrived is parsed as far as it goes
@@ -145,7 +147,8 @@ class EventStream(Protocol):
     def connectionLost(self, reason: Failure) -> None:
         if not self._closed:
             self._dispatch(self._decoder.end())
-        self.ended.callback(None)
+        if not self.ended.called:  # (cancelled: its canceller closed the connection)
+            self.ended.callback(None)
 
 
 class _Unpaced:
