@@ -13,7 +13,7 @@ import pytest_twisted
 from acp.schema import McpServerStdio, SseMcpServer
 
 from .e2e import agentText, answers, modelEnv, text, updates
-from .mcp_e2e import FASTMCP, call, fastmcp, toolMessages
+from .mcp_e2e import FASTMCP, call, fastmcp, http, toolMessages
 from .sdkclient import RecordingClient, connect, initialized, onLoop, raw, until
 
 
@@ -247,3 +247,38 @@ async def test_cancelWhileAPromptIsFetched(scriptedServer, tmp_path) -> None:
     assert answer.stop_reason == "cancelled" and took < 5  # (the prompt would take 60 s)
     assert model.chatRequests == []
     assert "`/mcp__real__review code [style]`: [real MCP prompt] Review a piece of code." in agentText(found)
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelledStreamedCallLogsNoTraceback(scriptedServer, tmp_path) -> None:
+    """A call to a streamable HTTP server (the mcp package's, which answers on an event
+    stream) cancelled while it runs: the turn answers cancelled, and the agent's log holds
+    no traceback (the cancelled stream's end is not fired twice)."""
+    model, url = scriptedServer
+    model.default.responses += [call("n", "mcp__web__nap", seconds=30)]
+    agentLog = tmp_path / "agent.log"
+
+    async def scenario():
+        web = await asyncio.create_subprocess_exec(sys.executable, FASTMCP, "http", "0", stdout=asyncio.subprocess.PIPE)
+        try:
+            webURL = (await asyncio.wait_for(web.stdout.readline(), 30)).decode().strip()
+            with open(agentLog, "wb") as stderr:
+                client = RecordingClient(permission=answers("allow_once"))
+                async with connect(client, env=modelEnv(url), stderr=stderr) as (conn, _, wire, process):
+                    await initialized(conn)
+                    sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[http("web", webURL)])).session_id
+                    turn = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("nap")]))
+                    await until(lambda: client.permissionRequests, 30, "the call's permission request")
+                    await asyncio.sleep(0.5)  # the call is under way
+                    await conn.cancel(session_id=sid)
+                    answer = await asyncio.wait_for(turn, 30)
+                    await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/mcp")]), 30)
+                    return answer, wire.problems()
+        finally:
+            web.kill()
+            await web.wait()
+
+    answer, problems = await onLoop(scenario())
+    assert problems == [] and answer.stop_reason == "cancelled"
+    logged = agentLog.read_text(errors="replace")
+    assert "Traceback" not in logged and "AlreadyCalledError" not in logged, logged[-3000:]
