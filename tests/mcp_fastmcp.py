@@ -19,7 +19,8 @@ Tools: add(a, b) -> int, shout(text) -> str (upper-cased), pixel() -> a 1x1 PNG 
 stats(text) -> structured output (a model: length, words, upper), count(steps) ->
 progress notifications then "counted N", nap(seconds) -> waits (for cancellation),
 linked() -> a resource_link to note://greeting, teach(word) -> adds a prompt WORD and
-sends notifications/prompts/list_changed.
+sends notifications/prompts/list_changed, publish(word) -> adds a resource note://WORD and
+sends notifications/resources/list_changed.
 Resources: note://greeting (text), note://big (``MCP_BIG_BYTES`` bytes of text, default
 1 MiB), template note://echo/{word}. Prompts: review(code, style="brief"), slow(seconds).
 ``MCP_PID_FILE`` in the environment: the process writes its pid there at start.
@@ -36,6 +37,7 @@ from pydantic import BaseModel
 
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.prompts import Prompt
+from mcp.server.mcpserver.resources import TextResource
 from mcp.types import ResourceLink
 
 try:
@@ -95,6 +97,13 @@ def build() -> MCPServer:
                                                description=f"Taught at run time: {word}"))
         await ctx.session.send_prompt_list_changed()
         return f"taught {word}"
+
+    @server.tool(description="Add a resource note://WORD (and tell the client its resources changed).")
+    async def publish(word: str, ctx: Context) -> str:
+        server.add_resource(TextResource(uri=f"note://{word}", name=word, text=f"published {word}",
+                                         mime_type="text/plain"))
+        await ctx.session.send_resource_list_changed()
+        return f"published {word}"
 
     @server.resource("note://greeting", name="greeting", mime_type="text/plain", description="A greeting.")
     def greeting() -> str:

@@ -98,19 +98,22 @@ async def test_everythingServerResourcesAndPrompts(scriptedServer, everythingSer
 async def test_resourceBoundsLinksAndPromptListChanged(scriptedServer, tmp_path) -> None:
     """A huge resource reaches the model cut at the setting, and says so; a tool's
     resource link tells the model how to read it, and the read works; a server that
-    adds a prompt and says so (list_changed) gets a new command in the editor; a
-    prompt's arguments by name and by position; "always" covers the server's later reads."""
+    adds a prompt and says so (list_changed) gets a new command in the editor, and a
+    resource it adds (and says so) is in the next listing; a prompt's arguments by name
+    and by position; "always" covers the server's later reads."""
     model, url = scriptedServer
     model.default.responses += [
         call("a", "read_mcp_resource", server="real", uri="note://big"),
         call("b", "mcp__real__linked"),
         call("c", "read_mcp_resource", server="real", uri="note://greeting"),
         call("d", "mcp__real__teach", word="taught"),
+        call("p", "mcp__real__publish", word="fresh"),
+        call("q", "list_mcp_resources", server="real"),
         [{"text": "done"}],
         [{"text": "reviewed"}],
         [{"text": "taught prompt ran"}],
     ]
-    client = RecordingClient(permission=answers("allow_always", "allow_once", "allow_once"))
+    client = RecordingClient(permission=answers("allow_always", "allow_once", "allow_once", "allow_once"))
 
     async def scenario():
         env = modelEnv(url, HERMES_ACP_MCP_RESOURCE_BYTES="4096")
@@ -131,9 +134,11 @@ async def test_resourceBoundsLinksAndPromptListChanged(scriptedServer, tmp_path)
     link = toolMessages(model.chatRequests[2])[1]
     assert 'read it with read_mcp_resource(server="real", uri="note://greeting")' in link
     assert "hello from a resource" in toolMessages(model.chatRequests[3])[2]
-    assert len(client.permissionRequests) == 3  # big (always), linked and teach; the second read was remembered
-    assert "Please review this code (long):\nx = 1" in userText(model.chatRequests[5])
-    assert "You were taught taught." in userText(model.chatRequests[6])
+    assert len(client.permissionRequests) == 4  # big (always), linked, teach, publish; the second read was remembered
+    fresh = json.loads(toolMessages(model.chatRequests[6])[5])  # listed after the resource list changed
+    assert "note://fresh" in [r["uri"] for r in fresh["resources"]]
+    assert "Please review this code (long):\nx = 1" in userText(model.chatRequests[7])
+    assert "You were taught taught." in userText(model.chatRequests[8])
     lists = commandNames(found)
     assert "mcp__real__review" in lists[0] or "mcp__real__review" in lists[1]
     assert "mcp__real__taught" not in lists[0] and "mcp__real__taught" in lists[-1]
