@@ -99,3 +99,25 @@ class NamedEventTests(SynchronousTestCase):
         self.assertEqual(EventDecoder(1024).feed(b"event: endpoint\ndata: /m\n\n"), [b"/m"])
         with self.assertRaises(EventTooBig):
             EventDecoder(16, named=True).feed(b"data: " + b"x" * 40 + b"\n")
+
+
+class SSESpecTests(SynchronousTestCase):
+    def test_sseFromTheEditorAndFromConfig(self) -> None:
+        from pathlib import Path
+        from tempfile import TemporaryDirectory
+
+        from hermes_acp.jsonrpc import InvalidParams
+        from hermes_acp.mcp.specs import SSE, fromRequest, parseConfig
+
+        spec, = fromRequest([{"type": "sse", "name": "old", "url": "https://x/sse",
+                              "headers": [{"name": "Authorization", "value": "Bearer t0k3n-value"}]}])
+        self.assertEqual((spec.transport, spec.url, spec.headers), (SSE, "https://x/sse", (("Authorization", "Bearer t0k3n-value"),)))
+        with self.assertRaisesRegex(InvalidParams, r"mcpServers\[0\]\.url must be an http"):
+            fromRequest([{"type": "sse", "name": "old", "url": "ftp://x"}])
+        with TemporaryDirectory() as folder:
+            path = Path(folder) / "config.yaml"
+            path.write_text("mcp_servers:\n  old: {url: 'http://h/sse', transport: sse}\n"
+                            "  bad: {url: 'http://h/x', transport: websocket}\n")
+            specs, problems = parseConfig(path)
+        self.assertEqual([(s.name, s.transport) for s in specs], [("old", SSE)])
+        self.assertIn("transport must be http", problems[0])
