@@ -577,6 +577,8 @@ class Turn:
     async def _callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
         mcp, session = self.services.mcp, self.session
         if name in resources.NAMES:
+            if self.cancelled:
+                return toolset.failure("interrupted by the user before it ran")
             return await resources.run(
                 mcp.resourceLinks(session), name, arguments, mcp.settings.mcpResourceBytes, self._track,
                 lambda server, uri: self._permitted(callId, name, mcp.readRoute(session, server), arguments,

@@ -22,7 +22,7 @@ linked() -> a resource_link to note://greeting, teach(word) -> adds a prompt WOR
 sends notifications/prompts/list_changed, publish(word) -> adds a resource note://WORD and
 sends notifications/resources/list_changed.
 Resources: note://greeting (text), note://big (``MCP_BIG_BYTES`` bytes of text, default
-1 MiB), template note://echo/{word}. Prompts: review(code, style="brief"), slow(seconds).
+1 MiB), note://slow (answers after 60 s), template note://echo/{word}. Prompts: review(code, style="brief"), slow(seconds).
 ``MCP_PID_FILE`` in the environment: the process writes its pid there at start.
 """
 
@@ -112,6 +112,11 @@ def build() -> MCPServer:
     @server.resource("note://big", name="big", mime_type="text/plain", description="A large text.")
     def big() -> str:
         return "b" * int(os.environ.get("MCP_BIG_BYTES", str(1024 * 1024)))
+
+    @server.resource("note://slow", name="slow", mime_type="text/plain", description="Takes a minute.")
+    async def slowly() -> str:
+        await anyio.sleep(60)
+        return "late"
 
     @server.resource("note://echo/{word}", name="echo", mime_type="text/plain")
     def echo(word: str) -> str:

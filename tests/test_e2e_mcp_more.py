@@ -228,29 +228,42 @@ async def test_sseBadInputsAreToldAndCloseEndsTheStream(scriptedServer, sseMCP, 
 
 
 @pytest_twisted.ensureDeferred
-async def test_cancelWhileAPromptIsFetched(scriptedServer, tmp_path) -> None:
+async def test_cancelWhileAPromptOrAResourceIsFetched(scriptedServer, tmp_path) -> None:
     """A prompt command whose server takes its time: a cancel answers the turn at once
-    (the server is told), no model turn runs; /help lists the prompt commands."""
+    (the server is told), no model turn runs; the same for a resource read that takes
+    its time (the call fails "interrupted"); /help lists the prompt commands."""
     model, url = scriptedServer
+    model.default.responses += [call("s", "read_mcp_resource", server="real", uri="note://slow")]
+    client = RecordingClient(permission=answers("allow_once"))
+
+    async def cancelled(conn, sid, prompt, started):
+        turn = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text(prompt)]))
+        await until(started, 30, "the slow request")
+        await asyncio.sleep(0.5)
+        began = asyncio.get_running_loop().time()
+        await conn.cancel(session_id=sid)
+        answer = await asyncio.wait_for(turn, 30)
+        return answer.stop_reason, asyncio.get_running_loop().time() - began
 
     async def scenario():
-        async with connect(RecordingClient(), env=modelEnv(url)) as (conn, _, wire, process):
+        async with connect(client, env=modelEnv(url)) as (conn, _, wire, process):
             await initialized(conn)
             sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[fastmcp("real")])).session_id
             await until(lambda: any("mcp__real__slow" in n for n in commandNames(updates(wire, sid))), 30,
                         "the prompt commands")
             await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/help")]), 60)
-            turn = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("/mcp__real__slow 60")]))
-            await asyncio.sleep(1.0)
-            began = asyncio.get_running_loop().time()
-            await conn.cancel(session_id=sid)
-            answer = await asyncio.wait_for(turn, 30)
-            return answer, asyncio.get_running_loop().time() - began, updates(wire, sid), wire.problems()
+            prompt = await cancelled(conn, sid, "/mcp__real__slow 60", lambda: True)
+            requestsBefore = len(model.chatRequests)
+            read = await cancelled(conn, sid, "read it", lambda: client.permissionRequests)
+            return prompt, requestsBefore, read, updates(wire, sid), wire.problems()
 
-    answer, took, found, problems = await onLoop(scenario())
+    prompt, requestsBefore, read, found, problems = await onLoop(scenario())
     assert problems == []
-    assert answer.stop_reason == "cancelled" and took < 5  # (the prompt would take 60 s)
-    assert model.chatRequests == []
+    assert prompt[0] == "cancelled" and prompt[1] < 5  # (the prompt would take 60 s)
+    assert requestsBefore == 0  # the cancelled prompt command never reached the model
+    assert read[0] == "cancelled" and read[1] < 5  # (the read would take 60 s)
+    cards = [u for u in found if u["sessionUpdate"] == "tool_call_update" and u.get("status") == "failed"]
+    assert cards and "interrupted by the user" in json.dumps(cards[-1])
     assert "`/mcp__real__review code [style]`: [real MCP prompt] Review a piece of code." in agentText(found)
 
 

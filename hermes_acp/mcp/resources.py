@@ -25,8 +25,10 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from twisted.internet.defer import CancelledError
+
 from ..engine.secrets import redact, redactAll
-from ..render import truncateMiddle
+from ..render import textContent, truncateMiddle
 from . import toolset
 from .wire import CallFailed
 
@@ -150,6 +152,8 @@ async def run(links: Mapping[str, ServerLink], name: str, arguments: dict[str, A
             return toolset.failure(refusal, secrets)
         try:
             result = await _asked(link, "resources/read", {"uri": uri}, track)
+        except CancelledError:
+            return toolset.failure("interrupted by the user before it finished")
         except CallFailed as e:
             return toolset.failure(str(e), secrets)
         contents = result.get("contents") if isinstance(result, dict) else None
@@ -167,12 +171,13 @@ async def run(links: Mapping[str, ServerLink], name: str, arguments: dict[str, A
         try:
             result = await _asked(each, method, {} if cursor is None else {"cursor": cursor}, track)
             pages.append(page(each.spec.name, result, kind))
+        except CancelledError:
+            return toolset.failure("interrupted by the user before it finished")
         except CallFailed as e:
             pages.append({"server": each.spec.name, "error": str(e)})
     shown = json.dumps(pages[0] if link is not None else {"servers": pages}, ensure_ascii=False, indent=1)
-    text = truncateMiddle(shown, toolset.MODEL_TEXT_LIMIT)
-    return redact(text, secrets), False, {"content": [{"type": "content", "content": {
-        "type": "text", "text": truncateMiddle(text, toolset.EDITOR_TEXT_LIMIT)}}]}
+    text = redact(truncateMiddle(shown, toolset.MODEL_TEXT_LIMIT), secrets)
+    return text, False, {"content": [textContent(truncateMiddle(text, toolset.EDITOR_TEXT_LIMIT))]}
 
 
 async def _asked(link: ServerLink, method: str, params: dict[str, Any], track: Callable[[Any], None]) -> Any:
