@@ -105,7 +105,8 @@ class ACPServer:
         permissions = PermissionBroker(connection.callRemote, reactor, self.settings.permissionTimeout)
         mcp = MCPServers(reactor, self.settings, updates, client, ConfiguredServers(configFile(hermesHome())))
         mcp.signIns = SignIns(reactor, self.settings, client, TokenStore.default(), connection, mcp.signedIn)
-        skills = SkillCommands(self.skills, reactor, updates, availableCommands())
+        skills = SkillCommands(self.skills, reactor, updates, availableCommands(), extra=mcp.promptCommands)
+        mcp.baseCommands = skills.listed  # one list for the editor: the agent's, the skills', the prompts'
         rewinds = Rewinds(store, updates, permissions, catalog, self.workers.run, self.checkpointStore)
         commands = Commands(options, store, updates, catalog, client, self.endpointSource, self.settings, mcp,
                             background=self.background, skills=skills, rewinds=rewinds)
@@ -187,7 +188,7 @@ class ACPServer:
         return {
             "loadSession": True,
             "promptCapabilities": {"image": self.imagesSeen, "audio": False, "embeddedContext": True},
-            "mcpCapabilities": {"http": True, "sse": False},
+            "mcpCapabilities": {"http": True, "sse": True},
             "sessionCapabilities": {
                 "list": {},
                 "delete": {},

@@ -141,6 +141,11 @@ class Commands:
         if skills:
             lines += ["", "**Skills** (each runs a turn with the skill's instructions)", ""]
             lines += [f"- `/{skill.name}`: {shortened(skill.description, 200)}" for skill in skills]
+        prompts = self.mcp.promptCommands(state)
+        if prompts:  # an MCP server's prompts start a model turn with its messages
+            lines += ["", "**MCP prompts**", ""]
+            lines += [f"- `/{c['name']}{' ' + c['input']['hint'] if 'input' in c else ''}`: {c['description']}"
+                      for c in prompts]
         lines += ["", "Other text starting with `/` goes to the model as a normal message."]
         return "\n".join(lines)
 

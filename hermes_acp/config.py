@@ -31,6 +31,10 @@ DEFAULT_MCP_ELICITATION_BYTES = 16 * 1024
 DEFAULT_MCP_HTTP_CONNECTIONS = 16
 #: How long an MCP server's OAuth sign-in waits for the browser's redirect.
 DEFAULT_MCP_LOGIN_TIMEOUT = 300.0
+#: The most text of one MCP resource read, or of one MCP prompt's messages, the model gets.
+DEFAULT_MCP_RESOURCE_BYTES = 100 * 1024
+#: The most MCP prompts offered as slash commands, per server.
+DEFAULT_MCP_MAX_PROMPTS = 50
 DEFAULT_COMPACT_AT = 0.9
 #: The tool calls of one model reply: how many run at all (the rest are refused) and how many
 #: at once; and how many run at once in the whole process, every session together.
@@ -317,6 +321,10 @@ class Settings:
     mcpHTTPConnections: int = DEFAULT_MCP_HTTP_CONNECTIONS
     #: How long an OAuth sign-in (its loopback listener, its editor page) waits for the redirect.
     mcpLoginTimeout: float = DEFAULT_MCP_LOGIN_TIMEOUT
+    #: MCP resources and prompts: the most text of one read (or one prompt) the model gets;
+    #: the most prompts of one server that become slash commands.
+    mcpResourceBytes: int = DEFAULT_MCP_RESOURCE_BYTES
+    mcpMaxPrompts: int = DEFAULT_MCP_MAX_PROMPTS
     #: Compact the conversation when a request would pass this share of the context window
     #: (less the room of the reply).
     compactAt: float = DEFAULT_COMPACT_AT
@@ -390,6 +398,8 @@ class Settings:
             mcpTrusted=frozenset(_split(env.get("HERMES_ACP_MCP_TRUSTED", ""))),
             mcpHTTPConnections=envInt(env, "HERMES_ACP_MCP_HTTP_CONNECTIONS", DEFAULT_MCP_HTTP_CONNECTIONS),
             mcpLoginTimeout=envSeconds(env, "HERMES_ACP_MCP_LOGIN_TIMEOUT", DEFAULT_MCP_LOGIN_TIMEOUT),
+            mcpResourceBytes=envInt(env, "HERMES_ACP_MCP_RESOURCE_BYTES", DEFAULT_MCP_RESOURCE_BYTES, minimum=1024),
+            mcpMaxPrompts=envInt(env, "HERMES_ACP_MCP_MAX_PROMPTS", DEFAULT_MCP_MAX_PROMPTS, minimum=0),
             compactAt=envShare(env, "HERMES_ACP_COMPACT_AT", DEFAULT_COMPACT_AT, 0.3, 0.98),
             maxToolCalls=envInt(env, "HERMES_ACP_MAX_TOOL_CALLS", DEFAULT_MAX_TOOL_CALLS),
             toolParallel=envInt(env, "HERMES_ACP_TOOL_PARALLEL", DEFAULT_TOOL_PARALLEL),

@@ -112,7 +112,8 @@ class Lifecycle:
     def announced(self, state: SessionState, servers: list[ServerSpec] | None) -> None:
         state.announced = True
         commands = availableCommands() if self.skills is None else self.skills.listed(state)
-        update = {"sessionUpdate": "available_commands_update", "availableCommands": commands}
+        update = {"sessionUpdate": "available_commands_update",
+                  "availableCommands": commands + self.mcp.promptCommands(state)}
         self.updates.send(state, update, journal=False)
         self.updates.send(state, usageUpdate(state, self.catalog), journal=False)
         self.mcp.attach(state, servers)

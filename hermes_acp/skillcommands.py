@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -84,6 +85,8 @@ class SkillCommands:
     updates: IUpdateChannel
     #: The agent's own commands, which come first (``commands.availableCommands``).
     builtins: list[dict[str, Any]]
+    #: Commands that follow the skills in the editor's list (the MCP servers' prompts).
+    extra: Callable[[SessionState], list[dict[str, Any]]] = lambda state: []
     #: Each session's latest catalog, and the command list the editor last heard.
     _catalogs: WeakKeyDictionary[SessionState, Catalog] = attrs.field(factory=WeakKeyDictionary)
     _listed: WeakKeyDictionary[SessionState, list[dict[str, Any]]] = attrs.field(factory=WeakKeyDictionary)
@@ -126,8 +129,8 @@ class SkillCommands:
         if listed != self._listed.get(state):
             self._listed[state] = listed
             if announce and state.announced:
-                self.updates.send(state, {"sessionUpdate": "available_commands_update", "availableCommands": listed},
-                                  journal=False)
+                self.updates.send(state, {"sessionUpdate": "available_commands_update",
+                                          "availableCommands": listed + self.extra(state)}, journal=False)
         return catalog
 
     def current(self, state: SessionState) -> Catalog | None:

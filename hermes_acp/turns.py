@@ -49,7 +49,7 @@ from .engine.titles import capped
 from .interfaces import IEngineAgent, IPermissionBroker, IRenderer, ISessionOptions, ISessionStore, IUpdateChannel
 from .intake import checkPrompt, promptText, toModelContent
 from .jsonrpc import AuthRequired, InternalError, JSONRPCError
-from .mcp import toolset
+from .mcp import prompts, resources, toolset
 from .mcp.registry import ASK, DENY, MCPServers
 from .mcp.toolset import Route
 from .mcp.wire import CallFailed
@@ -174,6 +174,8 @@ class Turn:
     children: subagents.ChildCards = attrs.field(default=attrs.Factory(lambda self: subagents.ChildCards(
         self.session.sessionId, lambda update, journal: self.services.updates.send(self.session, update, journal),
         self.cards, self.services.client.subagents), takes_self=True))
+    #: What the model gets as the user's message when it is not the prompt (an MCP prompt's messages).
+    modelBlocks: list[dict[str, Any]] | None = None
     _answer: OneShot[dict[str, Any]] = attrs.field(factory=OneShot)
     _claimLock: threading.Lock = attrs.field(factory=threading.Lock)
     _claimed: bool = False  # a worker thread has started the engine
@@ -206,6 +208,8 @@ class Turn:
         elif self.phase == WAITING and not claimed:
             if self._engineDone is not None and not self._engineDone.called:
                 self._engineDone.callback(None)  # answer now; the worker will not run the engine
+            for d in list(self.requests):  # (an MCP prompt being fetched)
+                d.cancel()
         elif self.phase in (WAITING, RUNNING):
             if self.agent is not None:
                 self.agent.interrupt()
@@ -247,6 +251,12 @@ class Turn:
         if compact is not None:
             command = None  # a turn of the engine, with its own kind of run
         endpoint = services.requireEndpoint() if command is None else None
+        textOnly = all(block.get("type") == "text" for block in self.blocks)
+        prompted = prompts.split(text) if command is None and compact is None and textOnly else None
+        if prompted is not None:  # /mcp__SERVER__PROMPT, once the servers are up (else text for the model)
+            await services.mcp.ready(session)
+            found = services.mcp.promptFor(session, prompted[0])
+            prompted = None if found is None else (*found, prompted[1])
         await services.store.beginTurn(session, text if command is None and compact is None else None)
         for block in self.blocks:
             update = {"sessionUpdate": "user_message_chunk", "content": block, "messageId": f"{self.turnId}-user"}
@@ -262,6 +272,9 @@ class Turn:
             if command is not None:
                 self._move(RUNNING)
                 self.sendText("agent_message_chunk", await services.commands.run(session, *command, track=self._track))
+            elif prompted is not None and (problem := await self._fetchPrompt(*prompted)) is not None:
+                self._move(RUNNING)
+                self.sendText("agent_message_chunk", problem)
             elif not self.cancelled and (result := await self._runEngine(compact, skill)) is not None:
                 messages = result.messages
                 response = {"stopReason": result.stop_reason, "usage": attrs.asdict(result.usage)}
@@ -347,7 +360,7 @@ class Turn:
                 if skill is not None and services.skills is not None:
                     content: Any = services.skills.library.activation(*skill)
                 else:
-                    content = toModelContent(self.blocks, self.cancelEvent)
+                    content = toModelContent(self.modelBlocks or self.blocks, self.cancelEvent)
                 return agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools, checkpoint)
             finally:
                 bridge.flush()
@@ -374,6 +387,26 @@ class Turn:
         ready = succeed(None) if compact is not None else services.mcp.ready(self.session)
         ready.addCallback(serversSettled).addBoth(finished)
         return await done
+
+    async def _fetchPrompt(self, route: prompts.PromptRoute, link: Any, text: str) -> str | None:
+        """An MCP prompt's messages become what the model gets (None), or the reason they
+        cannot (a required argument missing, the server's error), told to the user instead."""
+        if self.cancelled:
+            return ""  # (no reply: the turn answers "cancelled")
+        try:
+            arguments = prompts.parseArguments(route, text)
+        except ValueError as e:
+            return str(e)
+        d = link.ask("prompts/get", {"name": route.prompt, "arguments": arguments})
+        self._track(d)
+        try:
+            result = await d
+            self.modelBlocks = prompts.blocks(result, route, self.services.mcp.settings.mcpResourceBytes)
+        except CancelledError:
+            return ""
+        except (CallFailed, ValueError) as e:
+            return f"/{route.command}: {e}"
+        return None
 
     def _workerStarted(self) -> None:
         if self.phase == WAITING:
@@ -596,21 +629,21 @@ class Turn:
 
     async def _callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
         mcp, session = self.services.mcp, self.session
+        if name in resources.NAMES:
+            if self.cancelled:
+                return toolset.failure("interrupted by the user before it ran")
+            return await resources.run(
+                mcp.resourceLinks(session), name, arguments, mcp.settings.mcpResourceBytes, self._track,
+                lambda server, uri: self._permitted(callId, name, mcp.readRoute(session, server), arguments,
+                                                    resources.permissionText(server, uri)))
         route = self.routes.get(name)
         if route is None:
             return toolset.failure(f"{name} is not a tool of this turn")
         if session.mode == PLAN and not route.readOnly:
             return toolset.failure(planRefusal(route.title))
-        verdict = mcp.decision(session, route)
-        if verdict == ASK:
-            toolCallId, _, shown = self.cards[callId]
-            detail = {"title": route.title, "kind": route.kind, "text": toolset.permissionText(route, arguments)}
-            answer = await self._ask(self.renderer.permissionToolCall(toolCallId, name, shown, detail), "tool")
-            mcp.remember(session, route, answer)
-            if answer not in ALLOWED:
-                return toolset.failure(f"{route.title} was not run: {refusal(answer)}")
-        elif verdict == DENY:
-            return toolset.failure(f"{route.title} was not run: the user rejected this tool for the session")
+        refused = await self._permitted(callId, name, route, arguments, toolset.permissionText(route, arguments))
+        if refused is not None:
+            return toolset.failure(refused)
         d = None if self.cancelled else mcp.call(session, route, arguments, lambda params: self.progress(callId, params),
                                                  lambda params: self.serverAsks(callId, route.server, params))
         if d is None:
@@ -618,11 +651,27 @@ class Turn:
                                    else f"{route.title} is not available any more: its server stopped or dropped it")
         self._track(d)
         try:
-            return toolset.outcome(await d, route.secrets)
+            return toolset.outcome(await d, route.secrets, mcp.readableFrom(session, route.server))
         except CancelledError:
             return toolset.failure("interrupted by the user before it finished")
         except CallFailed as e:
             return toolset.failure(str(e), route.secrets)
+
+    async def _permitted(self, callId: str, name: str, route: Route, arguments: dict[str, Any], text: str) -> str | None:
+        """The server's permission rule for one request (a tool call, a resource read):
+        None when it may run, else why not."""
+        mcp, session = self.services.mcp, self.session
+        verdict = mcp.decision(session, route)
+        if verdict == ASK:
+            toolCallId, _, shown = self.cards[callId]
+            detail = {"title": route.title, "kind": route.kind, "text": text}
+            answer = await self._ask(self.renderer.permissionToolCall(toolCallId, name, shown, detail), "tool")
+            mcp.remember(session, route, answer)
+            if answer not in ALLOWED:
+                return f"{route.title} was not run: {refusal(answer)}"
+        elif verdict == DENY:
+            return f"{route.title} was not run: the user rejected this tool for the session"
+        return None
 
     def serverAsks(self, callId: str, server: str, params: Any) -> Deferred[dict[str, Any]]:
         """An MCP server's ``elicitation/create`` during the call: checked, marked as the

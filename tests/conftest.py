@@ -27,16 +27,13 @@ def scriptedServer(request: Any) -> Iterator[tuple[Any, str]]:
     pytest_twisted.blockon(port.stopListening())
 
 
-@pytest.fixture
-def httpMCP() -> Iterator[Any]:
-    """``httpMCP(script)``: a scripted streamable-HTTP MCP server on loopback, and its URL;
+def _loopbackServers(serverClass: Any, listen: Any) -> Iterator[Any]:
+    """``start(script)``: a scripted MCP server of ``serverClass`` on loopback, and its URL;
     each is disconnected and stopped when the test ends."""
-    from .mcp_http import ScriptedHTTPMCP, listen
-
     started: list[tuple[Any, Any]] = []
 
     def start(script: dict[str, Any]) -> tuple[Any, str]:
-        web = ScriptedHTTPMCP(script)
+        web = serverClass(script)
         port, url = listen(web)
         started.append((web, port))
         return web, url
@@ -45,6 +42,46 @@ def httpMCP() -> Iterator[Any]:
     for web, port in started:
         web.disconnectAll()
         pytest_twisted.blockon(port.stopListening())
+
+
+@pytest.fixture
+def httpMCP() -> Iterator[Any]:
+    """``httpMCP(script)``: a scripted streamable-HTTP MCP server (tests/mcp_http.py)."""
+    from .mcp_http import ScriptedHTTPMCP, listen
+
+    yield from _loopbackServers(ScriptedHTTPMCP, listen)
+
+
+@pytest.fixture
+def sseMCP() -> Iterator[Any]:
+    """``sseMCP(script)``: a scripted HTTP+SSE MCP server (tests/mcp_sse.py)."""
+    from .mcp_sse import ScriptedSSEMCP, listen
+
+    yield from _loopbackServers(ScriptedSSEMCP, listen)
+
+
+NPM_FOLDER = os.path.join(os.path.dirname(__file__), "npm")
+EVERYTHING = os.path.join(NPM_FOLDER, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+
+
+@pytest.fixture(scope="session")
+def everythingServer() -> list[str]:
+    """The argv of the npm reference server ``@modelcontextprotocol/server-everything``
+    (stdio), pinned in tests/npm/package-lock.json: installed there with ``npm ci`` the
+    first time (the registry is needed once; offline afterwards), run with node directly.
+    Skipped only when node or npm is not installed."""
+    import shutil
+    import subprocess
+
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed for the server-everything tests (Node.js 18 or later)")
+    if not os.path.exists(EVERYTHING):
+        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NPM_FOLDER,
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0 or not os.path.exists(EVERYTHING):
+            pytest.fail(f"npm ci in {NPM_FOLDER} failed (it needs the npm registry once): {done.stderr[-2000:]}")
+    return [node, EVERYTHING, "stdio"]
 
 
 class ToolBench:

@@ -4,6 +4,9 @@
                                            (nothing else is ever printed on stdout)
   python tests/mcp_fastmcp.py http PORT    streamable HTTP on http://127.0.0.1:PORT/mcp;
                                            the first stdout line is that URL (PORT 0: a free port)
+  python tests/mcp_fastmcp.py sse PORT     the 2024-11-05 HTTP+SSE transport (the SDK's
+                                           ``SseServerTransport``): the event stream at
+                                           http://127.0.0.1:PORT/sse, printed as above
 
 In mcp 2.x FastMCP is ``mcp.server.mcpserver.MCPServer`` (``mcp.server.fastmcp`` only
 raises a ModuleNotFoundError pointing at the migration guide). The server is
@@ -14,7 +17,12 @@ and a stdio process that served a modern request refuses ``initialize`` (-32022)
 
 Tools: add(a, b) -> int, shout(text) -> str (upper-cased), pixel() -> a 1x1 PNG image,
 stats(text) -> structured output (a model: length, words, upper), count(steps) ->
-progress notifications then "counted N", nap(seconds) -> waits (for cancellation).
+progress notifications then "counted N", nap(seconds) -> waits (for cancellation),
+linked() -> a resource_link to note://greeting, teach(word) -> adds a prompt WORD and
+sends notifications/prompts/list_changed, publish(word) -> adds a resource note://WORD and
+sends notifications/resources/list_changed.
+Resources: note://greeting (text), note://big (``MCP_BIG_BYTES`` bytes of text, default
+1 MiB), note://slow (answers after 60 s), template note://echo/{word}. Prompts: review(code, style="brief"), slow(seconds).
 ``MCP_PID_FILE`` in the environment: the process writes its pid there at start.
 """
 
@@ -28,6 +36,9 @@ import anyio
 from pydantic import BaseModel
 
 from mcp.server.mcpserver import Context, Image, MCPServer
+from mcp.server.mcpserver.prompts import Prompt
+from mcp.server.mcpserver.resources import TextResource
+from mcp.types import ResourceLink
 
 try:
     from .mcp_scripted import TINY_PNG
@@ -76,27 +87,76 @@ def build() -> MCPServer:
         await anyio.sleep(seconds)
         return f"napped {seconds:g}s"
 
+    @server.tool(description="A link to the greeting resource.")
+    def linked() -> list[ResourceLink]:
+        return [ResourceLink(type="resource_link", uri="note://greeting", name="greeting", mime_type="text/plain")]
+
+    @server.tool(description="Add a prompt named WORD (and tell the client its prompts changed).")
+    async def teach(word: str, ctx: Context) -> str:
+        server.add_prompt(Prompt.from_function(lambda: f"You were taught {word}.", name=word,
+                                               description=f"Taught at run time: {word}"))
+        await ctx.session.send_prompt_list_changed()
+        return f"taught {word}"
+
+    @server.tool(description="Add a resource note://WORD (and tell the client its resources changed).")
+    async def publish(word: str, ctx: Context) -> str:
+        server.add_resource(TextResource(uri=f"note://{word}", name=word, text=f"published {word}",
+                                         mime_type="text/plain"))
+        await ctx.session.send_resource_list_changed()
+        return f"published {word}"
+
+    @server.resource("note://greeting", name="greeting", mime_type="text/plain", description="A greeting.")
+    def greeting() -> str:
+        return "hello from a resource"
+
+    @server.resource("note://big", name="big", mime_type="text/plain", description="A large text.")
+    def big() -> str:
+        return "b" * int(os.environ.get("MCP_BIG_BYTES", str(1024 * 1024)))
+
+    @server.resource("note://slow", name="slow", mime_type="text/plain", description="Takes a minute.")
+    async def slowly() -> str:
+        await anyio.sleep(60)
+        return "late"
+
+    @server.resource("note://echo/{word}", name="echo", mime_type="text/plain")
+    def echo(word: str) -> str:
+        return f"echo: {word}"
+
+    @server.prompt(description="Answer after this many seconds (for cancellation).")
+    async def slow(seconds: str) -> str:
+        await anyio.sleep(float(seconds))
+        return "slept"
+
+    @server.prompt(description="Review a piece of code.")
+    def review(code: str, style: str = "brief") -> str:
+        return f"Please review this code ({style}):\n{code}"
+
     return server
 
 
-async def _serveHTTP(server: MCPServer, port: int) -> None:
+async def _serve(server: MCPServer, port: int, transport: str) -> None:
+    """Streamable HTTP at /mcp, or HTTP+SSE with its event stream at /sse; the URL goes to stdout first."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     sock.listen(128)
-    sys.stdout.write(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp\n")
+    path = "/mcp" if transport == "http" else "/sse"
+    sys.stdout.write(f"http://127.0.0.1:{sock.getsockname()[1]}{path}\n")
     sys.stdout.flush()
-    app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    if transport == "http":
+        app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    else:
+        app = server.sse_app(host="127.0.0.1")
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] not in ("stdio", "http") or (args[0] == "http" and len(args) != 2):
-        sys.stderr.write("usage: mcp_fastmcp.py stdio | http PORT\n")
+    if not args or args[0] not in ("stdio", "http", "sse") or (args[0] != "stdio" and len(args) != 2):
+        sys.stderr.write("usage: mcp_fastmcp.py stdio | http PORT | sse PORT\n")
         raise SystemExit(2)
     if os.environ.get("MCP_PID_FILE"):
         with open(os.environ["MCP_PID_FILE"], "w") as f:
@@ -105,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     if args[0] == "stdio":
         server.run("stdio")
     else:
-        anyio.run(_serveHTTP, server, int(args[1]))
+        anyio.run(_serve, server, int(args[1]), args[0])
 
 
 if __name__ == "__main__":

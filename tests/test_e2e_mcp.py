@@ -126,7 +126,7 @@ async def test_brokenServersAreToldAndTheOthersWork(scriptedServer, tmp_path) ->
     shown = agentText(found)
     assert "MCP server dead is not available" in shown and "boom: missing API key" in shown
     assert "MCP server silent is not available" in shown and "no answer to the handshake" in shown
-    assert "MCP server old is not available" in shown and "sse transport" in shown
+    assert "MCP server old is not available" in shown and "cannot reach http://127.0.0.1:9/sse" in shown
     table = shown[shown.index("**MCP servers**"):]
     assert "| `good` | ready | stdio" in table and "| `dead` | failed |" in table and "| `silent` | failed |" in table
 

@@ -9,6 +9,8 @@ cannot grow the reader without bound.
 
 from __future__ import annotations
 
+from typing import Any
+
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -22,11 +24,15 @@ class EventTooBig(ValueError):
 
 class EventDecoder:
     """``feed`` the stream's bytes and get the data of each event it completed (its ``data:``
-    lines joined by LF); ``end`` at the end of the stream. Comments, ``event:``, ``id:`` and
+    lines joined by LF); ``end`` at the end of the stream. ``named`` events come as (name,
+    data) pairs instead, the name from the event's ``event:`` line ("message" without one:
+    the legacy MCP transport tells its ``endpoint`` event apart so). Comments, ``id:`` and
     ``retry:`` lines change nothing here."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, named: bool = False) -> None:
         self.limit = limit
+        self.named = named
+        self._event = b"message"
         self._buffer = bytearray()
         self._scanned = 0  # bytes of the buffer known to hold no line end
         self._skipLF = False  # the last line ended with CR: a LF next belongs to it
@@ -35,7 +41,7 @@ class EventDecoder:
         self._size = 0
         self._pending = False  # a data: line arrived since the last event
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes) -> list[Any]:
         if not self._started and data:
             self._started = True
             data = data[len(_BOM):] if data.startswith(_BOM) else data
@@ -70,21 +76,26 @@ class EventDecoder:
             raise EventTooBig(self.limit)
         return events
 
-    def end(self) -> bytes | None:
+    def end(self) -> Any:
         """The stream ended: the data of an event it left undispatched (no blank line after
         it; a last line without its line end counts), or None when there is none."""
         if self._buffer:
             self._line(bytes(self._buffer), [])
             self._buffer.clear()
         data = b"\n".join(self._data) if self._pending else None
+        event = self._event
         self._reset()
-        return data
+        return (event, data) if self.named and data is not None else data
 
-    def _line(self, line: bytes, events: list[bytes]) -> None:
+    def _line(self, line: bytes, events: list[Any]) -> None:
         if not line:
             if self._pending:
-                events.append(b"\n".join(self._data))
+                data = b"\n".join(self._data)
+                events.append((self._event, data) if self.named else data)
                 self._data, self._size, self._pending = [], 0, False
+            self._event = b"message"
+        elif line.startswith(b"event:"):
+            self._event = line[6:].strip()[:64] or b"message"
         elif line.startswith(b"data:"):
             value = line[6:] if line[5:6] == b" " else line[5:]
             self._size += len(value) + 1
@@ -98,3 +109,4 @@ class EventDecoder:
         self._buffer.clear()
         self._scanned = 0
         self._data, self._size, self._pending = [], 0, False
+        self._event = b"message"

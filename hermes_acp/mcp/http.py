@@ -39,6 +39,7 @@ from twisted.web.iweb import IResponse
 
 from .. import safejson
 from ..engine import exhausted
+from ..engine.sse import EventDecoder, EventTooBig
 from .specs import ServerSpec
 from .wire import MCPConnection, TransportError
 
@@ -99,78 +100,55 @@ class _Collect(Protocol):
 
 
 class EventStream(Protocol):
-    """Server-sent events: each event's data goes to ``onData``; ``ended`` fires at the end.
+    """Server-sent events on Twisted: the bytes go through the one decoder
+    (``engine.sse.EventDecoder``), each event's data to ``onData`` (``named``: its
+    name and data), empty ones (a "priming" event) skipped; ``ended`` fires at the end.
+    An event (or a line) bigger than ``limit`` closes the stream: a server cannot grow
+    us without bound."""
 
-    Lines end with LF, CRLF or a lone CR. Each byte is scanned once. An event (or a
-    line) bigger than ``limit`` closes the stream: a server cannot grow us without bound."""
-
-    def __init__(self, onData: Callable[[bytes], None], limit: int) -> None:
+    def __init__(self, onData: Callable[..., None], limit: int, named: bool = False) -> None:
         self.onData = onData
         self.limit = limit
-        self._buffer = bytearray()
-        self._scanned = 0
-        self._skipLF = False  # the last line ended with CR: a LF next belongs to it
-        self._data: list[bytes] = []
-        self._size = 0
+        self.named = named
+        self._decoder = EventDecoder(limit, named)
         self._closed = False
+        #: The stream was closed for an event over ``limit``.
+        self.tooBig = False
         self.ended: Deferred[None] = Deferred(_hangUp(self))
 
     def dataReceived(self, data: bytes) -> None:
         if self._closed:
             return
-        if self._skipLF and data.startswith(b"\n"):
-            data = data[1:]
-        self._skipLF = False
-        self._buffer += data
-        start = 0
-        while True:
-            lf = self._buffer.find(b"\n", max(start, self._scanned))
-            cr = self._buffer.find(b"\r", max(start, self._scanned))
-            ends = [i for i in (lf, cr) if i >= 0]
-            if not ends:
-                break
-            end = min(ends)
-            line = bytes(self._buffer[start:end])
-            start = end + 1
-            if self._buffer[end] == 0x0D:  # CR: skip the LF of a CRLF
-                if start < len(self._buffer):
-                    start += self._buffer[start] == 0x0A
-                else:
-                    self._skipLF = True
-            self._line(line)
+        try:
+            events = self._decoder.feed(data)
+        except EventTooBig:
+            self._tooBig()
+            return
+        for event in events:
+            self._dispatch(event)
             if self._closed:
                 return
-        del self._buffer[:start]
-        self._scanned = len(self._buffer)
-        if len(self._buffer) > self.limit:
-            self._tooBig()
 
-    def _line(self, line: bytes) -> None:
-        if not line:
-            data, self._data, self._size = b"\n".join(self._data), [], 0
-            if data.strip():
-                self.onData(data)
-        elif line.startswith(b"data:"):
-            value = line[5:]
-            value = value[1:] if value.startswith(b" ") else value
-            self._size += len(value) + 1
-            self._data.append(value)
-            if self._size > self.limit:
-                self._tooBig()
-        # event:, id:, retry: and comments change nothing here
+    def _dispatch(self, event: Any) -> None:
+        if event is None:
+            return
+        if not self.named:
+            if event.strip():
+                self.onData(event)
+        elif event[1].strip():
+            self.onData(*event)
 
     def _tooBig(self) -> None:
         log.warn("an MCP event stream sent an event over {limit} bytes; the stream is closed", limit=self.limit)
-        self._closed = True
-        self._buffer.clear()
-        self._data, self._size = [], 0
+        self._closed = self.tooBig = True
         if self.transport is not None:
             self.transport.stopProducing()
 
     def connectionLost(self, reason: Failure) -> None:
-        if self._data and not self._closed:
-            self._line(b"")
-        self.ended.callback(None)
+        if not self._closed:
+            self._dispatch(self._decoder.end())
+        if not self.ended.called:  # (cancelled: its canceller closed the connection)
+            self.ended.callback(None)
 
 
 class _Unpaced:

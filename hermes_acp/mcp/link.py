@@ -12,7 +12,7 @@ change of state or tools to ``onChange``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +28,13 @@ from ..engine.secrets import redact
 from ..jsonrpc import InvalidParams, RemoteError
 from ..oneshot import OneShot
 from . import toolset
-from .specs import HTTP, ServerSpec
+from .specs import HTTP, SSE, STDIO, ServerSpec
 from .wire import CallFailed, MCPConnection, TransportError
 
 if TYPE_CHECKING:  # imported with the first server of their kind
     from .http import HTTPChannel
     from .oauth import OAuthClient
+    from .sse import SSEChannel
     from .stdio import StdioServer
 
 log = Logger()
@@ -86,15 +87,19 @@ class ServerLink:
     tools: list[dict[str, Any]] = attrs.Factory(list)
     instructions: str | None = None
     connection: MCPConnection = attrs.field(init=False)
-    channel: StdioServer | HTTPChannel = attrs.field(init=False)
+    channel: StdioServer | HTTPChannel | SSEChannel = attrs.field(init=False)
+    #: Its prompts (``prompts/list``, bounded by the setting), and whether it offers resources.
+    prompts: list[dict[str, Any]] = attrs.Factory(list)
+    hasResources: bool = False
     _progress: dict[str, Callable[[dict[str, Any]], None]] = attrs.Factory(dict)
     _settled: OneShot[None] = attrs.Factory(OneShot)
     #: Why some of its tools are not offered (``toolset.accepted``).
     leftOut: list[str] = attrs.Factory(list)
     _hasTools: bool = False
     _reconnecting: OneShot[None] | None = None
-    _listing: Deferred[None] | None = None
-    _relist: bool = False
+    #: The lists (tools, prompts) being read again after a list_changed: whether it changed again meanwhile.
+    _relisting: dict[str, bool] = attrs.Factory(dict)
+    _hasPrompts: bool = False
     _logAllowance: float = LOG_BURST
     _loggedAt: float = 0.0
     _logDropped: int = 0
@@ -122,11 +127,20 @@ class ServerLink:
             requests,
             {"notifications/progress": self._progressed,
              "notifications/tools/list_changed": lambda params: self.toolsChanged(),
+             "notifications/prompts/list_changed": lambda params: self.promptsChanged(),
+             "notifications/resources/list_changed": lambda params: self._resourcesChanged(),
              "notifications/message": self._logMessage},
             self.reactor, self.settings.maxLine)
         self.connection.onInputEnded = self._outputClosed
         self.connection.onOverrun = self._notReading
-        if self.spec.transport == HTTP:
+        if self.spec.transport == SSE:
+            from .sse import SSEChannel
+
+            self.channel = SSEChannel(self.spec, self.reactor, self.connection, self.settings.maxLine,
+                                      self.settings.mcpHTTPConnections)
+            self.channel.onEnded = lambda reason: self.fail(reason) if self.state in (STARTING, READY) else None
+            self.connection.makeConnection(self.channel)
+        elif self.spec.transport != STDIO:
             from .http import HTTPChannel
 
             self.channel = HTTPChannel(self.spec, self.reactor, self.connection, self.settings.maxLine,
@@ -154,12 +168,19 @@ class ServerLink:
         return d
 
     async def _start(self) -> None:
-        if self.spec.transport != HTTP:
+        if self.spec.transport == STDIO:
             self.channel.start()
             self.channel.process.whenEnded().addCallback(lambda _: self._ended())
+        elif self.spec.transport == SSE:
+            await self.channel.connect()
         await self._authorized(self._handshake)
         await self._listTools()
-        if self.spec.transport == HTTP:
+        try:
+            await self._listPrompts()
+        except (RemoteError, CallFailed) as e:  # its tools still work
+            log.warn("MCP server {name}: its prompts could not be listed: {e}", name=self.spec.name,
+                     e=self.describe(e))
+        if self.spec.transport != STDIO:
             self.channel.listen()
         if self.state == STARTING:
             self.state = READY
@@ -173,7 +194,7 @@ class ServerLink:
             return None
         if failure.check(TimeoutError, CancelledError):
             reason = f"no answer to the handshake within {self.settings.mcpStartupTimeout:g} s"
-        elif failure.check(*_ENDED) and self.spec.transport != HTTP and not self.channel.process.ended:
+        elif failure.check(*_ENDED) and self.spec.transport == STDIO and not self.channel.process.ended:
             # Its output closed: the process is ending, and its exit status says more.
             ended = self.channel.process.whenEnded()
             ended.addTimeout(END_WAIT, self.reactor)
@@ -188,7 +209,7 @@ class ServerLink:
         if self.state in (FAILED, STOPPED):
             return
         self._cancelRefresh()
-        tail = self.channel.stderrTail if self.spec.transport != HTTP else ""
+        tail = self.channel.stderrTail if self.spec.transport == STDIO else ""
         reason += f"\n\nIts last words on stderr:\n{tail}" if tail else ""
         self.state, self.reason = FAILED, redact(reason, self.spec.secrets)
         log.warn("MCP server {name} ({where}) failed: {reason}", name=self.spec.name, where=self.spec.where,
@@ -206,7 +227,7 @@ class ServerLink:
         return str(error) or type(error).__name__
 
     def _endReason(self) -> str:
-        if self.spec.transport != HTTP:
+        if self.spec.transport == STDIO:
             ended = self.channel.describeEnd() if self.channel.process.ended else "closed its output"
             return f"the process ended ({ended})"
         return "the connection closed"
@@ -224,7 +245,7 @@ class ServerLink:
     def _outputClosed(self) -> None:
         """A stdio server closed its output: nothing it says can reach us any more. It
         fails when its process ends (with that status), or soon anyway."""
-        if self.spec.transport == HTTP or self.channel.process.ended:
+        if self.spec.transport != STDIO or self.channel.process.ended:
             return
         ended = self.channel.process.whenEnded()
         ended.addTimeout(END_WAIT, self.reactor)
@@ -244,7 +265,7 @@ class ServerLink:
                              f"(it speaks {', '.join(LEGACY_VERSIONS)} and {MODERN_VERSION})")
         self.era, self.version = "legacy", result["protocolVersion"]
         self._adopt(result)
-        if self.spec.transport == HTTP:
+        if self.spec.transport != STDIO:
             self.channel.protocolVersion = self.version
         self.connection.notify("notifications/initialized", {})
 
@@ -265,12 +286,15 @@ class ServerLink:
 
     def _speakModern(self, modern: bool) -> None:
         self.era = "modern" if modern else None
-        if self.spec.transport == HTTP:
+        if self.spec.transport != STDIO:
             self.channel.protocolVersion, self.channel.modern = (MODERN_VERSION, True) if modern else (None, False)
 
     def _adopt(self, result: dict[str, Any]) -> None:
         capabilities = result.get("capabilities")
-        self._hasTools = isinstance(capabilities, dict) and isinstance(capabilities.get("tools"), dict)
+        offers = capabilities if isinstance(capabilities, dict) else {}
+        self._hasTools = isinstance(offers.get("tools"), dict)
+        self._hasPrompts = isinstance(offers.get("prompts"), dict)
+        self.hasResources = isinstance(offers.get("resources"), dict)
         instructions = result.get("instructions")
         self.instructions = instructions if isinstance(instructions, str) else None
 
@@ -426,7 +450,7 @@ class ServerLink:
             def done(result: Any) -> None:
                 self._reconnecting = None
                 shot.fire(result)
-                if self.spec.transport == HTTP:
+                if self.spec.transport != STDIO:
                     self.channel.listen()
 
             Deferred.fromCoroutine(self._handshake()).addBoth(done)
@@ -455,31 +479,94 @@ class ServerLink:
         if self.leftOut:
             log.warn("MCP server {name}: tools left out: {left}", name=self.spec.name, left="; ".join(self.leftOut))
 
+    async def _listPrompts(self, timeout: float | None = None) -> None:
+        """``prompts/list``, page by page, at most ``mcpMaxPrompts`` kept (the rest are
+        counted and logged): each becomes a slash command."""
+        if not self._hasPrompts or not self.settings.mcpMaxPrompts:
+            self.prompts = []
+            return
+        kept: dict[str, dict[str, Any]] = {}
+        over, cursor = 0, None
+        for _ in range(MAX_PAGES):
+            page = await self._withSession("prompts/list", {} if cursor is None else {"cursor": cursor}, timeout)
+            if not isinstance(page, dict) or not isinstance(page.get("prompts"), list):
+                raise CallFailed("its prompts/list answer holds no list of prompts")
+            for prompt in page["prompts"]:
+                if not isinstance(prompt, dict) or not isinstance(prompt.get("name"), str) or not prompt["name"]:
+                    continue
+                if len(kept) >= self.settings.mcpMaxPrompts:
+                    over += 1
+                    continue
+                kept[prompt["name"]] = prompt
+            cursor = page.get("nextCursor")
+            if over or not isinstance(cursor, str) or not cursor:
+                break
+        self.prompts = list(kept.values())
+        if over:
+            log.warn("MCP server {name} offers more than {limit} prompts; {over} (and any further pages) are "
+                     "not slash commands (HERMES_ACP_MCP_MAX_PROMPTS)", name=self.spec.name,
+                     limit=self.settings.mcpMaxPrompts, over=over)
+
     def toolsChanged(self) -> None:
-        """``list_changed``: list again (once more if it changes while listing)."""
+        """``notifications/tools/list_changed``."""
+        self._listChanged("tools", self._listTools)
+
+    def promptsChanged(self) -> None:
+        """``notifications/prompts/list_changed``."""
+        if self._hasPrompts:
+            self._listChanged("prompts", self._listPrompts)
+
+    def _listChanged(self, kind: str, lister: Callable[[float], Awaitable[None]]) -> None:
+        """List ``kind`` again (once more if it changes while listing)."""
         if self.state not in (STARTING, READY):
             return
-        if self._listing is not None:
-            self._relist = True
+        if kind in self._relisting:
+            self._relisting[kind] = True
             return
-        self._listing = _logged(Deferred.fromCoroutine(self._listAgain()), f"listing the tools of {self.spec.name}")
+        self._relisting[kind] = False
+        _logged(Deferred.fromCoroutine(self._listAgain(kind, lister)), f"listing the {kind} of {self.spec.name}")
 
-    async def _listAgain(self) -> None:
+    async def _listAgain(self, kind: str, lister: Callable[[float], Awaitable[None]]) -> None:
         try:
             while True:
-                self._relist = False
+                self._relisting[kind] = False
                 try:
-                    await self._listTools(self.settings.mcpStartupTimeout)
+                    await lister(self.settings.mcpStartupTimeout)
                 except Exception as e:
-                    log.warn("MCP server {name}: listing its tools again failed: {e}", name=self.spec.name, e=str(e))
+                    log.warn("MCP server {name}: listing its {kind} again failed: {e}", name=self.spec.name,
+                             kind=kind, e=str(e))
                     return
-                if not self._relist:
+                if not self._relisting[kind]:
                     break
             if self.state == READY:
-                log.info("MCP server {name} changed its tools: now {n}", name=self.spec.name, n=len(self.tools))
+                log.info("MCP server {name} changed its {kind}: now {n}", name=self.spec.name, kind=kind,
+                         n=len(self.tools if kind == "tools" else self.prompts))
                 self.onChange(self)
         finally:
-            self._listing = None
+            self._relisting.pop(kind, None)
+
+    def _resourcesChanged(self) -> None:
+        """Its resources are never held here (each ``list_mcp_resources`` asks the server),
+        so the next listing shows the change: nothing to do but note it."""
+        log.debug("MCP server {name} changed its resources", name=self.spec.name)
+
+    def ask(self, method: str, params: dict[str, Any]) -> Deferred[Any]:
+        """One request on the model's or the user's behalf (``resources/list``,
+        ``resources/read``, ``prompts/get``), within the server's call timeout; fails with
+        ``CallFailed`` saying why when no result comes. Cancelling it tells the server."""
+        timeout = self.spec.callTimeout or self.settings.mcpCallTimeout
+        d = Deferred.fromCoroutine(self._withSession(method, params, timeout))
+
+        def failed(failure: Failure) -> Any:
+            if failure.check(TimeoutError):
+                raise CallFailed(f"{self.spec.name} gave no answer to {method} within {timeout:g} s")
+            if failure.check(RemoteError):
+                raise CallFailed(f"{self.spec.name} answered {method} with an error: {failure.value.message}")
+            if failure.check(TransportError, *_ENDED):
+                raise CallFailed(f"{self.spec.name}: {self.describe(failure.value)}")
+            return failure
+
+        return d.addErrback(failed)
 
     def call(self, tool: str, arguments: dict[str, Any], onProgress: Callable[[dict[str, Any]], None],
              onElicit: Callable[[dict[str, Any]], Deferred[dict[str, Any]]] | None = None) -> Deferred[Any]:
@@ -608,7 +695,7 @@ class ServerLink:
             log.info("MCP server {name}: {n} more of its log messages were not logged", name=self.spec.name,
                      n=self._logDropped)
             self._logDropped = 0
-        if self.spec.transport != HTTP:
+        if self.spec.transport == STDIO:
             if self.channel.pid is not None:
                 await self.channel.stop()
         else:

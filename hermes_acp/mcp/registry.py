@@ -24,8 +24,9 @@ from ..config import Settings
 from ..engine.approval import ALLOW_ALWAYS, REJECT_ALWAYS
 from ..interfaces import IUpdateChannel
 from ..session_state import SessionState
+from . import prompts, resources
 from .link import FAILED, NEEDS_LOGIN, READY, STARTING, ServerLink
-from .specs import HTTP, STDIO, ConfiguredServers, ServerSpec, merged
+from .specs import HTTP, ConfiguredServers, ServerSpec, merged
 from .toolset import Route, engineTool, routes
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ class SessionServers:
     held: list[tuple[str, str]] = attrs.Factory(list)
     #: Tools left out that the user was told of, by server.
     told: set[tuple[str, tuple[str, ...]]] = attrs.Factory(set)
+    #: The servers' prompts as slash commands, by command name; rebuilt whole on every change.
+    prompts: dict[str, prompts.PromptRoute] = attrs.Factory(dict)
 
 
 @attrs.define(eq=False)
@@ -71,6 +74,9 @@ class MCPServers:
     #: OAuth sign-ins of HTTP servers (their tokens, the links shown to the user);
     #: given the editor's connection once it exists (``acp``), for URL elicitations.
     signIns: SignIns | None = None
+    #: The commands before the prompts' in the editor's list: the agent's own and the skills'
+    #: (``skillcommands.SkillCommands.listed``, wired by ``acp``).
+    baseCommands: Callable[[SessionState], list[dict[str, Any]]] = lambda state: []
 
     # -- ownership ----------------------------------------------------------------------
 
@@ -97,11 +103,6 @@ class MCPServers:
         for problem in problems:
             self.report(state, "MCP configuration problem", problem)
         for spec in specs:
-            if spec.transport not in (STDIO, HTTP):
-                self.report(state, f"MCP server {spec.name} is not available",
-                            f"it uses the {spec.transport} transport, which this agent does not offer "
-                            "(streamable HTTP and stdio are offered)")
-                continue
             link = ServerLink(spec, self.reactor, self.settings, state.roots,
                               lambda link, state=state, servers=servers: self._changed(state, servers, link),
                               elicitation=tuple(mode for mode in ("form", "url") if self.client.elicitation(mode)),
@@ -126,7 +127,7 @@ class MCPServers:
 
     def _stopLinks(self, servers: SessionServers) -> Deferred[Any]:
         links, servers.links = list(servers.links.values()), {}
-        servers.routes, servers.tools = {}, {}
+        servers.routes, servers.tools, servers.prompts = {}, {}, {}
         return gatherResults([link.stop() for link in links], consumeErrors=True).addErrback(
             lambda f: log.failure("stopping MCP servers failed", f))
 
@@ -177,6 +178,9 @@ class MCPServers:
                 found.update((route.exposed, route) for route in routes(each.spec, each.tools, taken))
         servers.routes = found
         servers.tools = {} if not found else _engineTools(found)
+        if any(each.state == READY and each.hasResources for each in servers.links.values()):
+            servers.tools.update(resources.engineTools())
+        self._promptsChanged(state, servers)
         if link.state == FAILED:
             self.report(state, f"MCP server {link.spec.name} is not available", link.reason)
         elif link.state == NEEDS_LOGIN and self.signIns is not None:
@@ -185,6 +189,53 @@ class MCPServers:
             servers.told.add((link.spec.name, tuple(link.leftOut)))
             self.report(state, f"Some tools of MCP server {link.spec.name} are not offered",
                         "; ".join(link.leftOut))
+
+    # -- resources and prompts -------------------------------------------------------------
+
+    def resourceLinks(self, state: SessionState) -> dict[str, ServerLink]:
+        """The session's ready servers that offer resources, by name."""
+        servers = self.sessions.get(state.sessionId)
+        return {} if servers is None else {
+            name: link for name, link in servers.links.items() if link.state == READY and link.hasResources}
+
+    def readableFrom(self, state: SessionState, server: str) -> str | None:
+        """``server`` when the model can read the resources it names (it offers resources)."""
+        return server if server in self.resourceLinks(state) else None
+
+    def readRoute(self, state: SessionState, server: str) -> Route:
+        """A read of ``server``'s resources, for the permission rule (``resources`` says why)."""
+        spec = self.resourceLinks(state)[server].spec
+        return Route(resources.READ, server, resources.READ_KEY, {"annotations": {"readOnlyHint": True}},
+                     spec.trusted, tuple(spec.secrets))
+
+    def promptCommands(self, state: SessionState) -> list[dict[str, Any]]:
+        """The session's prompt commands, as ACP ``AvailableCommand`` entries."""
+        servers = self.sessions.get(state.sessionId)
+        return [] if servers is None else [route.available() for route in servers.prompts.values()]
+
+    def promptFor(self, state: SessionState, name: str) -> tuple[prompts.PromptRoute, ServerLink] | None:
+        """The prompt command ``name`` (exactly, else ignoring case) and its ready server."""
+        servers = self.sessions.get(state.sessionId)
+        if servers is None:
+            return None
+        route = servers.prompts.get(name) or next(
+            (r for command, r in servers.prompts.items() if command.lower() == name.lower()), None)
+        link = None if route is None else servers.links.get(route.server)
+        return None if route is None or link is None or link.state != READY else (route, link)
+
+    def _promptsChanged(self, state: SessionState, servers: SessionServers) -> None:
+        """Rebuild the prompt commands; when they changed, the editor gets the new list."""
+        taken: set[str] = set()
+        found: dict[str, prompts.PromptRoute] = {}
+        for each in servers.links.values():
+            if each.state == READY:
+                found.update((route.command, route) for route in prompts.routes(each.spec.name, each.prompts, taken))
+        before = [route.available() for route in servers.prompts.values()]
+        servers.prompts = found
+        if before != [route.available() for route in found.values()] and state.announced:
+            self.updates.send(state, {"sessionUpdate": "available_commands_update",
+                                      "availableCommands": self.baseCommands(state) + self.promptCommands(state)},
+                              journal=False)
 
     # -- permission ------------------------------------------------------------------------
 
@@ -255,6 +306,11 @@ class MCPServers:
         tools = sorted(servers.routes)
         if tools:
             lines += ["", "Tools: " + ", ".join(f"`{name}`" for name in tools)]
+        offering = sorted(name for name, link in servers.links.items() if link.state == READY and link.hasResources)
+        if offering:
+            lines += ["", "Resources (the model lists and reads them): " + ", ".join(f"`{n}`" for n in offering)]
+        if servers.prompts:
+            lines += ["", "Prompts: " + ", ".join(f"`/{name}`" for name in sorted(servers.prompts))]
         return "\n".join(lines)
 
     # -- signing in and out (``/mcp login NAME``, ``/mcp logout NAME``) -------------------------

@@ -27,7 +27,7 @@ class ServerSpec:
     """One MCP server as listed: how to reach it, and how far to believe it."""
 
     name: str
-    transport: str  # STDIO or HTTP (SSE: listed, not offered)
+    transport: str  # STDIO, HTTP or SSE (the 2024-11-05 HTTP+SSE transport)
     command: str = ""
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
@@ -96,8 +96,7 @@ def _pairs(entry: Mapping[str, Any], key: str, index: int) -> tuple[tuple[str, s
 
 
 def fromRequest(servers: Any) -> list[ServerSpec]:
-    """The ``mcpServers`` of a session/new, load, resume or fork request (an ``sse``
-    entry is kept as such: the session tells the user it cannot be used)."""
+    """The ``mcpServers`` of a session/new, load, resume or fork request."""
     if servers is None:
         return []
     if not isinstance(servers, list):
@@ -123,15 +122,13 @@ def fromRequest(servers: Any) -> list[ServerSpec]:
             if not isinstance(args, list) or not all(isinstance(a, str) and "\0" not in a for a in args):
                 raise _bad(index, "args", "must be a list of strings", name)
             specs.append(ServerSpec(name, STDIO, command=command, args=tuple(args), env=_pairs(entry, "env", index)))
-        elif kind == HTTP:
+        elif kind in (HTTP, SSE):
             url = entry.get("url")
             if not isinstance(url, str) or not url.startswith(("http://", "https://")):
                 raise _bad(index, "url", "must be an http:// or https:// URL", name)
-            specs.append(ServerSpec(name, HTTP, url=url, headers=_pairs(entry, "headers", index)))
-        elif kind == SSE:
-            specs.append(ServerSpec(name, SSE, url=str(entry.get("url", ""))))
+            specs.append(ServerSpec(name, kind, url=url, headers=_pairs(entry, "headers", index)))
         else:
-            raise _bad(index, "type", f"{kind!r} is not a transport this agent offers (stdio and http)", name)
+            raise _bad(index, "type", f"{kind!r} is not a transport this agent offers (stdio, http and sse)", name)
     return specs
 
 
@@ -164,13 +161,16 @@ def _configured(name: str, entry: Any, folder: str) -> ServerSpec:
         url = str(entry["url"])
         if not url.startswith(("http://", "https://")):
             raise ValueError("url must be an http:// or https:// URL")
+        transport = entry.get("transport", HTTP)
+        if transport not in (HTTP, SSE):
+            raise ValueError("transport must be http (streamable HTTP, the default) or sse (HTTP+SSE)")
         oauth = entry.get("oauth") or {}
         if not isinstance(oauth, dict) or not set(oauth) <= OAUTH_KEYS:
             raise ValueError(f"oauth must be a mapping of {', '.join(sorted(OAUTH_KEYS))}")
         port = oauth.get("redirect_port")
         if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
             raise ValueError("oauth.redirect_port must be a port number (1-65535)")
-        return ServerSpec(name, HTTP, url=url, headers=mapping("headers"),
+        return ServerSpec(name, transport, url=url, headers=mapping("headers"),
                           oauth=tuple((str(k), str(v)) for k, v in oauth.items() if v is not None), **common)
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():

@@ -205,7 +205,16 @@ def _size(data: Any) -> str:
     return f"{len(data) * 3 // 4:,} bytes" if isinstance(data, str) else "unknown size"
 
 
-def _modelLine(block: dict[str, Any]) -> str | None:
+def _readHint(server: str | None, uri: Any) -> str:
+    """How the model reads a resource a result names (``resources.READ``)."""
+    if server is None or not isinstance(uri, str):
+        return ""
+    return f"; read it with read_mcp_resource(server={json.dumps(server)}, uri={json.dumps(uri)})"
+
+
+def modelLine(block: dict[str, Any], server: str | None = None) -> str | None:
+    """One content block as the model reads it; a resource's line says how to read it
+    from ``server``."""
     kind = block.get("type")
     if kind == "text":
         return str(block.get("text", ""))
@@ -215,18 +224,19 @@ def _modelLine(block: dict[str, Any]) -> str | None:
     if kind == "audio":
         return f"[{kind}: {block.get('mimeType', 'unknown type')}, {_size(block.get('data'))}; shown to the user]"
     if kind == "resource_link":
-        return f"[resource link: {block.get('name') or block.get('uri')} <{block.get('uri')}>]"
+        return f"[resource link: {block.get('name') or block.get('uri')} <{block.get('uri')}>{_readHint(server, block.get('uri'))}]"
     if kind == "resource":
         resource = block.get("resource") if isinstance(block.get("resource"), dict) else {}
         if isinstance(resource.get("text"), str):
             return f"[resource {resource.get('uri')}]\n{resource['text']}"
-        return f"[resource {resource.get('uri')}: {resource.get('mimeType', 'binary')}, {_size(resource.get('blob'))}]"
+        return (f"[resource {resource.get('uri')}: {resource.get('mimeType', 'binary')}, {_size(resource.get('blob'))}"
+                f"{_readHint(server, resource.get('uri'))}]")
     return f"[{kind} content]" if isinstance(kind, str) else None
 
 
-def modelText(result: dict[str, Any]) -> str:
+def modelText(result: dict[str, Any], server: str | None = None) -> str:
     blocks = _blocks(result)
-    lines = [line for line in map(_modelLine, blocks) if line is not None]
+    lines = [line for line in (modelLine(block, server) for block in blocks) if line is not None]
     hasText = any(b.get("type") in ("text", "resource") for b in blocks)
     structured = result.get("structuredContent")
     if structured is not None and not hasText:
@@ -321,13 +331,14 @@ def modelImages(result: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def outcome(result: Any, secrets: Sequence[str]) -> tuple[str, bool, dict[str, Any]]:
+def outcome(result: Any, secrets: Sequence[str], server: str | None = None) -> tuple[str, bool, dict[str, Any]]:
     """(what the model reads, failed, extras for the editor) of a ``tools/call`` result;
-    ``secrets`` (what the editor gave the server: tokens) are taken out of both."""
+    ``secrets`` (what the editor gave the server: tokens) are taken out of both; the
+    resources it names are readable from ``server``."""
     if not isinstance(result, dict):
         return failure("the server's answer is not a tool result")
     failed = result.get("isError") is True
-    text = modelText(result)
+    text = modelText(result, server)
     if failed and not text.startswith("Error"):
         text = f"Error: {text}"
     extras = redactAll({"content": editorContent(result)}, secrets)
