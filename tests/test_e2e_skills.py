@@ -213,3 +213,33 @@ def test_checkListsSkillsAndWhySomeAreSkipped(tmp_path) -> None:
     line = next(line for line in out.splitlines() if line.startswith("skills:"))
     assert f"2 in {home / 'skills'}, 1 from the project" in line  # deploy and model; lint-rules
     assert "binary/SKILL.md: skipped: it is a binary file" in out and "escape/SKILL.md: skipped" in out
+
+
+@pytest_twisted.ensureDeferred
+async def test_aHostileProjectsSkillsCannotBreakTurnsOrFloodTheEditor(scriptedServer, tmp_path) -> None:
+    """A project whose ``SKILL.md`` is a folder is skipped with the reason (the turn still runs
+    and the model still gets its system prompt), and a skill's 90,000-character argument hint
+    reaches the editor shortened, not whole in every ``available_commands_update``."""
+    model, url = scriptedServer
+    home, project = setUp(tmp_path)
+    (project / ".agents" / "skills" / "trap" / "SKILL.md").mkdir(parents=True)
+    makeSkill(project / ".agents" / "skills", "hinty", skillText(
+        "hinty", "Has a long hint. Use never.", extra="argument-hint: " + "h" * 90_000 + "\n"))
+    model.default.responses += [[{"text": "still here"}]]
+
+    async def scenario():
+        async with connect(RecordingClient(), env=modelEnv(url, str(home))) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(project), mcp_servers=[])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("hi")]), 30)
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/doctor")]), 30)
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == []
+    assert "still here" in agentText(found)
+    assert "- lint-rules: The project's lint rules." in model.chatRequests[0]["messages"][0]["content"]
+    assert "trap/SKILL.md: skipped: it is not a regular file" in agentText(found)
+    [commands] = [u["availableCommands"] for u in found if u["sessionUpdate"] == "available_commands_update"]
+    hint = next(c for c in commands if c["name"] == "hinty")["input"]["hint"]
+    assert len(hint) <= 200 and hint.startswith("hhh") and hint.endswith("…")

@@ -121,6 +121,11 @@ def test_malformedFilesAreShownToNobodyAndNeverRewritten(home: Path) -> None:
     (memories / "MEMORY.md").unlink()
     os.mkfifo(memories / "MEMORY.md")  # a reader that would block for ever
     assert memory.read("memory").problem == "it is not a regular file"
+    (memories / "MEMORY.md").unlink()
+    (memories / "MEMORY.md").mkdir()  # not an error that stops every session's start
+    assert memory.read("memory").problem == "it is not a regular file"
+    assert "MEMORY.md needs the user's attention: it is not a regular file" in memory.snapshot()
+    assert add(memory, "x")["success"] is False and (memories / "MEMORY.md").is_dir()
 
 
 def test_aLinkToTheUsersOwnFileStaysALink(home: Path, tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -192,10 +192,11 @@ def readText(path: str, limit: int) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise InvalidSkill(f"it cannot be read ({e.strerror or e})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a folder with an OSError
+        os.close(fd)
+        raise InvalidSkill("it is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise InvalidSkill("it is not a regular file")
         if info.st_size > limit:
             raise InvalidSkill(f"it is {info.st_size:,} bytes (at most {limit:,})")
         data = f.read(limit + 1)
