@@ -271,6 +271,9 @@ def test_skillManageRefusesWhatItMustNot(place: dict[str, Path]) -> None:
     assert "not lowercase" in bench.error("skill_manage", action="create", name="Bad Name", content=good)
     assert "must be the skill's name" in bench.error("skill_manage", action="create", name="y", content=good)
     assert "one folder name" in bench.error("skill_manage", action="create", name="x", category="../up", content=good)
+    assert "is a skill, not a category" in bench.error("skill_manage", action="create", name="x", category="mine",
+                                                       content=good)  # made there, it would never be found
+    assert not (place["user"] / "mine" / "x").exists()
     assert "no description" in bench.error("skill_manage", action="create", name="x", content="---\nname: x\n---\nA\n")
     assert "'..'" in bench.error("skill_manage", action="write_file", name="mine", file_path="../../escape.md",
                                  file_content="x")

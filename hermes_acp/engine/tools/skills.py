@@ -278,6 +278,9 @@ def _create(ctx: ToolContext, library: SkillLibrary, catalog: Catalog, name: str
                         "choose another name or remove it")
     if category and os.path.islink(parent):
         raise ToolError(f"{parent} is a link; skill_manage does not follow links")
+    if category and os.path.lexists(os.path.join(parent, "SKILL.md")):  # its subfolders are not searched
+        raise ToolError(f"{category!r} is a skill, not a category: a skill inside it would never be found; "
+                        "choose another category")
     path = os.path.join(folder, "SKILL.md")
     extras = _approved(ctx, path, None, content)
     try:
