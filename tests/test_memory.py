@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -230,6 +231,18 @@ def test_theEnvironmentsBoundsAreChecked() -> None:
 ])
 def test_secretsByTheirLook(value: str, kind: str | None) -> None:
     assert secretLike(value) == kind
+
+
+def test_theSecretScreenTakesTimeInProportionToTheText(home: Path) -> None:
+    """A hand-edited MEMORY.md of one long word (140 KB, what is read of it) took the URL shape
+    42 s per look (it tried every position as a scheme); a model's long content hung its call.
+    Measured after the fix: 0.02 s; 5 s here leaves room for a loaded machine."""
+    (home / "memories").mkdir()
+    (home / "memories" / "MEMORY.md").write_text("a" * 140_000)
+    started = time.monotonic()
+    assert secretLike("a" * 140_000 + " clone https://bob:s3cretpass@git.example.com/x") == "a URL with a password"
+    assert "a" * 1000 in store(home).snapshot()
+    assert time.monotonic() - started < 5
 
 
 def test_secretEntriesAreLeftOutOfThePromptAndTheView(home: Path) -> None:
