@@ -217,12 +217,14 @@ def test_checkListsSkillsAndWhySomeAreSkipped(tmp_path) -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_aHostileProjectsSkillsCannotBreakTurnsOrFloodTheEditor(scriptedServer, tmp_path) -> None:
-    """A project whose ``SKILL.md`` is a folder is skipped with the reason (the turn still runs
-    and the model still gets its system prompt), and a skill's 90,000-character argument hint
+    """A project whose ``SKILL.md`` is a folder, or whose front matter nests 90,000 lists deep,
+    is skipped with the reason (the turn still runs and the model still gets its system
+    prompt), and a skill's 90,000-character argument hint
     reaches the editor shortened, not whole in every ``available_commands_update``."""
     model, url = scriptedServer
     home, project = setUp(tmp_path)
     (project / ".agents" / "skills" / "trap" / "SKILL.md").mkdir(parents=True)
+    makeSkill(project / ".agents" / "skills", "deep", "---\nname: deep\ndescription: d\nx: " + "[" * 90_000 + "\n---\n")
     makeSkill(project / ".agents" / "skills", "hinty", skillText(
         "hinty", "Has a long hint. Use never.", extra="argument-hint: " + "h" * 90_000 + "\n"))
     model.default.responses += [[{"text": "still here"}]]
@@ -240,6 +242,7 @@ async def test_aHostileProjectsSkillsCannotBreakTurnsOrFloodTheEditor(scriptedSe
     assert "still here" in agentText(found)
     assert "- lint-rules: The project's lint rules." in model.chatRequests[0]["messages"][0]["content"]
     assert "trap/SKILL.md: skipped: it is not a regular file" in agentText(found)
+    assert "deep/SKILL.md: skipped: its front matter is nested too deeply" in agentText(found)
     [commands] = [u["availableCommands"] for u in found if u["sessionUpdate"] == "available_commands_update"]
     hint = next(c for c in commands if c["name"] == "hinty")["input"]["hint"]
     assert len(hint) <= 200 and hint.startswith("hhh") and hint.endswith("…")

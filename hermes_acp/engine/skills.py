@@ -122,6 +122,8 @@ def _loadYAML(block: str) -> Any:
 
     try:
         return yaml.safe_load(block)
+    except RecursionError:  # PyYAML builds nested lists and maps by recursion
+        raise InvalidSkill("its front matter is nested too deeply to be read") from None
     except yaml.YAMLError as first:
         # Lenient, as the client guide asks: ``description: Use when: x`` is common and invalid
         # YAML; quote such top-level values and try once more.
@@ -133,6 +135,8 @@ def _loadYAML(block: str) -> Any:
 
         try:
             return yaml.safe_load("\n".join(map(quoted, block.split("\n"))))
+        except RecursionError:
+            raise InvalidSkill("its front matter is nested too deeply to be read") from None
         except yaml.YAMLError:
             problem = str(first).split("\n")[0]
             raise InvalidSkill(f"its front matter is not valid YAML ({problem})") from None
