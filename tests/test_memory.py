@@ -196,6 +196,9 @@ def test_settingsComeFromConfigYamlUnderTheOverrides(home: Path, caplog: pytest.
     assert memorySettings(home, memoryChars=10).memoryChars == 10
     (home / "config.yaml").write_text("memory:\n  memory_char_limit: lots\n")
     assert memorySettings(home).memoryChars == 2200 and "memory.memory_char_limit" in caplog.text
+    (home / "config.yaml").write_text("model:\n  since: 2024-02-30\nmemory:\n  user_char_limit: 500\n")
+    assert memorySettings(home) == MemorySettings()  # a date YAML cannot build: logged, not a failed session
+    assert "day is out of range for month" in caplog.text
     disabled = store(home, user=False)
     assert disabled.settings.targets == ("memory",)
     assert "turned off in config.yaml" in add(disabled, "x", "user")["error"]

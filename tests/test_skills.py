@@ -65,6 +65,10 @@ def test_anUnquotedColonIsForgiven() -> None:
     (f"---\nname: a\ndescription: {'d' * 1025}\n---\n", "1,025 characters"),
     ("---\nname: a\ndescription: b\n---\n\0\0", "binary"),
     (skillText("a", body="x" * 100_001), "characters long"),
+    # values YAML reads and then cannot build: before, each stopped the whole catalog (every turn)
+    (skillText("a", extra="updated: 2024-02-30\n"), r"not valid YAML \(day is out of range for month\)"),
+    (skillText("a", extra="version: !!int one\n"), "not valid YAML"),
+    (skillText("a", extra="x: " + "[" * 90_000 + "\n"), "nested too deeply"),
 ])
 def test_invalidDocumentsSayWhy(text: str, reason: str) -> None:
     with pytest.raises(InvalidSkill, match=reason):

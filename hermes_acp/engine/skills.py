@@ -124,7 +124,7 @@ def _loadYAML(block: str) -> Any:
         return yaml.safe_load(block)
     except RecursionError:  # PyYAML builds nested lists and maps by recursion
         raise InvalidSkill("its front matter is nested too deeply to be read") from None
-    except yaml.YAMLError as first:
+    except (yaml.YAMLError, ValueError) as first:  # ValueError: a value it cannot build (2024-02-30)
         # Lenient, as the client guide asks: ``description: Use when: x`` is common and invalid
         # YAML; quote such top-level values and try once more.
         def quoted(line: str) -> str:
@@ -137,7 +137,7 @@ def _loadYAML(block: str) -> Any:
             return yaml.safe_load("\n".join(map(quoted, block.split("\n"))))
         except RecursionError:
             raise InvalidSkill("its front matter is nested too deeply to be read") from None
-        except yaml.YAMLError:
+        except (yaml.YAMLError, ValueError):
             problem = str(first).split("\n")[0]
             raise InvalidSkill(f"its front matter is not valid YAML ({problem})") from None
 
