@@ -267,6 +267,8 @@ def test_toolArgumentsAreChecked(bench, home: Path) -> None:
         "Error: give an action (add, replace or remove) or a list of operations")
     assert "unknown field(s): text" in bench.call("memory", target="memory", operations=[{"action": "add", "text": "x"}]).text
     assert "must be one of memory, user" in bench.call("memory", target="notes", action="add", content="x").text
+    joinedTwo = bench.call("memory", target="memory", action="add", content="one\n§\ntwo")
+    assert "a line holding only § separates entries" in joinedTwo.text and not (home / "memories").exists()
     done = bench.call("memory", target="memory", action="add", content="  padded  ")
     assert json.loads(done.text)["success"] is True and done.extras["newText"] == "padded"
     bench.agent.memory = None
