@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,29 @@ async def test_aHostileProjectsSkillsCannotBreakTurnsOrFloodTheEditor(scriptedSe
     [commands] = [u["availableCommands"] for u in found if u["sessionUpdate"] == "available_commands_update"]
     hint = next(c for c in commands if c["name"] == "hinty")["input"]["hint"]
     assert len(hint) <= 200 and hint.startswith("hhh") and hint.endswith("…")
+
+
+@pytest_twisted.ensureDeferred
+async def test_aSkillInAFolderWhoseNameIsNotUTF8IsShownAndItsCardEnds(scriptedServer, tmp_path) -> None:
+    """A project skill in a folder whose name is not UTF-8 (byte 0xff): skill_view's card
+    completes (its rendering failed on the lone surrogate and left the card running for ever)."""
+    model, url = scriptedServer
+    home, project = setUp(tmp_path)
+    folder = os.path.join(os.fsencode(project / ".agents" / "skills"), b"odd\xff")
+    os.makedirs(folder)
+    with open(os.path.join(folder, b"SKILL.md"), "w") as f:
+        f.write(skillText("odd", "Odd folder. Use never."))
+    model.default.responses += [[{"tool_calls": [{"id": "v", "name": "skill_view", "arguments": {"name": "odd"}}]}],
+                                [{"text": "read it"}]]
+
+    async def scenario():
+        async with connect(RecordingClient(), env=modelEnv(url, str(home))) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(project), mcp_servers=[])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/odd go")]), 30)
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == [] and "read it" in agentText(found)
+    [card] = toolCalls(found).values()
+    assert card["status"] == "completed" and "Follow these steps." in card["content"][0]["content"]["text"]
