@@ -271,6 +271,8 @@ def test_skillManageRefusesWhatItMustNot(place: dict[str, Path]) -> None:
     good = skillText("x")
     assert "read-only" in bench.error("skill_manage", action="delete", name="repo-skill")
     assert "already exists" in bench.error("skill_manage", action="create", name="mine", content=skillText("mine"))
+    assert "the project's (read-only); choose another name" in bench.error(
+        "skill_manage", action="create", name="repo-skill", content=skillText("repo-skill"))
     assert "slash commands" in bench.error("skill_manage", action="create", name="model", content=skillText("model"))
     assert "not lowercase" in bench.error("skill_manage", action="create", name="Bad Name", content=good)
     assert "must be the skill's name" in bench.error("skill_manage", action="create", name="y", content=good)

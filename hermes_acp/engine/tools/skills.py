@@ -257,6 +257,9 @@ def _create(ctx: ToolContext, library: SkillLibrary, catalog: Catalog, name: str
         raise ToolError(f"{name!r} is the name of one of the agent's own slash commands (/{name}); "
                         "choose another name")
     existing = catalog.find(name)
+    if existing is not None and not existing.writable:
+        raise ToolError(f"a skill named {name!r} already exists ({existing.path}), the project's (read-only); "
+                        "choose another name")
     if existing is not None:
         raise ToolError(f"a skill named {name!r} already exists ({existing.path}); use patch or edit to change it")
     if category is not None and category.strip():
