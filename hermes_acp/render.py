@@ -56,8 +56,9 @@ def _skillTitle(name: str, args: dict[str, Any]) -> str:
 
 
 def truncateMiddle(text: str, limit: int) -> str:
-    """Keep the head and tail of ``text`` within ``limit`` bytes (UTF-8)."""
-    data = text.encode("utf-8")
+    """Keep the head and tail of ``text`` within ``limit`` bytes (UTF-8). A lone surrogate (a
+    file name that is not UTF-8) counts as its 3 bytes; the frame's writer repairs it."""
+    data = text.encode("utf-8", "surrogatepass")
     if len(data) <= limit:
         return text
     keep = max(limit - 64, 0)

@@ -52,7 +52,8 @@ def skillLibrary(settings: Settings, reserved: frozenset[str], env: Any = None) 
 def skillCommand(skill: Skill) -> dict[str, Any]:
     """The skill as an ``AvailableCommand``."""
     return {"name": skill.name, "description": f"Skill: {shortened(skill.description, DESCRIPTION_CHARS)}",
-            "input": {"hint": skill.argumentHint or "what to apply the skill to (optional)"}}
+            "input": {"hint": shortened(skill.argumentHint or "what to apply the skill to (optional)",
+                                        DESCRIPTION_CHARS)}}
 
 
 def describe(library: SkillLibrary, catalog: Catalog | None) -> str:

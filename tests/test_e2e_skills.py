@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,62 @@ def test_checkListsSkillsAndWhySomeAreSkipped(tmp_path) -> None:
     line = next(line for line in out.splitlines() if line.startswith("skills:"))
     assert f"2 in {home / 'skills'}, 1 from the project" in line  # deploy and model; lint-rules
     assert "binary/SKILL.md: skipped: it is a binary file" in out and "escape/SKILL.md: skipped" in out
+
+
+@pytest_twisted.ensureDeferred
+async def test_aHostileProjectsSkillsCannotBreakTurnsOrFloodTheEditor(scriptedServer, tmp_path) -> None:
+    """A project whose ``SKILL.md`` is a folder, or whose front matter nests 90,000 lists deep,
+    is skipped with the reason (the turn still runs and the model still gets its system
+    prompt), and a skill's 90,000-character argument hint
+    reaches the editor shortened, not whole in every ``available_commands_update``."""
+    model, url = scriptedServer
+    home, project = setUp(tmp_path)
+    (project / ".agents" / "skills" / "trap" / "SKILL.md").mkdir(parents=True)
+    makeSkill(project / ".agents" / "skills", "deep", "---\nname: deep\ndescription: d\nx: " + "[" * 90_000 + "\n---\n")
+    makeSkill(project / ".agents" / "skills", "hinty", skillText(
+        "hinty", "Has a long hint. Use never.", extra="argument-hint: " + "h" * 90_000 + "\n"))
+    model.default.responses += [[{"text": "still here"}]]
+
+    async def scenario():
+        async with connect(RecordingClient(), env=modelEnv(url, str(home))) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(project), mcp_servers=[])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("hi")]), 30)
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/doctor")]), 30)
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == []
+    assert "still here" in agentText(found)
+    assert "- lint-rules: The project's lint rules." in model.chatRequests[0]["messages"][0]["content"]
+    assert "trap/SKILL.md: skipped: it is not a regular file" in agentText(found)
+    assert "deep/SKILL.md: skipped: its front matter is nested too deeply" in agentText(found)
+    [commands] = [u["availableCommands"] for u in found if u["sessionUpdate"] == "available_commands_update"]
+    hint = next(c for c in commands if c["name"] == "hinty")["input"]["hint"]
+    assert len(hint) <= 200 and hint.startswith("hhh") and hint.endswith("…")
+
+
+@pytest_twisted.ensureDeferred
+async def test_aSkillInAFolderWhoseNameIsNotUTF8IsShownAndItsCardEnds(scriptedServer, tmp_path) -> None:
+    """A project skill in a folder whose name is not UTF-8 (byte 0xff): skill_view's card
+    completes (its rendering failed on the lone surrogate and left the card running for ever)."""
+    model, url = scriptedServer
+    home, project = setUp(tmp_path)
+    folder = os.path.join(os.fsencode(project / ".agents" / "skills"), b"odd\xff")
+    os.makedirs(folder)
+    with open(os.path.join(folder, b"SKILL.md"), "w") as f:
+        f.write(skillText("odd", "Odd folder. Use never."))
+    model.default.responses += [[{"tool_calls": [{"id": "v", "name": "skill_view", "arguments": {"name": "odd"}}]}],
+                                [{"text": "read it"}]]
+
+    async def scenario():
+        async with connect(RecordingClient(), env=modelEnv(url, str(home))) as (conn, _, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(project), mcp_servers=[])).session_id
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/odd go")]), 30)
+            return updates(wire, sid), wire.problems()
+
+    found, problems = await onLoop(scenario())
+    assert problems == [] and "read it" in agentText(found)
+    [card] = toolCalls(found).values()
+    assert card["status"] == "completed" and "Follow these steps." in card["content"][0]["content"]["text"]

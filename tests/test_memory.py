@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,11 @@ def test_malformedFilesAreShownToNobodyAndNeverRewritten(home: Path) -> None:
     (memories / "MEMORY.md").unlink()
     os.mkfifo(memories / "MEMORY.md")  # a reader that would block for ever
     assert memory.read("memory").problem == "it is not a regular file"
+    (memories / "MEMORY.md").unlink()
+    (memories / "MEMORY.md").mkdir()  # not an error that stops every session's start
+    assert memory.read("memory").problem == "it is not a regular file"
+    assert "MEMORY.md needs the user's attention: it is not a regular file" in memory.snapshot()
+    assert add(memory, "x")["success"] is False and (memories / "MEMORY.md").is_dir()
 
 
 def test_aLinkToTheUsersOwnFileStaysALink(home: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -190,6 +196,9 @@ def test_settingsComeFromConfigYamlUnderTheOverrides(home: Path, caplog: pytest.
     assert memorySettings(home, memoryChars=10).memoryChars == 10
     (home / "config.yaml").write_text("memory:\n  memory_char_limit: lots\n")
     assert memorySettings(home).memoryChars == 2200 and "memory.memory_char_limit" in caplog.text
+    (home / "config.yaml").write_text("model:\n  since: 2024-02-30\nmemory:\n  user_char_limit: 500\n")
+    assert memorySettings(home) == MemorySettings()  # a date YAML cannot build: logged, not a failed session
+    assert "day is out of range for month" in caplog.text
     disabled = store(home, user=False)
     assert disabled.settings.targets == ("memory",)
     assert "turned off in config.yaml" in add(disabled, "x", "user")["error"]
@@ -227,6 +236,18 @@ def test_secretsByTheirLook(value: str, kind: str | None) -> None:
     assert secretLike(value) == kind
 
 
+def test_theSecretScreenTakesTimeInProportionToTheText(home: Path) -> None:
+    """A hand-edited MEMORY.md of one long word (140 KB, what is read of it) took the URL shape
+    42 s per look (it tried every position as a scheme); a model's long content hung its call.
+    Measured after the fix: 0.02 s; 5 s here leaves room for a loaded machine."""
+    (home / "memories").mkdir()
+    (home / "memories" / "MEMORY.md").write_text("a" * 140_000)
+    started = time.monotonic()
+    assert secretLike("a" * 140_000 + " clone https://bob:s3cretpass@git.example.com/x") == "a URL with a password"
+    assert "a" * 1000 in store(home).snapshot()
+    assert time.monotonic() - started < 5
+
+
 def test_secretEntriesAreLeftOutOfThePromptAndTheView(home: Path) -> None:
     (home / "memories").mkdir()
     (home / "memories" / "USER.md").write_text("Name: Ada\n§\nbank pin is Quokka-Marble-11\n§\ntoken ghp_" + "x1Y2" * 9)
@@ -246,6 +267,8 @@ def test_toolArgumentsAreChecked(bench, home: Path) -> None:
         "Error: give an action (add, replace or remove) or a list of operations")
     assert "unknown field(s): text" in bench.call("memory", target="memory", operations=[{"action": "add", "text": "x"}]).text
     assert "must be one of memory, user" in bench.call("memory", target="notes", action="add", content="x").text
+    joinedTwo = bench.call("memory", target="memory", action="add", content="one\n§\ntwo")
+    assert "a line holding only § separates entries" in joinedTwo.text and not (home / "memories").exists()
     done = bench.call("memory", target="memory", action="add", content="  padded  ")
     assert json.loads(done.text)["success"] is True and done.extras["newText"] == "padded"
     bench.agent.memory = None

@@ -65,6 +65,10 @@ def test_anUnquotedColonIsForgiven() -> None:
     (f"---\nname: a\ndescription: {'d' * 1025}\n---\n", "1,025 characters"),
     ("---\nname: a\ndescription: b\n---\n\0\0", "binary"),
     (skillText("a", body="x" * 100_001), "characters long"),
+    # values YAML reads and then cannot build: before, each stopped the whole catalog (every turn)
+    (skillText("a", extra="updated: 2024-02-30\n"), r"not valid YAML \(day is out of range for month\)"),
+    (skillText("a", extra="version: !!int one\n"), "not valid YAML"),
+    (skillText("a", extra="x: " + "[" * 90_000 + "\n"), "nested too deeply"),
 ])
 def test_invalidDocumentsSayWhy(text: str, reason: str) -> None:
     with pytest.raises(InvalidSkill, match=reason):
@@ -267,10 +271,15 @@ def test_skillManageRefusesWhatItMustNot(place: dict[str, Path]) -> None:
     good = skillText("x")
     assert "read-only" in bench.error("skill_manage", action="delete", name="repo-skill")
     assert "already exists" in bench.error("skill_manage", action="create", name="mine", content=skillText("mine"))
+    assert "the project's (read-only); choose another name" in bench.error(
+        "skill_manage", action="create", name="repo-skill", content=skillText("repo-skill"))
     assert "slash commands" in bench.error("skill_manage", action="create", name="model", content=skillText("model"))
     assert "not lowercase" in bench.error("skill_manage", action="create", name="Bad Name", content=good)
     assert "must be the skill's name" in bench.error("skill_manage", action="create", name="y", content=good)
     assert "one folder name" in bench.error("skill_manage", action="create", name="x", category="../up", content=good)
+    assert "is a skill, not a category" in bench.error("skill_manage", action="create", name="x", category="mine",
+                                                       content=good)  # made there, it would never be found
+    assert not (place["user"] / "mine" / "x").exists()
     assert "no description" in bench.error("skill_manage", action="create", name="x", content="---\nname: x\n---\nA\n")
     assert "'..'" in bench.error("skill_manage", action="write_file", name="mine", file_path="../../escape.md",
                                  file_content="x")

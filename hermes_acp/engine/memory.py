@@ -79,7 +79,7 @@ def _configured(home: Path) -> dict[str, Any]:
 
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as e:  # ValueError: a date like 2024-02-30
         log.warning("%s could not be read for its memory settings: %s", path, e)
         return {}
     section = document.get("memory") if isinstance(document, dict) else None

@@ -88,9 +88,10 @@ def readMemory(target: Target, path: Path, limit: int) -> MemoryFile:
     except OSError as e:
         return MemoryFile(target, path, problem=f"it cannot be read ({e.strerror})")
     cap = READ_FACTOR * limit
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder with an OSError
+        os.close(fd)
+        return MemoryFile(target, path, problem="it is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return MemoryFile(target, path, problem="it is not a regular file")
         try:
             data = f.read(cap + 1)
         except OSError as e:

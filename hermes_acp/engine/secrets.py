@@ -175,6 +175,8 @@ _KEY_SHAPES = (
         r"(?i)\b(?:api[_-]?key|access[_-]?key|secret(?:[_-]?key)?|token|password|passwd|pwd)\b[\"']?\s*[:=]\s*[\"']?"
         r"(?=[^\s\"']*[0-9!@#$%^&*_+=-])[^\s\"']{8,}")),
 )
+# A URL, tried only where a word starts: from every letter of a long word it took time squared.
+_URL = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://\S+")
 # A word of letters and digits (and ``+=_-``; a path's slashes split it) long and mixed enough to
 # be random: upper and lower case and digits, and few repeats (an identifier repeats its letters).
 _RANDOM_WORD = re.compile(r"[A-Za-z0-9+=_-]{32,}")
@@ -195,7 +197,7 @@ def secretLike(text: str, known: Iterable[str] = ()) -> str | None:
     for kind, shape in _KEY_SHAPES:
         if shape.search(text):
             return kind
-    for url in re.findall(r"[A-Za-z][A-Za-z0-9+.-]*://\S+", text):
+    for url in _URL.findall(text):
         if _userinfo(url) is not None:
             return "a URL with a password"
     if any(_random(word) for word in _RANDOM_WORD.findall(text)):

@@ -122,7 +122,9 @@ def _loadYAML(block: str) -> Any:
 
     try:
         return yaml.safe_load(block)
-    except yaml.YAMLError as first:
+    except RecursionError:  # PyYAML builds nested lists and maps by recursion
+        raise InvalidSkill("its front matter is nested too deeply to be read") from None
+    except (yaml.YAMLError, ValueError) as first:  # ValueError: a value it cannot build (2024-02-30)
         # Lenient, as the client guide asks: ``description: Use when: x`` is common and invalid
         # YAML; quote such top-level values and try once more.
         def quoted(line: str) -> str:
@@ -133,7 +135,9 @@ def _loadYAML(block: str) -> Any:
 
         try:
             return yaml.safe_load("\n".join(map(quoted, block.split("\n"))))
-        except yaml.YAMLError:
+        except RecursionError:
+            raise InvalidSkill("its front matter is nested too deeply to be read") from None
+        except (yaml.YAMLError, ValueError):
             problem = str(first).split("\n")[0]
             raise InvalidSkill(f"its front matter is not valid YAML ({problem})") from None
 
@@ -192,10 +196,11 @@ def readText(path: str, limit: int) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise InvalidSkill(f"it cannot be read ({e.strerror or e})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a folder with an OSError
+        os.close(fd)
+        raise InvalidSkill("it is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise InvalidSkill("it is not a regular file")
         if info.st_size > limit:
             raise InvalidSkill(f"it is {info.st_size:,} bytes (at most {limit:,})")
         data = f.read(limit + 1)

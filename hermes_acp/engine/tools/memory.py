@@ -14,7 +14,7 @@ from typing import Any
 
 from hermes_acp.engine.access import EditProposal
 from hermes_acp.engine.memory import ACTIONS, Operation
-from hermes_acp.engine.memoryfiles import TARGETS
+from hermes_acp.engine.memoryfiles import DELIMITER, TARGETS
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText
 
 #: The most operations one call may carry (Hermes sets none; the files hold a few dozen entries).
@@ -32,6 +32,10 @@ def _operation(action: Any, content: Any, oldText: Any, position: str) -> Operat
     if action in ("add", "replace") and not content:
         raise ToolError(f"{position}content is required for '{action}'"
                         + (" (use 'remove' to delete an entry)" if action == "replace" else ""))
+    lines = "\n" + content.replace("\r\n", "\n") + "\n"
+    if DELIMITER in lines:  # written, the file would read as several entries
+        raise ToolError(f"{position}content holds a line with only §, but a line holding only § separates entries: "
+                        "send each entry as its own operation")
     if action in ("replace", "remove") and not oldText:
         raise ToolError(f"{position}old_text is required for '{action}': a short unique part of the entry "
                         f"to {action} (the entries are in your system prompt)")

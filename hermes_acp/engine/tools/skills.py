@@ -257,6 +257,9 @@ def _create(ctx: ToolContext, library: SkillLibrary, catalog: Catalog, name: str
         raise ToolError(f"{name!r} is the name of one of the agent's own slash commands (/{name}); "
                         "choose another name")
     existing = catalog.find(name)
+    if existing is not None and not existing.writable:
+        raise ToolError(f"a skill named {name!r} already exists ({existing.path}), the project's (read-only); "
+                        "choose another name")
     if existing is not None:
         raise ToolError(f"a skill named {name!r} already exists ({existing.path}); use patch or edit to change it")
     if category is not None and category.strip():
@@ -278,6 +281,9 @@ def _create(ctx: ToolContext, library: SkillLibrary, catalog: Catalog, name: str
                         "choose another name or remove it")
     if category and os.path.islink(parent):
         raise ToolError(f"{parent} is a link; skill_manage does not follow links")
+    if category and os.path.lexists(os.path.join(parent, "SKILL.md")):  # its subfolders are not searched
+        raise ToolError(f"{category!r} is a skill, not a category: a skill inside it would never be found; "
+                        "choose another category")
     path = os.path.join(folder, "SKILL.md")
     extras = _approved(ctx, path, None, content)
     try:
