@@ -129,6 +129,35 @@ def test_userEditsAreConflictsAndKeptUnlessOverwritten(tmp_path, project) -> Non
     assert after == before
 
 
+def test_anotherSessionsTurnInTheFolderIsAskedAboutOnlyWhenItOverlapped(tmp_path, project) -> None:
+    """A turn of session B that ran before A's turn is not A's concern: A's rewind puts
+    back the file both changed without a question. One that ran while A's turn did may
+    have made A's recorded changes: those are conflicts, whatever the disk holds."""
+    checkpoints = store(tmp_path)
+    other = TurnCheckpoint(checkpoints, "s2", 1, (str(project),))
+    other.beforeChange()
+    (project / "src" / "app.py").write_text("B's version\n")
+    other.finish()
+    turn(checkpoints, 2, project, lambda: (project / "src" / "app.py").write_text("A's version\n"))
+    plan = restore.plan(checkpoints, "s1", [2])
+    assert [c.path for c in plan.restore] == ["src/app.py"] and plan.conflicts == []
+
+    def meanwhile() -> None:
+        (project / "run.sh").write_text("A's\n")
+        other = TurnCheckpoint(checkpoints, "s2", 2, (str(project),))
+        other.beforeChange()
+        (project / "theirs.txt").write_text("B's\n")
+        other.finish()
+
+    turn(checkpoints, 3, project, meanwhile)
+    plan = restore.plan(checkpoints, "s1", [3])
+    assert [c.path for c in plan.restore] == ["run.sh"]
+    assert [c.path for c in plan.conflicts] == ["theirs.txt"]
+    assert "another session" in plan.conflicts[0].conflict()
+    restore.apply(checkpoints, plan, overwrite=False)
+    assert (project / "theirs.txt").read_text() == "B's\n"
+
+
 def test_onlyTheLaterTurnsAreUndone(tmp_path, project) -> None:
     """Undoing turn 4 alone leaves turns 2 and 3's changes."""
     checkpoints = store(tmp_path)

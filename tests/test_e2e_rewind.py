@@ -281,3 +281,40 @@ async def test_withCheckpointsOffARewindCutsTheConversationOnly(scriptedServer, 
             assert wire.problems() == []
 
     await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_aRewindAsksBeforeTakingBackAnotherSessionsWork(scriptedServer, tmp_path) -> None:
+    """Two sessions in one folder: B's turn writes while A's turn runs, so A's record of what
+    its turn changed holds B's file too. A's /undo takes back A's file, asks about B's, and
+    keeps it when told to; a session working after A's turn ended is not asked about."""
+    server, url = scriptedServer
+    folder = project(tmp_path / "project")
+    server.addRule("slow", [call("write_file", path="mine.txt", content="A's\n"), [{"stall": True}]])
+    server.addRule("meanwhile", [call("write_file", path="theirs.txt", content="B's work\n"), [{"text": "B done."}]])
+    server.addRule("later", [call("write_file", path="later.txt", content="B later\n"), [{"text": "B again."}]])
+    client = Editor("keep")
+
+    async def scenario() -> None:
+        async with connect(client, env=modelEnv(url, str(tmp_path / "home"))) as (conn, _, wire, process):
+            await initialized(conn)
+            a = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            b = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            slow = asyncio.ensure_future(conn.prompt(session_id=a, prompt=[text("slow")]))
+            await settled(server.whenStalled(1))  # A wrote mine.txt; its model now never answers
+            await asyncio.wait_for(say(conn, client, b, "meanwhile"), 30)
+            await conn.cancel(session_id=a)
+            await asyncio.wait_for(slow, 30)
+            await asyncio.wait_for(say(conn, client, b, "later"), 30)
+            reply = await asyncio.wait_for(say(conn, client, a, "/undo"), 30)
+            assert len(client.rewindQuestions) == 1
+            question = client.rewindQuestions[0]
+            assert [Path(location.path).name for location in question.locations] == ["theirs.txt"]
+            assert "another session" in question.content[0].content.text
+            assert "Kept your changes to `theirs.txt`" in reply
+            assert not (folder / "mine.txt").exists()
+            assert (folder / "theirs.txt").read_text() == "B's work\n"
+            assert (folder / "later.txt").read_text() == "B later\n"
+            assert wire.problems() == []
+
+    await onLoop(scenario())

@@ -346,9 +346,10 @@ class CheckpointStore:
         """Take the checkpoint before turn ``turn``: walk the folders, keep what changed,
         write the manifest; the manifest."""
         kept, notes = sessionRoots(roots)
+        began = time.time()
         with self._shared():
             scans = {root: self.scan(root) for root in kept}
-            manifest = {"v": VERSION, "turn": turn, "taken": time.time(),
+            manifest = {"v": VERSION, "turn": turn, "began": began, "taken": time.time(),
                         "roots": {root: scan.entries for root, scan in scans.items()},
                         "notes": notes + [note for scan in scans.values() for note in scan.notes]}
             self._writeManifest(self._manifestPath(sessionId, turn, "before"), manifest)
@@ -406,6 +407,25 @@ class CheckpointStore:
             return []
         return sorted(int(name.split(".")[0]) for name in names
                       if name.endswith(".before") and name.split(".")[0].isdigit())
+
+    def sessions(self) -> list[str]:
+        """The sessions that have checkpoints."""
+        try:
+            return os.listdir(self.folder / "sessions")
+        except OSError:
+            return []
+
+    def span(self, sessionId: str, turn: int) -> tuple[float, float] | None:
+        """When the turn's checkpoint was written and when its end was (infinity: not yet,
+        or never, the agent stopped mid-turn); None when it has no checkpoint."""
+        try:
+            began = self._manifestPath(sessionId, turn, "before").stat().st_mtime
+        except OSError:
+            return None
+        try:
+            return began, self._manifestPath(sessionId, turn, "after").stat().st_mtime
+        except OSError:
+            return began, float("inf")
 
     def pruned(self, sessionId: str, turn: int) -> bool:
         """Whether the turn's checkpoint was pruned to keep the store in its bound."""

@@ -44,6 +44,8 @@ class Change:
     target: Entry | None
     left: Entry | None
     now: Entry | None
+    #: Another session's turn ran at the same time and may have made this change, not ours.
+    shared: bool = False
 
     @property
     def absolute(self) -> str:
@@ -63,6 +65,8 @@ class Change:
 
     def conflict(self) -> str:
         """How it changed since the agent left it, in a few words."""
+        if self.shared:
+            return "another session's turn in this folder ran at the same time and may have changed it"
         if self.now is None:
             return "deleted since"
         if self.left is None:
@@ -117,10 +121,13 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int]) -> RewindPlan
     if any(store.pruned(sessionId, turn) for turn in turns):
         notes.append("Some of these turns' checkpoints were pruned to keep the store under "
                      "HERMES_ACP_CHECKPOINT_STORE_MAX: what those turns changed stays.")
+    windows = []
     for index, turn in enumerate(taken):
         before = store.manifest(sessionId, turn, "before")
-        if before is None:
+        span = store.span(sessionId, turn)
+        if before is None or span is None:
             continue
+        windows.append((before.get("began", span[0] - SLACK), span[1]))
         after = store.manifest(sessionId, turn, "after") or _afterwards(store, sessionId, taken[index + 1:], before)
         for root, entries in before["roots"].items():
             if entries is None:
@@ -129,9 +136,11 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int]) -> RewindPlan
         for root, path, old, new in turnChanges(before, after):
             first.setdefault((root, path), old)
             last[(root, path)] = new
+    others = _concurrent(store, sessionId, windows)
     restore, conflicts = [], []
     for (root, path), target in sorted(first.items()):
-        change = Change(root, path, target, last[(root, path)], store.current(os.path.join(root, path)))
+        change = Change(root, path, target, last[(root, path)], store.current(os.path.join(root, path)),
+                        shared=(root, path) in others)
         if same(change.now, target):
             continue
         targetKind, leftKind = (target or [None])[0], (change.left or [None])[0]
@@ -140,12 +149,46 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int]) -> RewindPlan
             notes.append(f"{path} cannot be put back: it {why}, so no copy was kept.")
         elif leftKind == IGNORED:
             restore.append(change)  # created since, and ignored (a build folder): removed
+        elif change.shared and FOLDER not in (targetKind, leftKind):
+            conflicts.append(change)  # a walk cannot tell whose change it was: the user says
         elif same(change.now, change.left) or (FOLDER in (targetKind, leftKind)
                                                 and (change.now is None or change.now[0] == FOLDER)):
             restore.append(change)
         else:
             conflicts.append(change)
     return RewindPlan(restore, conflicts, list(dict.fromkeys(notes)))
+
+
+#: Seconds before a checkpoint's manifest was written that its walk is taken to have begun,
+#: for manifests that do not say (``began``).
+SLACK = 10.0
+
+
+def _concurrent(store: CheckpointStore, sessionId: str, windows: list[tuple[float, float]]) -> set[tuple[str, str]]:
+    """The paths that turns of *other* sessions changed while one of ours was between its
+    checkpoint's walk and the record of its end (``windows``). A walk records what a folder
+    holds, not who changed it: two sessions working in one folder at once each see the
+    other's changes as their own, and a rewind must not take back the other session's work
+    without asking. The other turn's changes come after its ``before`` manifest and before
+    its ``after`` one."""
+    found: set[tuple[str, str]] = set()
+    if not windows:
+        return found
+    for other in store.sessions():
+        if other == sessionId:
+            continue
+        with contextlib.suppress(CheckpointError, OSError):
+            later = store.turns(other)
+            for index, turn in enumerate(later):
+                span = store.span(other, turn)
+                if span is None or not any(span[0] < end and began < span[1] for began, end in windows):
+                    continue
+                before = store.manifest(other, turn, "before")
+                if before is None:
+                    continue
+                after = store.manifest(other, turn, "after") or _afterwards(store, other, later[index + 1:], before)
+                found |= {(root, path) for root, path, _, _ in turnChanges(before, after)}
+    return found
 
 
 def _afterwards(store: CheckpointStore, sessionId: str, later: list[int], before: dict[str, Any]) -> dict[str, Any]:
