@@ -125,7 +125,7 @@ class Rewinds:
             lines.append("File checkpoints are off (`HERMES_ACP_CHECKPOINTS=off`): no file was put back.")
         else:
             try:
-                plan = await self.runInWorker(restore.plan, store, state.sessionId, undone)
+                plan = await self.runInWorker(restore.plan, store, state.sessionId, undone, state.roots)
             except restore.CheckpointError as e:
                 return f"Rewind cancelled, nothing changed: {e}"
             if plan.conflicts:

@@ -318,3 +318,35 @@ async def test_aRewindAsksBeforeTakingBackAnotherSessionsWork(scriptedServer, tm
             assert wire.problems() == []
 
     await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_aSessionLoadedInAnotherFolderLeavesTheOldOneAlone(scriptedServer, tmp_path) -> None:
+    """A session loaded with another working folder: /undo cuts the turn but writes nothing in
+    the folder the turn ran in, which is no longer one of the session's, and says so."""
+    server, url = scriptedServer
+    home = str(tmp_path / "home")
+    first, second = project(tmp_path / "first"), project(tmp_path / "second")
+    server.addRule("write it", [call("write_file", path="a.txt", content="a\n"), [{"text": "written"}]])
+    state: dict[str, Any] = {}
+
+    async def write() -> None:
+        client = Editor()
+        async with connect(client, env=modelEnv(url, home)) as (conn, _, wire, _p):
+            await initialized(conn)
+            state["id"] = (await conn.new_session(cwd=str(first), mcp_servers=[])).session_id
+            await say(conn, client, state["id"], "write it")
+
+    async def undoElsewhere() -> None:
+        client = Editor()
+        async with connect(client, env=modelEnv(url, home)) as (conn, _, wire, _p):
+            await initialized(conn)
+            await conn.load_session(cwd=str(second), session_id=state["id"], mcp_servers=[])
+            reply = await say(conn, client, state["id"], "/undo")
+            assert "Rewound to before turn 1" in reply
+            assert f"{os.path.realpath(first)} is not one of this session's folders now" in reply
+            assert (first / "a.txt").read_text() == "a\n"
+            assert wire.problems() == []
+
+    await onLoop(write())
+    await onLoop(undoElsewhere())

@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import attrs
 
 from hermes_acp.engine.checkpoints import (
-    FILE, FOLDER, HUGE, IGNORED, LINK, CheckpointError, CheckpointStore, Entry, delta, same,
+    FILE, FOLDER, HUGE, IGNORED, LINK, CheckpointError, CheckpointStore, Entry, delta, same, sessionRoots,
 )
 
 OUTSIDE = ("Changes outside the session's folders (other folders, the network, processes, services) "
@@ -109,11 +109,14 @@ def turnChanges(before: dict[str, Any], after: dict[str, Any]) -> Iterator[tuple
                 yield root, path, entries[path], None
 
 
-def plan(store: CheckpointStore, sessionId: str, turns: list[int]) -> RewindPlan:
+def plan(store: CheckpointStore, sessionId: str, turns: list[int], roots: Iterable[str] | None = None) -> RewindPlan:
     """What undoing ``turns`` (the store's turn numbers, in order) would do. Turns without a
     checkpoint changed nothing the engine knew of; a turn without an ``after`` manifest (the
     agent stopped mid-turn) is taken to have left what the next checkpoint, or the disk now, shows.
+    With ``roots`` (the session's folders now), a folder the turns ran in that is not one of
+    them (the session was loaded elsewhere since) is left as it is, and said.
     CheckpointError when a manifest is damaged."""
+    allowed = None if roots is None else sessionRoots(roots)[0]
     first: dict[tuple[str, str], Entry | None] = {}
     last: dict[tuple[str, str], Entry | None] = {}
     notes: list[str] = []
@@ -134,6 +137,9 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int]) -> RewindPlan
                 notes.append(f"{root} was not checkpointed before one of these turns: its changes there stay.")
         notes += [note for note in before.get("notes", ()) if "not checkpointed" in note]
         for root, path, old, new in turnChanges(before, after):
+            if allowed is not None and not any(root == k or root.startswith(k.rstrip("/") + "/") for k in allowed):
+                notes.append(f"{root} is not one of this session's folders now: what the turns changed there stays.")
+                continue
             first.setdefault((root, path), old)
             last[(root, path)] = new
     others = _concurrent(store, sessionId, windows)
