@@ -158,6 +158,27 @@ def test_anotherSessionsTurnInTheFolderIsAskedAboutOnlyWhenItOverlapped(tmp_path
     assert (project / "theirs.txt").read_text() == "B's\n"
 
 
+def test_aFolderTheTurnReplacedWithAFileComesBackWithoutAQuestion(tmp_path, project) -> None:
+    """A turn that removed a folder and made a file of its name (and the reverse): the rewind
+    puts both back as they were, asking nothing (no one else touched them)."""
+    checkpoints = store(tmp_path)
+    before = tree(project)
+
+    def swap() -> None:
+        (project / "src" / "app.py").unlink()
+        (project / "src").rmdir()
+        (project / "src").write_text("now a file\n")
+        (project / "doomed.txt").unlink()
+        (project / "doomed.txt").mkdir()
+        (project / "doomed.txt" / "inner").write_text("x")
+
+    turn(checkpoints, 2, project, swap)
+    plan = restore.plan(checkpoints, "s1", [2])
+    assert plan.conflicts == []
+    assert restore.apply(checkpoints, plan, overwrite=False) == []
+    assert tree(project) == before
+
+
 def test_onlyTheLaterTurnsAreUndone(tmp_path, project) -> None:
     """Undoing turn 4 alone leaves turns 2 and 3's changes."""
     checkpoints = store(tmp_path)

@@ -274,7 +274,7 @@ class CheckpointStore:
         None when nothing is there."""
         try:
             info = os.lstat(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # absent, or a file is where its folder was
             return None
         except OSError:
             return [IGNORED]
