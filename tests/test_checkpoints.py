@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -321,3 +322,24 @@ def test_aFileChangedAfterThePlanIsLeftAlone(tmp_path, project) -> None:
     problems = restore.apply(checkpoints, plan, overwrite=False)
     assert problems == ["src/app.py: changed again since the rewind looked at it, left as it is"]
     assert (project / "src" / "app.py").read_text() == "typed meanwhile\n"
+
+
+def test_aFifoAtTheOldTemporaryNameDoesNotBlockARewind(tmp_path, project) -> None:
+    """Something (a command of the model's) left a FIFO where a restore used to write its
+    temporary copy: the rewind still finishes, and the FIFO is not touched."""
+    checkpoints = store(tmp_path)
+    turn(checkpoints, 2, project, lambda: (project / "run.sh").write_text("changed\n"))
+    fifo = project / "run.sh.hermes-rewind.tmp"
+    os.mkfifo(fifo)
+    plan = restore.plan(checkpoints, "s1", [2])
+    done: list[list[str]] = []
+    worker = threading.Thread(target=lambda: done.append(restore.apply(checkpoints, plan, overwrite=False)),
+                              daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # blocked opening the FIFO: a reader lets it go, then the test fails
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        worker.join(10)
+    assert done == [[]] and not worker.is_alive()
+    assert (project / "run.sh").read_text() == "#!/bin/sh\necho hi\n"
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)

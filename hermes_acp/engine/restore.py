@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -287,8 +288,10 @@ def _put(store: CheckpointStore, change: Change) -> None:
         os.symlink(os.fsdecode(data), path)
         return
     assert kind == FILE
-    temporary = f"{path}.hermes-rewind.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    # A name of its own, made new (O_EXCL): whatever lies at a name chosen in advance (a FIFO
+    # that would block the rewind, a link) is never opened.
+    temporary = f"{path}.{uuid.uuid4().hex[:8]}.hermes-rewind.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
