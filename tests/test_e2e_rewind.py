@@ -350,3 +350,36 @@ async def test_aSessionLoadedInAnotherFolderLeavesTheOldOneAlone(scriptedServer,
 
     await onLoop(write())
     await onLoop(undoElsewhere())
+
+
+@pytest_twisted.ensureDeferred
+async def test_anIgnoredFolderTheUserWroteInIsAskedAbout(scriptedServer, tmp_path) -> None:
+    """An ignored folder a turn created is removed by its /undo (no copy of it is kept),
+    unless something in it changed after the turn: then the user is asked, and "keep" keeps it.
+    An ignored folder no one touched since goes without a question."""
+    server, url = scriptedServer
+    folder = project(tmp_path / "project")
+    server.addRule("build it", [command("mkdir -p build && echo generated > build/gen.txt"), [{"text": "built"}]])
+    server.addRule("again", [command("mkdir -p build && echo generated > build/gen.txt"), [{"text": "built"}]])
+    client = Editor("keep")
+
+    async def scenario() -> None:
+        async with connect(client, env=modelEnv(url, str(tmp_path / "home"))) as (conn, _, wire, _p):
+            await initialized(conn)
+            sessionId = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            await say(conn, client, sessionId, "build it")
+            await asyncio.sleep(0.05)  # past the file system's clock tick
+            (folder / "build" / "mine.txt").write_text("the user's own notes\n")
+            reply = await say(conn, client, sessionId, "/undo")
+            assert [Path(location.path).name for location in client.rewindQuestions[0].locations] == ["build"]
+            assert "Kept your changes to `build`" in reply
+            assert (folder / "build" / "mine.txt").read_text() == "the user's own notes\n"
+            (folder / "build" / "mine.txt").unlink()
+            (folder / "build" / "gen.txt").unlink()
+            (folder / "build").rmdir()
+            await say(conn, client, sessionId, "again")
+            await say(conn, client, sessionId, "/undo")
+            assert not (folder / "build").exists() and len(client.rewindQuestions) == 1
+            assert wire.problems() == []
+
+    await onLoop(scenario())

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -154,8 +155,10 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int], roots: Iterab
         if targetKind in (IGNORED, HUGE) or (leftKind in (IGNORED, HUGE) and target is not None):
             why = "is ignored" if IGNORED in (targetKind, leftKind) else "was over the size bound"
             notes.append(f"{path} cannot be put back: it {why}, so no copy was kept.")
-        elif leftKind == IGNORED:
-            restore.append(change)  # created since, and ignored (a build folder): removed
+        elif leftKind == IGNORED:  # created since, and ignored (a build folder): removed,
+            # unless something in it changed after the turns (nothing of its content is kept)
+            ended = max((end for _, end in windows), default=float("inf"))
+            (conflicts if _changedAfter(change.absolute, ended, store.limits.maxFiles) else restore).append(change)
         elif change.shared and FOLDER not in (targetKind, leftKind):
             conflicts.append(change)  # a walk cannot tell whose change it was: the user says
         elif same(change.now, change.left) or (FOLDER in (targetKind, leftKind)
@@ -196,6 +199,29 @@ def _concurrent(store: CheckpointStore, sessionId: str, windows: list[tuple[floa
                 after = store.manifest(other, turn, "after") or _afterwards(store, other, later[index + 1:], before)
                 found |= {(root, path) for root, path, _, _ in turnChanges(before, after)}
     return found
+
+
+def _changedAfter(path: str, when: float, limit: int) -> bool:
+    """Whether anything at or under ``path`` changed (its ctime: content, mode or name) after
+    ``when``; a folder too big to look through (over ``limit`` entries) counts as changed."""
+    if when == float("inf"):
+        return False
+    threshold = int(when * 1e9)
+    seen = 0
+    pending = [path]
+    while pending:
+        current = pending.pop()
+        try:
+            info = os.lstat(current)
+        except OSError:
+            continue
+        seen += 1
+        if info.st_ctime_ns > threshold or seen > limit:
+            return True
+        if stat.S_ISDIR(info.st_mode):
+            with contextlib.suppress(OSError):
+                pending += [os.path.join(current, name) for name in os.listdir(current)]
+    return False
 
 
 def _afterwards(store: CheckpointStore, sessionId: str, later: list[int], before: dict[str, Any]) -> dict[str, Any]:
