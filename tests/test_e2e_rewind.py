@@ -383,3 +383,36 @@ async def test_anIgnoredFolderTheUserWroteInIsAskedAbout(scriptedServer, tmp_pat
             assert wire.problems() == []
 
     await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_whatABackgroundProcessWritesAfterItsTurnIsAskedAboutNotUndone(scriptedServer, tmp_path) -> None:
+    """A turn writes a file and starts a background process that appends to it and makes
+    another after the turn ended: /undo asks before overwriting the appended file, keeps it
+    when told, and leaves the process's new file alone."""
+    server, url = scriptedServer
+    folder = project(tmp_path / "project")
+    server.addRule("start it", [
+        call("write_file", path="out.txt", content="agent\n"),
+        [{"tool_calls": [{"id": "bg", "name": "terminal", "arguments": {
+            "command": "sleep 3 && echo bg >> out.txt && echo made > bg.txt", "background": True}}]}],
+        [{"text": "started"}]])
+    client = Editor("keep")
+
+    async def scenario() -> None:
+        async with connect(client, env=modelEnv(url, str(tmp_path / "home"))) as (conn, _, wire, _p):
+            await initialized(conn)
+            sessionId = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            await say(conn, client, sessionId, "start it")
+            for _ in range(300):  # the process writes 3 s after it starts, long after the turn's end
+                if (folder / "bg.txt").exists():
+                    break
+                await asyncio.sleep(0.1)
+            assert (folder / "out.txt").read_text() == "agent\nbg\n" and (folder / "bg.txt").exists()
+            reply = await say(conn, client, sessionId, "/undo")
+            assert [Path(location.path).name for location in client.rewindQuestions[0].locations] == ["out.txt"]
+            assert "Kept your changes to `out.txt`" in reply
+            assert (folder / "out.txt").read_text() == "agent\nbg\n" and (folder / "bg.txt").read_text() == "made\n"
+            assert wire.problems() == []
+
+    await onLoop(scenario())
