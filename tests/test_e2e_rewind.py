@@ -416,3 +416,43 @@ async def test_whatABackgroundProcessWritesAfterItsTurnIsAskedAboutNotUndone(scr
             assert wire.problems() == []
 
     await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_aResetAndAForkBoundWhatCanBeRewound(scriptedServer, tmp_path) -> None:
+    """After /reset the turns before it are listed as not rewindable and /rewind to one of
+    them changes nothing; /undo takes back the turn after it. A fork rewinds only its own
+    turns: its /undo leaves the parent's files."""
+    server, url = scriptedServer
+    folder = project(tmp_path / "project")
+    for name in ("one", "two", "three", "forked"):
+        server.addRule(f"write {name}", [call("write_file", path=f"{name}.txt", content=f"{name}\n"),
+                                         [{"text": f"wrote {name}"}]])
+    client = Editor()
+
+    async def scenario() -> None:
+        async with connect(client, env=modelEnv(url, str(tmp_path / "home"))) as (conn, _, wire, _p):
+            await initialized(conn)
+            sessionId = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            await say(conn, client, sessionId, "write one")
+            await say(conn, client, sessionId, "write two")
+            await say(conn, client, sessionId, "/reset")
+            await say(conn, client, sessionId, "write three")
+            listing = await say(conn, client, sessionId, "/rewind")
+            assert listing.count("cannot be rewound to") == 2 and "3. “write three”" in listing
+            reply = await say(conn, client, sessionId, "/rewind 1")
+            assert "cannot be rewound to" in reply and "Nothing changed" in reply
+            assert all((folder / f"{name}.txt").exists() for name in ("one", "two", "three"))
+            reply = await say(conn, client, sessionId, "/undo")
+            assert "before turn 3" in reply and not (folder / "three.txt").exists()
+            assert (folder / "two.txt").exists()
+
+            fork = (await conn.fork_session(session_id=sessionId, cwd=str(folder), mcp_servers=[])).session_id
+            assert "No turn to rewind to yet" in await say(conn, client, fork, "/rewind")
+            await say(conn, client, fork, "write forked")
+            reply = await say(conn, client, fork, "/undo")
+            assert "before turn 1" in reply and not (folder / "forked.txt").exists()
+            assert (folder / "one.txt").exists() and (folder / "two.txt").exists()
+            assert wire.problems() == []
+
+    await onLoop(scenario())
