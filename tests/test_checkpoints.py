@@ -343,3 +343,21 @@ def test_aFifoAtTheOldTemporaryNameDoesNotBlockARewind(tmp_path, project) -> Non
     assert done == [[]] and not worker.is_alive()
     assert (project / "run.sh").read_text() == "#!/bin/sh\necho hi\n"
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_anotherSessionInASubfolderCountsToo(tmp_path, project) -> None:
+    """Session B works in a folder inside A's: what B's turn changed while A's ran is a
+    conflict of A's rewind too."""
+    checkpoints = store(tmp_path)
+
+    def meanwhile() -> None:
+        (project / "run.sh").write_text("A's\n")
+        other = TurnCheckpoint(checkpoints, "s2", 1, (str(project / "src"),))
+        other.beforeChange()
+        (project / "src" / "theirs.txt").write_text("B's\n")
+        other.finish()
+
+    turn(checkpoints, 2, project, meanwhile)
+    plan = restore.plan(checkpoints, "s1", [2])
+    assert [c.path for c in plan.restore] == ["run.sh"]
+    assert [c.path for c in plan.conflicts] == ["src/theirs.txt"]

@@ -139,16 +139,16 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int], roots: Iterab
                 notes.append(f"{root} was not checkpointed before one of these turns: its changes there stay.")
         notes += [note for note in before.get("notes", ()) if "not checkpointed" in note]
         for root, path, old, new in turnChanges(before, after):
-            if allowed is not None and not any(root == k or root.startswith(k.rstrip("/") + "/") for k in allowed):
+            if allowed is not None and not any(_within(root, k) for k in allowed):
                 notes.append(f"{root} is not one of this session's folders now: what the turns changed there stays.")
                 continue
             first.setdefault((root, path), old)
             last[(root, path)] = new
-    others = _concurrent(store, sessionId, windows)
+    others = _concurrent(store, sessionId, windows, {root for root, _ in first})
     restore, conflicts = [], []
     for (root, path), target in sorted(first.items()):
         change = Change(root, path, target, last[(root, path)], store.current(os.path.join(root, path)),
-                        shared=(root, path) in others)
+                        shared=os.path.join(root, path) in others)
         if same(change.now, target):
             continue
         targetKind, leftKind = (target or [None])[0], (change.left or [None])[0]
@@ -174,14 +174,15 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int], roots: Iterab
 SLACK = 10.0
 
 
-def _concurrent(store: CheckpointStore, sessionId: str, windows: list[tuple[float, float]]) -> set[tuple[str, str]]:
-    """The paths that turns of *other* sessions changed while one of ours was between its
+def _concurrent(store: CheckpointStore, sessionId: str, windows: list[tuple[float, float]],
+                roots: set[str]) -> set[str]:
+    """The paths (absolute) that turns of *other* sessions changed in ``roots`` while one of ours was between its
     checkpoint's walk and the record of its end (``windows``). A walk records what a folder
     holds, not who changed it: two sessions working in one folder at once each see the
     other's changes as their own, and a rewind must not take back the other session's work
     without asking. The other turn's changes come after its ``before`` manifest and before
     its ``after`` one."""
-    found: set[tuple[str, str]] = set()
+    found: set[str] = set()
     if not windows:
         return found
     for other in store.sessions():
@@ -194,11 +195,18 @@ def _concurrent(store: CheckpointStore, sessionId: str, windows: list[tuple[floa
                 if span is None or not any(span[0] < end and began < span[1] for began, end in windows):
                     continue
                 before = store.manifest(other, turn, "before")
-                if before is None:
-                    continue
+                shared = {root: entries for root, entries in (before or {}).get("roots", {}).items()
+                          if any(_within(root, ours) or _within(ours, root) for ours in roots)}
+                if not shared:
+                    continue  # other folders: nothing of ours
+                before = {**before, "roots": shared}  # type: ignore[dict-item]
                 after = store.manifest(other, turn, "after") or _afterwards(store, other, later[index + 1:], before)
-                found |= {(root, path) for root, path, _, _ in turnChanges(before, after)}
+                found |= {os.path.join(root, path) for root, path, _, _ in turnChanges(before, after)}
     return found
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def _changedAfter(path: str, when: float, limit: int) -> bool:
