@@ -361,3 +361,26 @@ def test_anotherSessionInASubfolderCountsToo(tmp_path, project) -> None:
     plan = restore.plan(checkpoints, "s1", [2])
     assert [c.path for c in plan.restore] == ["run.sh"]
     assert [c.path for c in plan.conflicts] == ["src/theirs.txt"]
+
+
+def test_aFileTheTurnMadeAFolderOfIsNotPutBackOverTheUsersFiles(tmp_path, project) -> None:
+    """A turn replaced a file with a folder, and the user then put a file of theirs in it:
+    the rewind removes the turn's files but not the user's, says why the file is not back,
+    and puts it back once the folder is the turn's alone."""
+    checkpoints = store(tmp_path)
+
+    def swap() -> None:
+        (project / "doomed.txt").unlink()
+        (project / "doomed.txt" / "sub").mkdir(parents=True)
+        (project / "doomed.txt" / "sub" / "agent.txt").write_text("agent\n")
+
+    turn(checkpoints, 2, project, swap)
+    (project / "doomed.txt" / "mine.txt").write_text("the user's\n")
+    plan = restore.plan(checkpoints, "s1", [2])
+    problems = restore.apply(checkpoints, plan, overwrite=False)
+    assert (project / "doomed.txt" / "mine.txt").read_text() == "the user's\n"
+    assert not (project / "doomed.txt" / "sub" / "agent.txt").exists()
+    assert len(problems) == 1 and problems[0].startswith("doomed.txt: not restored")
+    (project / "doomed.txt" / "mine.txt").unlink()
+    restore.apply(checkpoints, restore.plan(checkpoints, "s1", [2]), overwrite=False)
+    assert (project / "doomed.txt").read_text() == "delete me\n"

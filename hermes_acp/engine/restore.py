@@ -315,6 +315,10 @@ def _put(store: CheckpointStore, change: Change) -> None:
         return
     data = store.get(target[6])
     if os.path.isdir(path) and not os.path.islink(path):
+        # The turns made a folder of it; their files in it are gone by now (removals come
+        # first): anything else in it is someone else's, and stays.
+        if any(names for _, _, names in os.walk(path)):
+            raise OSError("a folder is there now, with files in it no turn made: left as it is")
         shutil.rmtree(path)
     if kind == LINK:
         with contextlib.suppress(FileNotFoundError):
