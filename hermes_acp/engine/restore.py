@@ -6,7 +6,10 @@ path goes back to what it was before the first of those turns changed it, and on
 it still is what the last of them left. A path that is something else by now was changed
 since by someone else (the user, another program): it is a *conflict*, put back only when
 the user says so (``apply(..., overwrite=True)``). Paths no turn changed are never touched,
-so nothing like ``git clean`` can remove the user's own new files.
+so nothing like ``git clean`` can remove the user's own new files. A walk cannot tell who
+changed a path, so two more cases are conflicts: what another session's turn changed while
+one of these turns ran (``_concurrent``), and an ignored path the turns created in which
+something changed after them (no copy of it was kept to compare).
 
 What cannot be put back is said (``RewindPlan.notes``): ignored paths and files over the
 size bound that existed before (no copy was kept; ignored or huge paths the agent created
@@ -34,6 +37,10 @@ OUTSIDE = ("Changes outside the session's folders (other folders, the network, p
            "cannot be undone.")
 #: Paths named in one message at most (the rest are counted).
 SHOWN = 20
+
+#: Seconds before a checkpoint's manifest was written that its walk is taken to have begun,
+#: for manifests that do not say (``began``).
+SLACK = 10.0
 
 
 @attrs.frozen
@@ -169,15 +176,10 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int], roots: Iterab
     return RewindPlan(restore, conflicts, list(dict.fromkeys(notes)))
 
 
-#: Seconds before a checkpoint's manifest was written that its walk is taken to have begun,
-#: for manifests that do not say (``began``).
-SLACK = 10.0
-
-
 def _concurrent(store: CheckpointStore, sessionId: str, windows: list[tuple[float, float]],
                 roots: set[str]) -> set[str]:
-    """The paths (absolute) that turns of *other* sessions changed in ``roots`` while one of ours was between its
-    checkpoint's walk and the record of its end (``windows``). A walk records what a folder
+    """The paths (absolute) that turns of *other* sessions changed in ``roots`` while one of
+    ours was between its checkpoint's walk and the record of its end (``windows``). A walk records what a folder
     holds, not who changed it: two sessions working in one folder at once each see the
     other's changes as their own, and a rewind must not take back the other session's work
     without asking. The other turn's changes come after its ``before`` manifest and before
