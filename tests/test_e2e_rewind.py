@@ -456,3 +456,30 @@ async def test_aResetAndAForkBoundWhatCanBeRewound(scriptedServer, tmp_path) -> 
             assert wire.problems() == []
 
     await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_aFailedCheckpointIsSaidNotTakenForNoChange(scriptedServer, tmp_path) -> None:
+    """The store cannot be written ($HERMES_HOME/checkpoints is a file): the turn still runs,
+    and /rewind and /undo say its checkpoint failed instead of "no file changes"."""
+    server, url = scriptedServer
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "checkpoints").write_text("not a folder\n")
+    folder = project(tmp_path / "project")
+    server.addRule("write it", [call("write_file", path="a.txt", content="a\n"), [{"text": "written"}]])
+    client = Editor()
+
+    async def scenario() -> None:
+        async with connect(client, env=modelEnv(url, str(home))) as (conn, _, wire, _p):
+            await initialized(conn)
+            sessionId = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            await say(conn, client, sessionId, "write it")
+            assert (folder / "a.txt").exists()
+            listing = await say(conn, client, sessionId, "/rewind")
+            assert "1. “write it” — its checkpoint failed" in listing and "no file changes" not in listing
+            reply = await say(conn, client, sessionId, "/undo")
+            assert "A checkpoint of these turns failed" in reply and (folder / "a.txt").exists()
+            assert wire.problems() == []
+
+    await onLoop(scenario())

@@ -133,6 +133,9 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int], roots: Iterab
     if any(store.pruned(sessionId, turn) for turn in turns):
         notes.append("Some of these turns' checkpoints were pruned to keep the store under "
                      "HERMES_ACP_CHECKPOINT_STORE_MAX: what those turns changed stays.")
+    for turn in turns:
+        if (problem := store.failure(sessionId, turn)) is not None:
+            notes.append(f"A checkpoint of these turns failed ({problem}): what that turn changed stays.")
     windows = []
     for index, turn in enumerate(taken):
         before = store.manifest(sessionId, turn, "before")
@@ -359,6 +362,8 @@ def summary(store: CheckpointStore, sessionId: str, turn: int) -> str:
     except CheckpointError as e:
         return f"its checkpoint is unreadable ({e})"
     if before is None:
+        if (problem := store.failure(sessionId, turn)) is not None:
+            return f"its checkpoint failed ({problem}): its file changes cannot be undone"
         if store.pruned(sessionId, turn):
             return "its checkpoint was pruned (HERMES_ACP_CHECKPOINT_STORE_MAX): its changes stay"
         return "no file changes"
