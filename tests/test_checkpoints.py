@@ -384,3 +384,28 @@ def test_aFileTheTurnMadeAFolderOfIsNotPutBackOverTheUsersFiles(tmp_path, projec
     (project / "doomed.txt" / "mine.txt").unlink()
     restore.apply(checkpoints, restore.plan(checkpoints, "s1", [2]), overwrite=False)
     assert (project / "doomed.txt").read_text() == "delete me\n"
+
+
+def test_filesATurnChangedAndHidHaveTheirCopiesBack(tmp_path, project) -> None:
+    """A turn that rewrites files and makes them ignored (a new .gitignore rule, for the file or
+    its folder): their copies from before were kept, so the rewind offers them back (asking,
+    since what the turn left there is not known), and puts them back when told to."""
+    (project / ".env").write_text("TOKEN=the user's\n")
+    (project / "conf").mkdir()
+    (project / "conf" / "key.txt").write_text("the user's key\n")
+    (project / "debug.txt").write_text("untouched\n")
+    checkpoints = store(tmp_path)
+    before = tree(project)
+
+    def hide() -> None:
+        (project / ".gitignore").write_text("build/\n*.log\n.env\nconf/\ndebug.txt\n")
+        (project / ".env").write_text("TOKEN=\n")
+        (project / "conf" / "key.txt").write_text("\n")
+
+    turn(checkpoints, 2, project, hide)
+    plan = restore.plan(checkpoints, "s1", [2])
+    assert [c.path for c in plan.restore] == [".gitignore"]
+    assert sorted(c.path for c in plan.conflicts) == [".env", "conf/key.txt"]
+    assert "ignore rules" in plan.conflicts[0].conflict()
+    assert restore.apply(checkpoints, plan, overwrite=True) == []
+    assert tree(project) == before

@@ -78,6 +78,8 @@ class Change:
             return "another session's turn in this folder ran at the same time and may have changed it"
         if self.now is None:
             return "deleted since"
+        if self.left is not None and self.left[0] == IGNORED:
+            return "ignored since the turn changed the ignore rules: whether it changed after is not known"
         if self.left is None:
             return "created again since the agent deleted it"
         return "changed since"
@@ -92,10 +94,12 @@ class RewindPlan:
     notes: list[str]
 
 
-def turnChanges(before: dict[str, Any], after: dict[str, Any]) -> Iterator[tuple[str, str, Entry | None, Entry | None]]:
+def turnChanges(before: dict[str, Any], after: dict[str, Any],
+                unknown: bool = False) -> Iterator[tuple[str, str, Entry | None, Entry | None]]:
     """(root, path, before, after) for each path one turn changed. A path under an ignored
     folder in either state is left out: nothing is known of it there (a ``.gitignore`` the
-    turn changed must not make its files look created or deleted)."""
+    turn changed must not make its files look created or deleted); with ``unknown``, a path
+    the turn's new rules hid is given as ignored after it (its copy from before is kept)."""
     for root, entries in before["roots"].items():
         if entries is None:
             continue
@@ -116,6 +120,8 @@ def turnChanges(before: dict[str, Any], after: dict[str, Any]) -> Iterator[tuple
         for path in removed:
             if not covered(path):
                 yield root, path, entries[path], None
+            elif unknown:
+                yield root, path, entries[path], [IGNORED]
 
 
 def plan(store: CheckpointStore, sessionId: str, turns: list[int], roots: Iterable[str] | None = None) -> RewindPlan:
@@ -148,7 +154,7 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int], roots: Iterab
             if entries is None:
                 notes.append(f"{root} was not checkpointed before one of these turns: its changes there stay.")
         notes += [note for note in before.get("notes", ()) if "not checkpointed" in note]
-        for root, path, old, new in turnChanges(before, after):
+        for root, path, old, new in turnChanges(before, after, unknown=True):
             if allowed is not None and not any(_within(root, k) for k in allowed):
                 notes.append(f"{root} is not one of this session's folders now: what the turns changed there stays.")
                 continue
@@ -162,9 +168,11 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int], roots: Iterab
         if same(change.now, target):
             continue
         targetKind, leftKind = (target or [None])[0], (change.left or [None])[0]
-        if targetKind in (IGNORED, HUGE) or (leftKind in (IGNORED, HUGE) and target is not None):
-            why = "is ignored" if IGNORED in (targetKind, leftKind) else "was over the size bound"
+        if targetKind in (IGNORED, HUGE):
+            why = "was ignored" if targetKind == IGNORED else "was over the size bound"
             notes.append(f"{path} cannot be put back: it {why}, so no copy was kept.")
+        elif leftKind == IGNORED and target is not None:
+            conflicts.append(change)  # ignored since (new rules): its copy is kept, what the turn left is not
         elif leftKind == IGNORED:  # created since, and ignored (a build folder): removed,
             # unless something in it changed after the turns (nothing of its content is kept)
             ended = max((end for _, end in windows), default=float("inf"))
