@@ -409,3 +409,18 @@ def test_filesATurnChangedAndHidHaveTheirCopiesBack(tmp_path, project) -> None:
     assert "ignore rules" in plan.conflicts[0].conflict()
     assert restore.apply(checkpoints, plan, overwrite=True) == []
     assert tree(project) == before
+
+
+def test_aFileATurnMadeHugeComesBack(tmp_path, project) -> None:
+    """A turn grew a file past HERMES_ACP_CHECKPOINT_FILE_MAX: its copy from before was kept,
+    so the rewind puts it back (unless it changed again since: then it asks)."""
+    checkpoints = store(tmp_path, fileMax=4096)
+    before = tree(project)
+    turn(checkpoints, 2, project, lambda: (project / "run.sh").write_bytes(b"x" * 10000))
+    plan = restore.plan(checkpoints, "s1", [2])
+    assert [c.path for c in plan.restore] == ["run.sh"] and plan.conflicts == []
+    assert restore.apply(checkpoints, plan, overwrite=False) == []
+    assert tree(project) == before
+    turn(checkpoints, 3, project, lambda: (project / "run.sh").write_bytes(b"x" * 10000))
+    (project / "run.sh").write_bytes(b"y" * 20000)
+    assert [c.path for c in restore.plan(checkpoints, "s1", [3]).conflicts] == ["run.sh"]
