@@ -125,7 +125,7 @@ class Rewinds:
             lines.append("File checkpoints are off (`HERMES_ACP_CHECKPOINTS=off`): no file was put back.")
         else:
             try:
-                plan = await self.runInWorker(restore.plan, store, state.sessionId, undone)
+                plan = await self.runInWorker(restore.plan, store, state.sessionId, undone, state.roots)
             except restore.CheckpointError as e:
                 return f"Rewind cancelled, nothing changed: {e}"
             if plan.conflicts:
@@ -134,11 +134,14 @@ class Rewinds:
                     why = "you chose to cancel it" if answer == CANCEL else f"no answer ({answer})"
                     return f"Rewind cancelled ({why}): nothing changed, files and conversation are as they were."
                 overwrite = answer == OVERWRITE
-        cut = await self.store.rewind(state, turn)
+        # Files first: a crash while they are put back leaves the turns in the conversation, and
+        # the same /rewind again finishes the job (what is back already is skipped).
         if store is not None and plan is not None:
             problems = await self.runInWorker(restore.apply, store, plan, overwrite)
-            await self.runInWorker(store.removeTurns, state.sessionId, undone)
             lines += restore.report(plan, overwrite, problems)
+        cut = await self.store.rewind(state, turn)
+        if store is not None:
+            await self.runInWorker(store.removeTurns, state.sessionId, undone)
         from .engine.compaction import CHARS_PER_TOKEN, charCount  # as turns.estimateTokens (not imported: a cycle)
 
         state.contextUsed = sum(charCount(m) for m in state.history) // CHARS_PER_TOKEN

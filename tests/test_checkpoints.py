@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,56 @@ def test_userEditsAreConflictsAndKeptUnlessOverwritten(tmp_path, project) -> Non
     after = tree(project)
     assert after.pop("mine.txt")[2] == b"never the agent's\n"
     assert after == before
+
+
+def test_anotherSessionsTurnInTheFolderIsAskedAboutOnlyWhenItOverlapped(tmp_path, project) -> None:
+    """A turn of session B that ran before A's turn is not A's concern: A's rewind puts
+    back the file both changed without a question. One that ran while A's turn did may
+    have made A's recorded changes: those are conflicts, whatever the disk holds."""
+    checkpoints = store(tmp_path)
+    other = TurnCheckpoint(checkpoints, "s2", 1, (str(project),))
+    other.beforeChange()
+    (project / "src" / "app.py").write_text("B's version\n")
+    other.finish()
+    turn(checkpoints, 2, project, lambda: (project / "src" / "app.py").write_text("A's version\n"))
+    plan = restore.plan(checkpoints, "s1", [2])
+    assert [c.path for c in plan.restore] == ["src/app.py"] and plan.conflicts == []
+
+    def meanwhile() -> None:
+        (project / "run.sh").write_text("A's\n")
+        other = TurnCheckpoint(checkpoints, "s2", 2, (str(project),))
+        other.beforeChange()
+        (project / "theirs.txt").write_text("B's\n")
+        other.finish()
+
+    turn(checkpoints, 3, project, meanwhile)
+    plan = restore.plan(checkpoints, "s1", [3])
+    assert [c.path for c in plan.restore] == ["run.sh"]
+    assert [c.path for c in plan.conflicts] == ["theirs.txt"]
+    assert "another session" in plan.conflicts[0].conflict()
+    restore.apply(checkpoints, plan, overwrite=False)
+    assert (project / "theirs.txt").read_text() == "B's\n"
+
+
+def test_aFolderTheTurnReplacedWithAFileComesBackWithoutAQuestion(tmp_path, project) -> None:
+    """A turn that removed a folder and made a file of its name (and the reverse): the rewind
+    puts both back as they were, asking nothing (no one else touched them)."""
+    checkpoints = store(tmp_path)
+    before = tree(project)
+
+    def swap() -> None:
+        (project / "src" / "app.py").unlink()
+        (project / "src").rmdir()
+        (project / "src").write_text("now a file\n")
+        (project / "doomed.txt").unlink()
+        (project / "doomed.txt").mkdir()
+        (project / "doomed.txt" / "inner").write_text("x")
+
+    turn(checkpoints, 2, project, swap)
+    plan = restore.plan(checkpoints, "s1", [2])
+    assert plan.conflicts == []
+    assert restore.apply(checkpoints, plan, overwrite=False) == []
+    assert tree(project) == before
 
 
 def test_onlyTheLaterTurnsAreUndone(tmp_path, project) -> None:
@@ -271,3 +322,105 @@ def test_aFileChangedAfterThePlanIsLeftAlone(tmp_path, project) -> None:
     problems = restore.apply(checkpoints, plan, overwrite=False)
     assert problems == ["src/app.py: changed again since the rewind looked at it, left as it is"]
     assert (project / "src" / "app.py").read_text() == "typed meanwhile\n"
+
+
+def test_aFifoAtTheOldTemporaryNameDoesNotBlockARewind(tmp_path, project) -> None:
+    """Something (a command of the model's) left a FIFO where a restore used to write its
+    temporary copy: the rewind still finishes, and the FIFO is not touched."""
+    checkpoints = store(tmp_path)
+    turn(checkpoints, 2, project, lambda: (project / "run.sh").write_text("changed\n"))
+    fifo = project / "run.sh.hermes-rewind.tmp"
+    os.mkfifo(fifo)
+    plan = restore.plan(checkpoints, "s1", [2])
+    done: list[list[str]] = []
+    worker = threading.Thread(target=lambda: done.append(restore.apply(checkpoints, plan, overwrite=False)),
+                              daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # blocked opening the FIFO: a reader lets it go, then the test fails
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        worker.join(10)
+    assert done == [[]] and not worker.is_alive()
+    assert (project / "run.sh").read_text() == "#!/bin/sh\necho hi\n"
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_anotherSessionInASubfolderCountsToo(tmp_path, project) -> None:
+    """Session B works in a folder inside A's: what B's turn changed while A's ran is a
+    conflict of A's rewind too."""
+    checkpoints = store(tmp_path)
+
+    def meanwhile() -> None:
+        (project / "run.sh").write_text("A's\n")
+        other = TurnCheckpoint(checkpoints, "s2", 1, (str(project / "src"),))
+        other.beforeChange()
+        (project / "src" / "theirs.txt").write_text("B's\n")
+        other.finish()
+
+    turn(checkpoints, 2, project, meanwhile)
+    plan = restore.plan(checkpoints, "s1", [2])
+    assert [c.path for c in plan.restore] == ["run.sh"]
+    assert [c.path for c in plan.conflicts] == ["src/theirs.txt"]
+
+
+def test_aFileTheTurnMadeAFolderOfIsNotPutBackOverTheUsersFiles(tmp_path, project) -> None:
+    """A turn replaced a file with a folder, and the user then put a file of theirs in it:
+    the rewind removes the turn's files but not the user's, says why the file is not back,
+    and puts it back once the folder is the turn's alone."""
+    checkpoints = store(tmp_path)
+
+    def swap() -> None:
+        (project / "doomed.txt").unlink()
+        (project / "doomed.txt" / "sub").mkdir(parents=True)
+        (project / "doomed.txt" / "sub" / "agent.txt").write_text("agent\n")
+
+    turn(checkpoints, 2, project, swap)
+    (project / "doomed.txt" / "mine.txt").write_text("the user's\n")
+    plan = restore.plan(checkpoints, "s1", [2])
+    problems = restore.apply(checkpoints, plan, overwrite=False)
+    assert (project / "doomed.txt" / "mine.txt").read_text() == "the user's\n"
+    assert not (project / "doomed.txt" / "sub" / "agent.txt").exists()
+    assert len(problems) == 1 and problems[0].startswith("doomed.txt: not restored")
+    (project / "doomed.txt" / "mine.txt").unlink()
+    restore.apply(checkpoints, restore.plan(checkpoints, "s1", [2]), overwrite=False)
+    assert (project / "doomed.txt").read_text() == "delete me\n"
+
+
+def test_filesATurnChangedAndHidHaveTheirCopiesBack(tmp_path, project) -> None:
+    """A turn that rewrites files and makes them ignored (a new .gitignore rule, for the file or
+    its folder): their copies from before were kept, so the rewind offers them back (asking,
+    since what the turn left there is not known), and puts them back when told to."""
+    (project / ".env").write_text("TOKEN=the user's\n")
+    (project / "conf").mkdir()
+    (project / "conf" / "key.txt").write_text("the user's key\n")
+    (project / "debug.txt").write_text("untouched\n")
+    checkpoints = store(tmp_path)
+    before = tree(project)
+
+    def hide() -> None:
+        (project / ".gitignore").write_text("build/\n*.log\n.env\nconf/\ndebug.txt\n")
+        (project / ".env").write_text("TOKEN=\n")
+        (project / "conf" / "key.txt").write_text("\n")
+
+    turn(checkpoints, 2, project, hide)
+    plan = restore.plan(checkpoints, "s1", [2])
+    assert [c.path for c in plan.restore] == [".gitignore"]
+    assert sorted(c.path for c in plan.conflicts) == [".env", "conf/key.txt"]
+    assert "ignore rules" in plan.conflicts[0].conflict()
+    assert restore.apply(checkpoints, plan, overwrite=True) == []
+    assert tree(project) == before
+
+
+def test_aFileATurnMadeHugeComesBack(tmp_path, project) -> None:
+    """A turn grew a file past HERMES_ACP_CHECKPOINT_FILE_MAX: its copy from before was kept,
+    so the rewind puts it back (unless it changed again since: then it asks)."""
+    checkpoints = store(tmp_path, fileMax=4096)
+    before = tree(project)
+    turn(checkpoints, 2, project, lambda: (project / "run.sh").write_bytes(b"x" * 10000))
+    plan = restore.plan(checkpoints, "s1", [2])
+    assert [c.path for c in plan.restore] == ["run.sh"] and plan.conflicts == []
+    assert restore.apply(checkpoints, plan, overwrite=False) == []
+    assert tree(project) == before
+    turn(checkpoints, 3, project, lambda: (project / "run.sh").write_bytes(b"x" * 10000))
+    (project / "run.sh").write_bytes(b"y" * 20000)
+    assert [c.path for c in restore.plan(checkpoints, "s1", [3]).conflicts] == ["run.sh"]

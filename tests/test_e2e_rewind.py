@@ -281,3 +281,205 @@ async def test_withCheckpointsOffARewindCutsTheConversationOnly(scriptedServer, 
             assert wire.problems() == []
 
     await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_aRewindAsksBeforeTakingBackAnotherSessionsWork(scriptedServer, tmp_path) -> None:
+    """Two sessions in one folder: B's turn writes while A's turn runs, so A's record of what
+    its turn changed holds B's file too. A's /undo takes back A's file, asks about B's, and
+    keeps it when told to; a session working after A's turn ended is not asked about."""
+    server, url = scriptedServer
+    folder = project(tmp_path / "project")
+    server.addRule("slow", [call("write_file", path="mine.txt", content="A's\n"), [{"stall": True}]])
+    server.addRule("meanwhile", [call("write_file", path="theirs.txt", content="B's work\n"), [{"text": "B done."}]])
+    server.addRule("later", [call("write_file", path="later.txt", content="B later\n"), [{"text": "B again."}]])
+    client = Editor("keep")
+
+    async def scenario() -> None:
+        async with connect(client, env=modelEnv(url, str(tmp_path / "home"))) as (conn, _, wire, process):
+            await initialized(conn)
+            a = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            b = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            slow = asyncio.ensure_future(conn.prompt(session_id=a, prompt=[text("slow")]))
+            await settled(server.whenStalled(1))  # A wrote mine.txt; its model now never answers
+            await asyncio.wait_for(say(conn, client, b, "meanwhile"), 30)
+            await conn.cancel(session_id=a)
+            await asyncio.wait_for(slow, 30)
+            await asyncio.wait_for(say(conn, client, b, "later"), 30)
+            reply = await asyncio.wait_for(say(conn, client, a, "/undo"), 30)
+            assert len(client.rewindQuestions) == 1
+            question = client.rewindQuestions[0]
+            assert [Path(location.path).name for location in question.locations] == ["theirs.txt"]
+            assert "another session" in question.content[0].content.text
+            assert "Kept your changes to `theirs.txt`" in reply
+            assert not (folder / "mine.txt").exists()
+            assert (folder / "theirs.txt").read_text() == "B's work\n"
+            assert (folder / "later.txt").read_text() == "B later\n"
+            assert wire.problems() == []
+
+    await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_aSessionLoadedInAnotherFolderLeavesTheOldOneAlone(scriptedServer, tmp_path) -> None:
+    """A session loaded with another working folder: /undo cuts the turn but writes nothing in
+    the folder the turn ran in, which is no longer one of the session's, and says so."""
+    server, url = scriptedServer
+    home = str(tmp_path / "home")
+    first, second = project(tmp_path / "first"), project(tmp_path / "second")
+    server.addRule("write it", [call("write_file", path="a.txt", content="a\n"), [{"text": "written"}]])
+    state: dict[str, Any] = {}
+
+    async def write() -> None:
+        client = Editor()
+        async with connect(client, env=modelEnv(url, home)) as (conn, _, wire, _p):
+            await initialized(conn)
+            state["id"] = (await conn.new_session(cwd=str(first), mcp_servers=[])).session_id
+            await say(conn, client, state["id"], "write it")
+
+    async def undoElsewhere() -> None:
+        client = Editor()
+        async with connect(client, env=modelEnv(url, home)) as (conn, _, wire, _p):
+            await initialized(conn)
+            await conn.load_session(cwd=str(second), session_id=state["id"], mcp_servers=[])
+            reply = await say(conn, client, state["id"], "/undo")
+            assert "Rewound to before turn 1" in reply
+            assert f"{os.path.realpath(first)} is not one of this session's folders now" in reply
+            assert (first / "a.txt").read_text() == "a\n"
+            assert wire.problems() == []
+
+    await onLoop(write())
+    await onLoop(undoElsewhere())
+
+
+@pytest_twisted.ensureDeferred
+async def test_anIgnoredFolderTheUserWroteInIsAskedAbout(scriptedServer, tmp_path) -> None:
+    """An ignored folder a turn created is removed by its /undo (no copy of it is kept),
+    unless something in it changed after the turn: then the user is asked, and "keep" keeps it.
+    An ignored folder no one touched since goes without a question."""
+    server, url = scriptedServer
+    folder = project(tmp_path / "project")
+    server.addRule("build it", [command("mkdir -p build && echo generated > build/gen.txt"), [{"text": "built"}]])
+    server.addRule("again", [command("mkdir -p build && echo generated > build/gen.txt"), [{"text": "built"}]])
+    client = Editor("keep")
+
+    async def scenario() -> None:
+        async with connect(client, env=modelEnv(url, str(tmp_path / "home"))) as (conn, _, wire, _p):
+            await initialized(conn)
+            sessionId = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            await say(conn, client, sessionId, "build it")
+            await asyncio.sleep(0.05)  # past the file system's clock tick
+            (folder / "build" / "mine.txt").write_text("the user's own notes\n")
+            reply = await say(conn, client, sessionId, "/undo")
+            assert [Path(location.path).name for location in client.rewindQuestions[0].locations] == ["build"]
+            assert "Kept your changes to `build`" in reply
+            assert (folder / "build" / "mine.txt").read_text() == "the user's own notes\n"
+            (folder / "build" / "mine.txt").unlink()
+            (folder / "build" / "gen.txt").unlink()
+            (folder / "build").rmdir()
+            await say(conn, client, sessionId, "again")
+            await say(conn, client, sessionId, "/undo")
+            assert not (folder / "build").exists() and len(client.rewindQuestions) == 1
+            assert wire.problems() == []
+
+    await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_whatABackgroundProcessWritesAfterItsTurnIsAskedAboutNotUndone(scriptedServer, tmp_path) -> None:
+    """A turn writes a file and starts a background process that appends to it and makes
+    another after the turn ended: /undo asks before overwriting the appended file, keeps it
+    when told, and leaves the process's new file alone."""
+    server, url = scriptedServer
+    folder = project(tmp_path / "project")
+    server.addRule("start it", [
+        call("write_file", path="out.txt", content="agent\n"),
+        [{"tool_calls": [{"id": "bg", "name": "terminal", "arguments": {
+            "command": "sleep 3 && echo bg >> out.txt && echo made > bg.txt", "background": True}}]}],
+        [{"text": "started"}]])
+    client = Editor("keep")
+
+    async def scenario() -> None:
+        async with connect(client, env=modelEnv(url, str(tmp_path / "home"))) as (conn, _, wire, _p):
+            await initialized(conn)
+            sessionId = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            await say(conn, client, sessionId, "start it")
+            for _ in range(300):  # the process writes 3 s after it starts, long after the turn's end
+                if (folder / "bg.txt").exists():
+                    break
+                await asyncio.sleep(0.1)
+            assert (folder / "out.txt").read_text() == "agent\nbg\n" and (folder / "bg.txt").exists()
+            reply = await say(conn, client, sessionId, "/undo")
+            assert [Path(location.path).name for location in client.rewindQuestions[0].locations] == ["out.txt"]
+            assert "Kept your changes to `out.txt`" in reply
+            assert (folder / "out.txt").read_text() == "agent\nbg\n" and (folder / "bg.txt").read_text() == "made\n"
+            assert wire.problems() == []
+
+    await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_aResetAndAForkBoundWhatCanBeRewound(scriptedServer, tmp_path) -> None:
+    """After /reset the turns before it are listed as not rewindable and /rewind to one of
+    them changes nothing; /undo takes back the turn after it. A fork rewinds only its own
+    turns: its /undo leaves the parent's files."""
+    server, url = scriptedServer
+    folder = project(tmp_path / "project")
+    for name in ("one", "two", "three", "forked"):
+        server.addRule(f"write {name}", [call("write_file", path=f"{name}.txt", content=f"{name}\n"),
+                                         [{"text": f"wrote {name}"}]])
+    client = Editor()
+
+    async def scenario() -> None:
+        async with connect(client, env=modelEnv(url, str(tmp_path / "home"))) as (conn, _, wire, _p):
+            await initialized(conn)
+            sessionId = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            await say(conn, client, sessionId, "write one")
+            await say(conn, client, sessionId, "write two")
+            await say(conn, client, sessionId, "/reset")
+            await say(conn, client, sessionId, "write three")
+            listing = await say(conn, client, sessionId, "/rewind")
+            assert listing.count("cannot be rewound to") == 2 and "3. “write three”" in listing
+            reply = await say(conn, client, sessionId, "/rewind 1")
+            assert "cannot be rewound to" in reply and "Nothing changed" in reply
+            assert all((folder / f"{name}.txt").exists() for name in ("one", "two", "three"))
+            reply = await say(conn, client, sessionId, "/undo")
+            assert "before turn 3" in reply and not (folder / "three.txt").exists()
+            assert (folder / "two.txt").exists()
+
+            fork = (await conn.fork_session(session_id=sessionId, cwd=str(folder), mcp_servers=[])).session_id
+            assert "No turn to rewind to yet" in await say(conn, client, fork, "/rewind")
+            await say(conn, client, fork, "write forked")
+            reply = await say(conn, client, fork, "/undo")
+            assert "before turn 1" in reply and not (folder / "forked.txt").exists()
+            assert (folder / "one.txt").exists() and (folder / "two.txt").exists()
+            assert wire.problems() == []
+
+    await onLoop(scenario())
+
+
+@pytest_twisted.ensureDeferred
+async def test_aFailedCheckpointIsSaidNotTakenForNoChange(scriptedServer, tmp_path) -> None:
+    """The store cannot be written ($HERMES_HOME/checkpoints is a file): the turn still runs,
+    and /rewind and /undo say its checkpoint failed instead of "no file changes"."""
+    server, url = scriptedServer
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "checkpoints").write_text("not a folder\n")
+    folder = project(tmp_path / "project")
+    server.addRule("write it", [call("write_file", path="a.txt", content="a\n"), [{"text": "written"}]])
+    client = Editor()
+
+    async def scenario() -> None:
+        async with connect(client, env=modelEnv(url, str(home))) as (conn, _, wire, _p):
+            await initialized(conn)
+            sessionId = (await conn.new_session(cwd=str(folder), mcp_servers=[])).session_id
+            await say(conn, client, sessionId, "write it")
+            assert (folder / "a.txt").exists()
+            listing = await say(conn, client, sessionId, "/rewind")
+            assert "1. “write it” — its checkpoint failed" in listing and "no file changes" not in listing
+            reply = await say(conn, client, sessionId, "/undo")
+            assert "A checkpoint of these turns failed" in reply and (folder / "a.txt").exists()
+            assert wire.problems() == []
+
+    await onLoop(scenario())

@@ -136,6 +136,8 @@ class CheckpointStore:
         self._generation = ""
         self._used: int | None = None
         self._folders: set[Path] = set()  # made already: no mkdir per object
+        #: Turns whose checkpoint failed, and why (also noted on disk when the store lets us).
+        self._failures: dict[tuple[str, int], str] = {}
 
     # -- objects ---------------------------------------------------------------------------
 
@@ -274,7 +276,7 @@ class CheckpointStore:
         None when nothing is there."""
         try:
             info = os.lstat(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # absent, or a file is where its folder was
             return None
         except OSError:
             return [IGNORED]
@@ -346,9 +348,10 @@ class CheckpointStore:
         """Take the checkpoint before turn ``turn``: walk the folders, keep what changed,
         write the manifest; the manifest."""
         kept, notes = sessionRoots(roots)
+        began = time.time()
         with self._shared():
             scans = {root: self.scan(root) for root in kept}
-            manifest = {"v": VERSION, "turn": turn, "taken": time.time(),
+            manifest = {"v": VERSION, "turn": turn, "began": began, "taken": time.time(),
                         "roots": {root: scan.entries for root, scan in scans.items()},
                         "notes": notes + [note for scan in scans.values() for note in scan.notes]}
             self._writeManifest(self._manifestPath(sessionId, turn, "before"), manifest)
@@ -386,7 +389,7 @@ class CheckpointStore:
         path = self._manifestPath(sessionId, turn, kind)
         try:
             data = path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
             raise CheckpointError(f"cannot read the checkpoint {path}: {e}") from e
@@ -402,10 +405,46 @@ class CheckpointStore:
         """The session's turns that have a checkpoint, in order."""
         try:
             names = os.listdir(self._sessionFolder(sessionId))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # none, or no store (a file in its place)
             return []
         return sorted(int(name.split(".")[0]) for name in names
                       if name.endswith(".before") and name.split(".")[0].isdigit())
+
+    def sessions(self) -> list[str]:
+        """The sessions that have checkpoints."""
+        try:
+            return os.listdir(self.folder / "sessions")
+        except OSError:
+            return []
+
+    def span(self, sessionId: str, turn: int) -> tuple[float, float] | None:
+        """When the turn's checkpoint was written and when its end was (infinity: not yet,
+        or never, the agent stopped mid-turn); None when it has no checkpoint."""
+        try:
+            began = self._manifestPath(sessionId, turn, "before").stat().st_mtime
+        except OSError:
+            return None
+        try:
+            return began, self._manifestPath(sessionId, turn, "after").stat().st_mtime
+        except OSError:
+            return began, float("inf")
+
+    def fail(self, sessionId: str, turn: int, problem: str) -> None:
+        """Note that the turn's checkpoint could not be taken, and why: ``/rewind`` must not
+        take such a turn for one that changed nothing."""
+        with self._lock:
+            self._failures[(sessionId, turn)] = problem
+        with contextlib.suppress(OSError, CheckpointError):  # the store may be what failed
+            self._write(self._manifestPath(sessionId, turn, "failed"), problem.encode("utf-8", "replace"))
+
+    def failure(self, sessionId: str, turn: int) -> str | None:
+        """Why the turn's checkpoint could not be taken; None when nothing failed."""
+        with self._lock:
+            problem = self._failures.get((sessionId, turn))
+        if problem is None:
+            with contextlib.suppress(OSError):
+                problem = self._manifestPath(sessionId, turn, "failed").read_bytes()[:1000].decode("utf-8", "replace")
+        return problem
 
     def pruned(self, sessionId: str, turn: int) -> bool:
         """Whether the turn's checkpoint was pruned to keep the store in its bound."""
@@ -414,8 +453,10 @@ class CheckpointStore:
     def removeTurns(self, sessionId: str, turns: Iterable[int]) -> None:
         """Drop these turns' checkpoints (a rewind cut the turns); their objects go at the next prune."""
         for turn in turns:
-            for kind in ("before", "after", "pruned"):
-                with contextlib.suppress(FileNotFoundError):
+            with self._lock:
+                self._failures.pop((sessionId, turn), None)
+            for kind in ("before", "after", "pruned", "failed"):
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                     self._manifestPath(sessionId, turn, kind).unlink()
 
     def removeSession(self, sessionId: str) -> None:
@@ -565,7 +606,7 @@ class TurnCheckpoint:
     something (``Tool.mayWrite``), and closed with what the turn changed when it ends.
 
     A checkpoint that fails never stops the turn: the tool runs, and ``/rewind`` says the turn
-    has no checkpoint and why (``problem``)."""
+    has no checkpoint and why (``problem``, kept by ``CheckpointStore.fail``)."""
 
     store: CheckpointStore
     sessionId: str
@@ -588,6 +629,7 @@ class TurnCheckpoint:
             except Exception as e:
                 self.problem = f"{type(e).__name__}: {e}"
                 log.warning("checkpoint before turn %d of %s failed: %s", self.turn, self.sessionId, self.problem)
+                self.store.fail(self.sessionId, self.turn, self.problem)
             else:
                 log.debug("checkpoint before turn %d of %s in %.3f s", self.turn, self.sessionId,
                           time.monotonic() - began)

@@ -6,7 +6,10 @@ path goes back to what it was before the first of those turns changed it, and on
 it still is what the last of them left. A path that is something else by now was changed
 since by someone else (the user, another program): it is a *conflict*, put back only when
 the user says so (``apply(..., overwrite=True)``). Paths no turn changed are never touched,
-so nothing like ``git clean`` can remove the user's own new files.
+so nothing like ``git clean`` can remove the user's own new files. A walk cannot tell who
+changed a path, so two more cases are conflicts: what another session's turn changed while
+one of these turns ran (``_concurrent``), and an ignored path the turns created in which
+something changed after them (no copy of it was kept to compare).
 
 What cannot be put back is said (``RewindPlan.notes``): ignored paths and files over the
 size bound that existed before (no copy was kept; ignored or huge paths the agent created
@@ -19,19 +22,25 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+import stat
+import uuid
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import attrs
 
 from hermes_acp.engine.checkpoints import (
-    FILE, FOLDER, HUGE, IGNORED, LINK, CheckpointError, CheckpointStore, Entry, delta, same,
+    FILE, FOLDER, HUGE, IGNORED, LINK, CheckpointError, CheckpointStore, Entry, delta, same, sessionRoots,
 )
 
 OUTSIDE = ("Changes outside the session's folders (other folders, the network, processes, services) "
            "cannot be undone.")
 #: Paths named in one message at most (the rest are counted).
 SHOWN = 20
+
+#: Seconds before a checkpoint's manifest was written that its walk is taken to have begun,
+#: for manifests that do not say (``began``).
+SLACK = 10.0
 
 
 @attrs.frozen
@@ -44,6 +53,8 @@ class Change:
     target: Entry | None
     left: Entry | None
     now: Entry | None
+    #: Another session's turn ran at the same time and may have made this change, not ours.
+    shared: bool = False
 
     @property
     def absolute(self) -> str:
@@ -63,8 +74,12 @@ class Change:
 
     def conflict(self) -> str:
         """How it changed since the agent left it, in a few words."""
+        if self.shared:
+            return "another session's turn in this folder ran at the same time and may have changed it"
         if self.now is None:
             return "deleted since"
+        if self.left is not None and self.left[0] == IGNORED:
+            return "ignored since the turn changed the ignore rules: whether it changed after is not known"
         if self.left is None:
             return "created again since the agent deleted it"
         return "changed since"
@@ -79,10 +94,12 @@ class RewindPlan:
     notes: list[str]
 
 
-def turnChanges(before: dict[str, Any], after: dict[str, Any]) -> Iterator[tuple[str, str, Entry | None, Entry | None]]:
+def turnChanges(before: dict[str, Any], after: dict[str, Any],
+                unknown: bool = False) -> Iterator[tuple[str, str, Entry | None, Entry | None]]:
     """(root, path, before, after) for each path one turn changed. A path under an ignored
     folder in either state is left out: nothing is known of it there (a ``.gitignore`` the
-    turn changed must not make its files look created or deleted)."""
+    turn changed must not make its files look created or deleted); with ``unknown``, a path
+    the turn's new rules hid is given as ignored after it (its copy from before is kept)."""
     for root, entries in before["roots"].items():
         if entries is None:
             continue
@@ -103,13 +120,18 @@ def turnChanges(before: dict[str, Any], after: dict[str, Any]) -> Iterator[tuple
         for path in removed:
             if not covered(path):
                 yield root, path, entries[path], None
+            elif unknown:
+                yield root, path, entries[path], [IGNORED]
 
 
-def plan(store: CheckpointStore, sessionId: str, turns: list[int]) -> RewindPlan:
+def plan(store: CheckpointStore, sessionId: str, turns: list[int], roots: Iterable[str] | None = None) -> RewindPlan:
     """What undoing ``turns`` (the store's turn numbers, in order) would do. Turns without a
     checkpoint changed nothing the engine knew of; a turn without an ``after`` manifest (the
     agent stopped mid-turn) is taken to have left what the next checkpoint, or the disk now, shows.
+    With ``roots`` (the session's folders now), a folder the turns ran in that is not one of
+    them (the session was loaded elsewhere since) is left as it is, and said.
     CheckpointError when a manifest is damaged."""
+    allowed = None if roots is None else sessionRoots(roots)[0]
     first: dict[tuple[str, str], Entry | None] = {}
     last: dict[tuple[str, str], Entry | None] = {}
     notes: list[str] = []
@@ -117,35 +139,110 @@ def plan(store: CheckpointStore, sessionId: str, turns: list[int]) -> RewindPlan
     if any(store.pruned(sessionId, turn) for turn in turns):
         notes.append("Some of these turns' checkpoints were pruned to keep the store under "
                      "HERMES_ACP_CHECKPOINT_STORE_MAX: what those turns changed stays.")
+    for turn in turns:
+        if (problem := store.failure(sessionId, turn)) is not None:
+            notes.append(f"A checkpoint of these turns failed ({problem}): what that turn changed stays.")
+    windows = []
     for index, turn in enumerate(taken):
         before = store.manifest(sessionId, turn, "before")
-        if before is None:
+        span = store.span(sessionId, turn)
+        if before is None or span is None:
             continue
+        windows.append((before.get("began", span[0] - SLACK), span[1]))
         after = store.manifest(sessionId, turn, "after") or _afterwards(store, sessionId, taken[index + 1:], before)
         for root, entries in before["roots"].items():
             if entries is None:
                 notes.append(f"{root} was not checkpointed before one of these turns: its changes there stay.")
         notes += [note for note in before.get("notes", ()) if "not checkpointed" in note]
-        for root, path, old, new in turnChanges(before, after):
+        for root, path, old, new in turnChanges(before, after, unknown=True):
+            if allowed is not None and not any(_within(root, k) for k in allowed):
+                notes.append(f"{root} is not one of this session's folders now: what the turns changed there stays.")
+                continue
             first.setdefault((root, path), old)
             last[(root, path)] = new
+    others = _concurrent(store, sessionId, windows, {root for root, _ in first})
     restore, conflicts = [], []
     for (root, path), target in sorted(first.items()):
-        change = Change(root, path, target, last[(root, path)], store.current(os.path.join(root, path)))
+        change = Change(root, path, target, last[(root, path)], store.current(os.path.join(root, path)),
+                        shared=os.path.join(root, path) in others)
         if same(change.now, target):
             continue
         targetKind, leftKind = (target or [None])[0], (change.left or [None])[0]
-        if targetKind in (IGNORED, HUGE) or (leftKind in (IGNORED, HUGE) and target is not None):
-            why = "is ignored" if IGNORED in (targetKind, leftKind) else "was over the size bound"
+        if targetKind in (IGNORED, HUGE):
+            why = "was ignored" if targetKind == IGNORED else "was over the size bound"
             notes.append(f"{path} cannot be put back: it {why}, so no copy was kept.")
-        elif leftKind == IGNORED:
-            restore.append(change)  # created since, and ignored (a build folder): removed
+        elif leftKind == IGNORED and target is not None:
+            conflicts.append(change)  # ignored since (new rules): its copy is kept, what the turn left is not
+        elif leftKind == IGNORED:  # created since, and ignored (a build folder): removed,
+            # unless something in it changed after the turns (nothing of its content is kept)
+            ended = max((end for _, end in windows), default=float("inf"))
+            (conflicts if _changedAfter(change.absolute, ended, store.limits.maxFiles) else restore).append(change)
+        elif change.shared and FOLDER not in (targetKind, leftKind):
+            conflicts.append(change)  # a walk cannot tell whose change it was: the user says
         elif same(change.now, change.left) or (FOLDER in (targetKind, leftKind)
                                                 and (change.now is None or change.now[0] == FOLDER)):
             restore.append(change)
         else:
             conflicts.append(change)
     return RewindPlan(restore, conflicts, list(dict.fromkeys(notes)))
+
+
+def _concurrent(store: CheckpointStore, sessionId: str, windows: list[tuple[float, float]],
+                roots: set[str]) -> set[str]:
+    """The paths (absolute) that turns of *other* sessions changed in ``roots`` while one of
+    ours was between its checkpoint's walk and the record of its end (``windows``). A walk records what a folder
+    holds, not who changed it: two sessions working in one folder at once each see the
+    other's changes as their own, and a rewind must not take back the other session's work
+    without asking. The other turn's changes come after its ``before`` manifest and before
+    its ``after`` one."""
+    found: set[str] = set()
+    if not windows:
+        return found
+    for other in store.sessions():
+        if other == sessionId:
+            continue
+        with contextlib.suppress(CheckpointError, OSError):
+            later = store.turns(other)
+            for index, turn in enumerate(later):
+                span = store.span(other, turn)
+                if span is None or not any(span[0] < end and began < span[1] for began, end in windows):
+                    continue
+                before = store.manifest(other, turn, "before")
+                shared = {root: entries for root, entries in (before or {}).get("roots", {}).items()
+                          if any(_within(root, ours) or _within(ours, root) for ours in roots)}
+                if not shared:
+                    continue  # other folders: nothing of ours
+                before = {**before, "roots": shared}  # type: ignore[dict-item]
+                after = store.manifest(other, turn, "after") or _afterwards(store, other, later[index + 1:], before)
+                found |= {os.path.join(root, path) for root, path, _, _ in turnChanges(before, after)}
+    return found
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _changedAfter(path: str, when: float, limit: int) -> bool:
+    """Whether anything at or under ``path`` changed (its ctime: content, mode or name) after
+    ``when``; a folder too big to look through (over ``limit`` entries) counts as changed."""
+    if when == float("inf"):
+        return False
+    threshold = int(when * 1e9)
+    seen = 0
+    pending = [path]
+    while pending:
+        current = pending.pop()
+        try:
+            info = os.lstat(current)
+        except OSError:
+            continue
+        seen += 1
+        if info.st_ctime_ns > threshold or seen > limit:
+            return True
+        if stat.S_ISDIR(info.st_mode):
+            with contextlib.suppress(OSError):
+                pending += [os.path.join(current, name) for name in os.listdir(current)]
+    return False
 
 
 def _afterwards(store: CheckpointStore, sessionId: str, later: list[int], before: dict[str, Any]) -> dict[str, Any]:
@@ -231,6 +328,10 @@ def _put(store: CheckpointStore, change: Change) -> None:
         return
     data = store.get(target[6])
     if os.path.isdir(path) and not os.path.islink(path):
+        # The turns made a folder of it; their files in it are gone by now (removals come
+        # first): anything else in it is someone else's, and stays.
+        if any(names for _, _, names in os.walk(path)):
+            raise OSError("a folder is there now, with files in it no turn made: left as it is")
         shutil.rmtree(path)
     if kind == LINK:
         with contextlib.suppress(FileNotFoundError):
@@ -238,8 +339,10 @@ def _put(store: CheckpointStore, change: Change) -> None:
         os.symlink(os.fsdecode(data), path)
         return
     assert kind == FILE
-    temporary = f"{path}.hermes-rewind.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    # A name of its own, made new (O_EXCL): whatever lies at a name chosen in advance (a FIFO
+    # that would block the rewind, a link) is never opened.
+    temporary = f"{path}.{uuid.uuid4().hex[:8]}.hermes-rewind.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -267,6 +370,8 @@ def summary(store: CheckpointStore, sessionId: str, turn: int) -> str:
     except CheckpointError as e:
         return f"its checkpoint is unreadable ({e})"
     if before is None:
+        if (problem := store.failure(sessionId, turn)) is not None:
+            return f"its checkpoint failed ({problem}): its file changes cannot be undone"
         if store.pruned(sessionId, turn):
             return "its checkpoint was pruned (HERMES_ACP_CHECKPOINT_STORE_MAX): its changes stay"
         return "no file changes"
