@@ -321,3 +321,49 @@ async def test_sixteenSessionsEachWithThreeChildren(scriptedServer, tmp_path) ->
     for body in parents[16:]:
         summaries = [r["summary"] for r in json.loads(body["messages"][-1]["content"])["results"]]
         assert len(summaries) == 3 and all(s.startswith("summary of job") for s in summaries)
+
+
+@pytest_twisted.ensureDeferred
+async def test_aChildsBackgroundProcessStaysItsCard(scriptedServer, tmp_path) -> None:
+    """A child starts a background process: it is the session's (``/ps`` lists it, it outlives
+    the child), and its card stays the child's: for an editor with ``subagents`` every update
+    of it (running, its end after ``/kill``) goes to the child's session, where the card was
+    shown, never to the parent's, which has no such card; each carries the child's tag and the
+    background tag both."""
+    server, url = scriptedServer
+    sleep = uniqueSleep(373)
+    server.addRule("please delegate", [[delegate("start the server")], [{"text": "the child started it"}]])
+    server.addRule(*child("start the server", [
+        [{"tool_calls": [{"id": "b", "name": "terminal", "arguments": {"command": sleep, "background": True}}]}],
+        [{"text": "summary: started"}]]))
+    env = modelEnv(url, str(tmp_path / "home"))
+
+    async def scenario():
+        editor = await RawEditor.start(env, {"subagents": {}})
+        try:
+            sid = (await editor.request("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["sessionId"]
+            assert await editor.prompt(sid, "please delegate") == "end_turn"
+            assert commandRunning(sleep)
+            await editor.prompt(sid, "/ps")
+            listed = "".join(u["content"]["text"] for s, u in childFrames(editor.frames)
+                             if s == sid and u["sessionUpdate"] == "agent_message_chunk")
+            assert sleep in listed
+            await editor.prompt(sid, "/kill 1")
+            await until(lambda: not commandRunning(sleep), 10, "the child's process to end")
+            await editor.prompt(sid, "/ps")
+        finally:
+            await editor.close()
+        return sid, editor
+
+    sid, editor = await onLoop(scenario())
+    assert editor.problems() == []
+    sent = childFrames(editor.frames)
+    started = [(s, u) for s, u in sent if u["sessionUpdate"] == "tool_call" and "sleep" in json.dumps(u)]
+    assert len(started) == 1 and started[0][0] != sid
+    childId, card = started[0][0], started[0][1]["toolCallId"]
+    about = [(s, u) for s, u in sent if u.get("toolCallId") == card]
+    assert {s for s, _ in about} == {childId}
+    ends = [u for _, u in about if u.get("status") in ("completed", "failed")]
+    assert len(ends) == 1 and "killed" in json.dumps(ends[0]["content"])
+    shown = [u for _, u in about if "background" in u.get("_meta", {}).get("hermesAcp", {})]
+    assert len(shown) >= 2 and ends[0] in shown and all("subagent" in u["_meta"]["hermesAcp"] for u in shown)
