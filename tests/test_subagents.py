@@ -99,6 +99,32 @@ async def test_moreTasksThanTheParallelLimitWait(scriptedServer, workspace: Path
     assert most == 2
 
 
+@pytest_twisted.ensureDeferred
+async def test_delegateCallsOfOneReplyShareTheParallelLimit(scriptedServer, workspace: Path) -> None:
+    """A reply with several delegate_task calls (a model that wants more children at once)
+    still runs at most ``parallel`` children of the turn at once: the calls take turns, as in
+    Hermes, and every task of both reports."""
+    server, url = scriptedServer
+    goals = [f"job {n}" for n in range(6)]
+    server.addRule("go", [tools(call("d1", "delegate_task", tasks=[{"goal": g} for g in goals[:3]]),
+                                call("d2", "delegate_task", tasks=[{"goal": g} for g in goals[3:]])),
+                          [{"text": "all six"}]])
+    for goal in goals:
+        server.addRule(f"system:Your task: {goal}\n", [[{"stall": 0.2}, {"text": f"did {goal}"}]])
+    agent, observer = makeAgent(url, workspace, subagents=SubagentSettings(parallel=3))
+    result = await run(agent, "go").addTimeout(30, reactor)
+    assert result.final_text == "all six"
+    parent = [b for b in server.chatRequests if "You are a Hermes subagent" not in b["messages"][0]["content"]]
+    reported = [json.loads(m["content"])["results"] for m in parent[-1]["messages"] if m["role"] == "tool"]
+    assert [[r["summary"] for r in batch] for batch in reported] == [[f"did {g}" for g in goals[:3]],
+                                                                     [f"did {g}" for g in goals[3:]]]
+    running, most = 0, 0
+    for event in observer.children:
+        running += {"started": 1, "ended": -1}.get(event[0], 0)
+        most = max(most, running)
+    assert most == 3
+
+
 def test_theChildObserverTagsEveryCall() -> None:
     """A child's calls get ids under the parent's call and a tag; its text is its own."""
     parent = RecordingObserver()

@@ -515,6 +515,8 @@ class _Conversation:
     userMessage: str | list[dict[str, Any]] | None
     extraTools: dict[str, Tool] = attrs.field(factory=dict)
     checkpoint: TurnCheckpoint | None = None
+    #: Held by the run's delegate call that runs children (``subagents.Delegation.turnLock``).
+    delegating: threading.Lock = attrs.field(factory=threading.Lock)
     new: list[dict[str, Any]] = attrs.field(factory=list)
     usage: TurnUsage = attrs.field(factory=TurnUsage)
     lastPromptTokens: int = 0
@@ -772,7 +774,7 @@ class _Conversation:
             if call.name == "delegate_task" and not self.agent.depth:
                 context = attrs.evolve(context, subagents=Delegation(
                     self.agent, self.cancellation, self.observer, self.workspace, self.extraTools, callId,
-                    self._prompt()))
+                    self._prompt(), self.delegating))
             arguments: Any = {}
             try:
                 arguments = parseArguments(call.arguments)
