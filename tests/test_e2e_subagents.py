@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_twisted
 
 from hermes_acp.store import SessionDB
@@ -22,7 +23,8 @@ from hermes_acp.store import SessionDB
 from acp.schema import DeniedOutcome, RequestPermissionResponse
 
 from .e2e import answers, commandRunning, modelEnv, text, toolCalls, uniqueSleep, updates
-from .sdkclient import RecordingClient, connect, initialized, onLoop, until
+from .sdkclient import RecordingClient, connect, initialized, onLoop, raw, until
+from .test_e2e_safety import approve
 from .test_e2e_compaction import RawEditor
 
 GOALS = ("look into alpha", "look into beta", "look into gamma")
@@ -367,3 +369,45 @@ async def test_aChildsBackgroundProcessStaysItsCard(scriptedServer, tmp_path) ->
     assert len(ends) == 1 and "killed" in json.dumps(ends[0]["content"])
     shown = [u for _, u in about if "background" in u.get("_meta", {}).get("hermesAcp", {})]
     assert len(shown) >= 2 and ends[0] in shown and all("subagent" in u["_meta"]["hermesAcp"] for u in shown)
+
+
+@pytest.mark.parametrize("ending", ["session/close", "session/delete"])
+@pytest_twisted.ensureDeferred
+async def test_closeOrDeleteWhileChildrenRunEndsThemAndTheirProcesses(scriptedServer, tmp_path, ending) -> None:
+    """The session is closed (or deleted) while its children work: one has started a background
+    process and streams (stalled), one runs a command, one streams. The prompt answers, the
+    streams are dropped, the command and the background process end, and the agent goes on
+    (a new session's prompt works)."""
+    server, url = scriptedServer
+    command, daemon = uniqueSleep(43 + 2 * ("delete" in ending)), uniqueSleep(44 + 2 * ("delete" in ending))
+    server.addRule("please delegate", [[delegate(*GOALS)]])
+    server.addRule("again", [[{"text": "fine again"}]])
+    server.addRule(*child(GOALS[0], [[{"tool_calls": [{"id": "b", "name": "terminal",
+                                                       "arguments": {"command": daemon, "background": True}}]}],
+                                     [{"text": "started. "}, {"stall": True}]]))
+    server.addRule(*child(GOALS[1], [[{"tool_calls": [{"id": "s", "name": "terminal", "arguments": {"command": command}}]}]]))
+    server.addRule(*child(GOALS[2], [[{"text": "working. "}, {"stall": True}]]))
+
+    async def scenario():
+        async with connect(RecordingClient(permission=approve), env=modelEnv(url)) as (conn, client, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("please delegate")]))
+            await until(lambda: server.stalls >= 2 and commandRunning(command) and commandRunning(daemon),
+                        30, "the streams and the commands")
+            began = time.monotonic()
+            await raw(conn, ending, {"sessionId": sid})
+            response = await asyncio.wait_for(running, 30)
+            took = time.monotonic() - began
+            await until(lambda: server.abandoned >= 2 and not commandRunning(command) and not commandRunning(daemon),
+                        10, "the streams and commands to end")
+            ended = time.monotonic() - began
+            other = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            again = await asyncio.wait_for(conn.prompt(session_id=other, prompt=[text("again")]), 30)
+            return response, took, ended, again, wire
+
+    response, took, ended, again, wire = await onLoop(scenario())
+    print(f"{ending} with three children: answered in {took:.3f} s, everything ended in {ended:.3f} s")
+    assert wire.problems() == []
+    assert response.stop_reason == "cancelled" and again.stop_reason == "end_turn"
+    assert took < 3 and ended < 5
