@@ -403,15 +403,13 @@ async def test_aProcessThatEndsAtOnceStillCompletesItsCard(scriptedServer, tmp_p
 async def test_aDaemonItLeftEndsWithTheSession(scriptedServer, tmp_path: Path, ending: str) -> None:
     """A background command that daemonizes (``setsid … &``, its own session and process
     group) and exits at once: what it left runs on while the session lives, and ends when the
-    session is closed or deleted, not only when the agent exits. (Unconfined: in the sandbox
-    the daemon cannot outlive the command.)"""
+    session is closed or deleted, not only when the agent exits."""
     server, url = scriptedServer
     sleep = uniqueSleep(381 + ["session/close", "session/delete"].index(ending))
     server.default.responses += [background(f"setsid {sleep} >/dev/null 2>&1 </dev/null &"), [{"text": "started"}]]
 
     async def scenario() -> None:
-        env = modelEnv(url, HERMES_ACP_SANDBOX="off")
-        async with connect(RecordingClient(permission=approve), env=env) as (conn, _, wire, agent):
+        async with connect(RecordingClient(permission=approve), env=modelEnv(url)) as (conn, _, wire, agent):
             sid = await agentSession(conn, tmp_path)
             await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("start")]), 30)
             await until(lambda: backgroundCard(wire, sid)[1].get("status") == "completed", 10, "the command to exit")
