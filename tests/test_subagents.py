@@ -12,6 +12,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from zope.interface.verify import verifyObject
 
+from hermes_acp.engine.background import BackgroundProcesses
 from hermes_acp.engine.subagents import ChildObserver, SubagentSettings, Task, bounded
 from hermes_acp.engine.tools.delegate import tasksOf
 from hermes_acp.engine.tools.registry import ToolError
@@ -123,6 +124,31 @@ async def test_delegateCallsOfOneReplyShareTheParallelLimit(scriptedServer, work
         running += {"started": 1, "ended": -1}.get(event[0], 0)
         most = max(most, running)
     assert most == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_aChildIsNotToldWhatTheSessionsProcessesDid(scriptedServer, workspace: Path) -> None:
+    """A background process of the session ends during the turn, before the parent delegates:
+    the child's task does not carry the note of it (the child did not start it, and taking the
+    note would keep it from the parent); the parent's next prompt does."""
+    server, url = scriptedServer
+    server.addRule("go", [tools(call("b", "terminal", command="echo bye; exit 3", background=True)),
+                          tools(call("s", "terminal", command="sleep 2")),
+                          delegated("task a"), [{"text": "done"}]])
+    server.addRule("again", [[{"text": "fine"}]])
+    server.addRule("system:Your task: task a\n", [[{"text": "did task a"}]])
+    owner = BackgroundProcesses().forSession("s")
+    agent, observer = makeAgent(url, workspace, background=owner)
+    observer.commandAnswer = "allow_once"
+    try:
+        assert (await run(agent, "go").addTimeout(30, reactor)).final_text == "done"
+        await run(agent, "again").addTimeout(30, reactor)
+    finally:
+        owner.endAll("session_closed")
+    [childRequest] = [b for b in server.chatRequests if "You are a Hermes subagent" in b["messages"][0]["content"]]
+    assert "Background processes that ended" not in json.dumps(childRequest["messages"])
+    told = server.chatRequests[-1]["messages"][-1]["content"]
+    assert "Background processes that ended" in told and "exit code 3" in told and "bye" in told
 
 
 def test_theChildObserverTagsEveryCall() -> None:

@@ -590,7 +590,8 @@ class _Conversation:
     def run(self) -> TurnResult:
         agent, observer = self.agent, self.observer
         assert self.userMessage is not None
-        note = agent.background.endedNote() if agent.background is not None else None
+        # The note is the session's model's: a child (which shares the processes) never takes it.
+        note = agent.background.endedNote() if agent.background is not None and not agent.depth else None
         prompt = images.checkedPrompt(self.userMessage, agent.imageLimits)
         self.remember({"role": "user", "content": withNote(prompt, note)})
         system = self._system()
