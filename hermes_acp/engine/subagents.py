@@ -9,9 +9,10 @@ parent's call (``PARENTCALL/CHILD/CALL``) and tags its cards with the child; how
 ACP layer's choice.
 
 Scheduling: the ``delegate_task`` call's own thread coordinates and holds no tool slot (its
-children's calls need those); a run's delegate calls take turns; each child runs in a ``hermes-subagent`` thread of its own once it
-holds one of the process's child slots (``SubagentSettings.slots``, a ``ToolSlots`` shared by
-every session's agent), at most ``parallel`` of one call at once; the other tasks wait their turn.
+children's calls need those), and a run's delegate calls take turns; each child runs in a
+``hermes-subagent`` thread of its own once it holds one of the process's child slots
+(``SubagentSettings.slots``, a ``ToolSlots`` shared by every session's agent), at most
+``parallel`` of the run at once; the other tasks wait their turn.
 Children never wait for anything but leaf work (they cannot delegate), so no wait can close a
 circle. A cancel of the parent's run interrupts every child at once; a child that fails (model
 error, exception, exhausted requests) is a failed task in the result, never the parent's crash.
