@@ -23,7 +23,8 @@ from hermes_acp.store import SessionDB
 from acp.schema import DeniedOutcome, RequestPermissionResponse
 
 from .e2e import answers, commandRunning, modelEnv, text, toolCalls, uniqueSleep, updates
-from .sdkclient import RecordingClient, connect, initialized, onLoop, raw, until
+from .sdkclient import RecordingClient, connect, initialized, onLoop, until
+from .sdkclient import raw as rawRequest
 from .test_e2e_safety import approve
 from .test_e2e_compaction import RawEditor
 
@@ -396,7 +397,7 @@ async def test_closeOrDeleteWhileChildrenRunEndsThemAndTheirProcesses(scriptedSe
             await until(lambda: server.stalls >= 2 and commandRunning(command) and commandRunning(daemon),
                         30, "the streams and the commands")
             began = time.monotonic()
-            await raw(conn, ending, {"sessionId": sid})
+            await rawRequest(conn, ending, {"sessionId": sid})
             response = await asyncio.wait_for(running, 30)
             took = time.monotonic() - began
             await until(lambda: server.abandoned >= 2 and not commandRunning(command) and not commandRunning(daemon),
