@@ -20,7 +20,7 @@ from hermes_acp.engine.toolslots import ToolSlots
 from hermes_acp.interfaces import ITurnObserver
 
 from .observers import RecordingObserver
-from .test_engine_agent import OBSERVERS, call, makeAgent, run, tools, workspace  # noqa: F401 (a fixture)
+from .test_engine_agent import OBSERVERS, call, interruptOnce, makeAgent, run, tools, workspace  # noqa: F401 (a fixture)
 
 
 SLOT_WAIT = 30
@@ -124,6 +124,22 @@ async def test_delegateCallsOfOneReplyShareTheParallelLimit(scriptedServer, work
         running += {"started": 1, "ended": -1}.get(event[0], 0)
         most = max(most, running)
     assert most == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_aCancelEndsTheDelegateCallThatWaitsItsTurn(scriptedServer, workspace: Path) -> None:
+    """Two delegate calls in one reply, the first one's child stalled: a cancel ends the run at
+    once, and the second call, still waiting its turn, reports its task interrupted before it
+    started."""
+    server, url = scriptedServer
+    server.addRule("go", [tools(call("d1", "delegate_task", goal="stall"), call("d2", "delegate_task", goal="never"))])
+    server.addRule("system:Your task: stall\n", [[{"stall": True}]])
+    agent, observer = makeAgent(url, workspace)
+    result = await interruptOnce(agent, server.whenStalled(), run(agent, "go"))
+    assert result.stop_reason == "cancelled"
+    ended = {e[2]: e[3] for e in observer.events if e[0] in ("failed", "finished")}
+    assert "interrupted by the user" in ended["1.1"]  # before it started (or, late under load, before it finished)
+    assert [b for b in server.chatRequests if "Your task: never" in b["messages"][0]["content"]] == []
 
 
 @pytest_twisted.ensureDeferred
