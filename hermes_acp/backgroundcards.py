@@ -26,6 +26,7 @@ from .engine.background import BackgroundError, BackgroundProcesses
 from .interfaces import ISessionStore, IUpdateChannel
 from .render import shownOutput, textContent
 from .session_state import SessionState
+from .subagents import tagOf, tagged
 
 #: Ends heard before their card was shown (the process ended as its call was answered), kept at most.
 MAX_EARLY = 64
@@ -54,8 +55,9 @@ class BackgroundCards:
     store: ISessionStore
     updates: IUpdateChannel
     processes: BackgroundProcesses
-    #: (session id, process id) -> the card's toolCallId.
-    _cards: dict[tuple[str, str], str] = attrs.field(factory=dict)
+    #: (session id, process id) -> the card's toolCallId, and its subagent tag when a child
+    #: started it (its updates go where the child's card is: ``subagents``).
+    _cards: dict[tuple[str, str], tuple[str, dict[str, Any] | None]] = attrs.field(factory=dict)
     _early: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
@@ -65,9 +67,11 @@ class BackgroundCards:
         """In the reader's thread."""
         self.reactor.callFromThread(self._event, sessionId, kind, snapshot)
 
-    def adopt(self, session: SessionState, toolCallId: str, extras: dict[str, Any]) -> None:
+    def adopt(self, session: SessionState, toolCallId: str, extras: dict[str, Any],
+              child: dict[str, Any] | None = None) -> None:
         """The ``terminal`` call that started a process answered: its card stays in progress
-        (or ends at once, when the process already ended)."""
+        (or ends at once, when the process already ended). ``child``: the subagent tag of the
+        card, when a child made the call (the process is the session's, the card the child's)."""
         owner = self.processes.find(session.sessionId)
         key = (session.sessionId, str(extras["background"]))
         try:
@@ -77,17 +81,21 @@ class BackgroundCards:
         ended = self._early.pop(key, None)
         snapshot = proc.snapshot() if proc is not None else ended
         if snapshot is None:  # nothing is known of it any more
-            self.updates.send(session, {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
+            self._send(session, child, {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
                                         "status": "completed", "content": [textContent("It has ended.")]})
             return
-        self._cards[key] = toolCallId
-        self.updates.send(session, {
+        self._cards[key] = (toolCallId, child)
+        self._send(session, child, {
             "sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "in_progress",
             "content": self._running(snapshot), "rawOutput": {"processId": key[1], "pid": snapshot["pid"]},
             "_meta": backgroundMeta(snapshot, "running"),
         })  # fmt: skip
         if ended is not None:
             self._event(session.sessionId, "ended", ended)
+
+    def _send(self, session: SessionState, child: dict[str, Any] | None, update: dict[str, Any],
+              journal: bool = True) -> None:
+        self.updates.send(session, update if child is None else tagged(update, child), journal)
 
     def _running(self, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
         header = (f"Running in the background as #{snapshot['number']} ({snapshot['processId']}, pid "
@@ -97,7 +105,7 @@ class BackgroundCards:
     def _event(self, sessionId: str, kind: str, snapshot: dict[str, Any]) -> None:
         key = (sessionId, snapshot["processId"])
         session = self.store.sessions.get(sessionId)
-        toolCallId = self._cards.get(key)
+        toolCallId, child = self._cards.get(key) or (None, None)
         if session is None:
             self._cards.pop(key, None)
             return
@@ -108,7 +116,7 @@ class BackgroundCards:
                     self._early.pop(next(iter(self._early)))
             return
         if kind == "output":
-            self.updates.send(session, {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
+            self._send(session, child, {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
                                         "content": self._running(snapshot),
                                         "_meta": backgroundMeta(snapshot, "running")}, journal=False)
             return
@@ -116,7 +124,7 @@ class BackgroundCards:
         code = snapshot["exitCode"]
         how = "killed" if snapshot["reason"] == "killed" else (
             "ended with the session" if snapshot["reason"] == "session_closed" else "exited")
-        self.updates.send(session, {
+        self._send(session, child, {
             "sessionUpdate": "tool_call_update", "toolCallId": toolCallId,
             "status": "completed" if code == 0 else "failed",
             "content": [textContent(f"{shownOutput(snapshot['tail'])}\n{how}, exit code {code}")],
@@ -128,26 +136,26 @@ class BackgroundCards:
         """A load replayed the journal: cards of processes that neither ended nor run in
         this agent ended with the agent's previous process. They fail (journaled), and the
         model hears of them at the next prompt."""
-        started: dict[str, tuple[str, dict[str, Any]]] = {}
+        started: dict[str, tuple[str, dict[str, Any], dict[str, Any] | None]] = {}
         for update in replayed:
-            tagged = _tagged(update) if isinstance(update, dict) else None
-            if tagged is None:
+            found = _tagged(update) if isinstance(update, dict) else None
+            if found is None:
                 continue
-            if tagged.get("status") == "running" and isinstance(update.get("toolCallId"), str):
-                started[tagged["processId"]] = (update["toolCallId"], tagged)
+            if found.get("status") == "running" and isinstance(update.get("toolCallId"), str):
+                started[found["processId"]] = (update["toolCallId"], found, tagOf(update))
             else:
-                started.pop(tagged["processId"], None)
+                started.pop(found["processId"], None)
         lost = []
-        for processId, (toolCallId, tagged) in started.items():
+        for processId, (toolCallId, found, child) in started.items():
             owner = self.processes.ownerOf(processId)
             if owner == session.sessionId:
                 continue  # it runs here: its card goes on
             if owner is None:
-                lost.append(tagged)
-            self.updates.send(session, {
+                lost.append(found)
+            self._send(session, child, {
                 "sessionUpdate": "tool_call_update", "toolCallId": toolCallId, "status": "failed",
                 "content": [textContent(LOST if owner is None else FORKED)],
-                "_meta": backgroundMeta(tagged, "lost" if owner is None else "elsewhere"),
+                "_meta": backgroundMeta(found, "lost" if owner is None else "elsewhere"),
             })  # fmt: skip
         if lost:
             self.processes.forSession(session.sessionId).lost(lost)

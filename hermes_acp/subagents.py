@@ -41,7 +41,9 @@ def tagOf(update: dict[str, Any]) -> dict[str, Any] | None:
 
 def tagged(update: dict[str, Any], tag: dict[str, Any], title: bool = False) -> dict[str, Any]:
     """``update`` with the tag in its ``_meta`` (and its title led by the child's name)."""
-    update = {**update, "_meta": {**(update.get("_meta") or {}), META: {"subagent": tag}}}
+    meta = update.get("_meta") or {}
+    ours = meta.get(META) if isinstance(meta.get(META), dict) else {}
+    update = {**update, "_meta": {**meta, META: {**ours, "subagent": tag}}}  # a background card keeps its own tag
     if title and isinstance(update.get("title"), str):
         update["title"] = f"{tag['name']}: {update['title']}"
     return update

@@ -474,7 +474,8 @@ class Turn:
         toolCallId, _, arguments = card
         extras = self.children.callEnded(toolCallId, name, extras)  # a delegate call's transcripts kept aside
         if name == "terminal" and not failed and extras.get("background") and self.services.background is not None:
-            self.services.background.adopt(self.session, toolCallId, extras)  # the card lives on with the process
+            # The card lives on with the process; a child's stays the child's (its tag goes with it).
+            self.services.background.adopt(self.session, toolCallId, extras, self.children.tags.get(toolCallId))
             self.children.forget(toolCallId)
             return
         self.sendCard(self.renderer.toolFinished(toolCallId, name, arguments, result, failed, extras))

@@ -125,6 +125,26 @@ def test_inputIsJudgedAsPipedIntoTheCommand(session) -> None:
     assert "touch ~/x" in str(asked) and "| sh" in str(asked)
 
 
+@pytest.mark.parametrize("command", ["cd . && sh", "true; sh", "sh -c 'cd . && sh'", "(sh)", "echo $(sh)", "bash -lc sh"])
+def test_inputToAShellInsideACompoundCommandIsJudgedToo(session, command: str) -> None:
+    """The input reaches every program of a list, a group, a substitution or a shell's ``-c``
+    script, not only the first: piped into such a command the guard would see no shell reading
+    it, so the input is judged as piped into a shell (``git push --force`` asks: it always does)."""
+    started = call(session, "terminal", command=command, background=True)
+    refused = session.call("process", action="submit", session_id=started["session_id"], data="git push --force")
+    assert refused.failed and "BLOCKED" in refused.text
+    asked = session.observer.commands[-1]
+    assert "git push --force" in str(asked) and "| sh" in str(asked) and command in str(asked)
+
+
+def test_inputToAPlainCommandIsJudgedPipedIntoIt(session) -> None:
+    """A single program (or pipeline) fed input is judged with the input piped into it: ``cat``
+    fed a command runs nothing, and nothing is asked."""
+    started = call(session, "terminal", command="cat > /dev/null", background=True)
+    done = call(session, "process", action="submit", session_id=started["session_id"], data="git push --force")
+    assert done["status"] == "ok"
+
+
 def test_waitIsInterruptedByACancel(session) -> None:
     started = call(session, "terminal", command="sleep 30", background=True)
     threading.Timer(0.3, session.cancelEvent.set).start()

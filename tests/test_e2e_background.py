@@ -396,3 +396,26 @@ async def test_aProcessThatEndsAtOnceStillCompletesItsCard(scriptedServer, tmp_p
             assert wire.problems() == []
 
     await onLoop(scenario())
+
+
+@pytest.mark.parametrize("ending", ["session/close", "session/delete"])
+@pytest_twisted.ensureDeferred
+async def test_aDaemonItLeftEndsWithTheSession(scriptedServer, tmp_path: Path, ending: str) -> None:
+    """A background command that daemonizes (``setsid … &``, its own session and process
+    group) and exits at once: what it left runs on while the session lives, and ends when the
+    session is closed or deleted, not only when the agent exits."""
+    server, url = scriptedServer
+    sleep = uniqueSleep(381 + ["session/close", "session/delete"].index(ending))
+    server.default.responses += [background(f"setsid {sleep} >/dev/null 2>&1 </dev/null &"), [{"text": "started"}]]
+
+    async def scenario() -> None:
+        async with connect(RecordingClient(permission=approve), env=modelEnv(url)) as (conn, _, wire, agent):
+            sid = await agentSession(conn, tmp_path)
+            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("start")]), 30)
+            await until(lambda: backgroundCard(wire, sid)[1].get("status") == "completed", 10, "the command to exit")
+            assert commandRunning(sleep)  # the daemon it left
+            await raw(conn, ending, {"sessionId": sid})
+            await until(lambda: not commandRunning(sleep), 10, "the daemon to end with the session")
+            assert not processGone(agent.pid)
+
+    await onLoop(scenario())  # the agent's exit ends the daemon too: nothing is left to clean up

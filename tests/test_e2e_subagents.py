@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_twisted
 
 from hermes_acp.store import SessionDB
@@ -23,6 +24,8 @@ from acp.schema import DeniedOutcome, RequestPermissionResponse
 
 from .e2e import answers, commandRunning, modelEnv, text, toolCalls, uniqueSleep, updates
 from .sdkclient import RecordingClient, connect, initialized, onLoop, until
+from .sdkclient import raw as rawRequest
+from .test_e2e_safety import approve
 from .test_e2e_compaction import RawEditor
 
 GOALS = ("look into alpha", "look into beta", "look into gamma")
@@ -321,3 +324,91 @@ async def test_sixteenSessionsEachWithThreeChildren(scriptedServer, tmp_path) ->
     for body in parents[16:]:
         summaries = [r["summary"] for r in json.loads(body["messages"][-1]["content"])["results"]]
         assert len(summaries) == 3 and all(s.startswith("summary of job") for s in summaries)
+
+
+@pytest_twisted.ensureDeferred
+async def test_aChildsBackgroundProcessStaysItsCard(scriptedServer, tmp_path) -> None:
+    """A child starts a background process: it is the session's (``/ps`` lists it, it outlives
+    the child), and its card stays the child's: for an editor with ``subagents`` every update
+    of it (running, its end after ``/kill``) goes to the child's session, where the card was
+    shown, never to the parent's, which has no such card; each carries the child's tag and the
+    background tag both."""
+    server, url = scriptedServer
+    sleep = uniqueSleep(373)
+    server.addRule("please delegate", [[delegate("start the server")], [{"text": "the child started it"}]])
+    server.addRule(*child("start the server", [
+        [{"tool_calls": [{"id": "b", "name": "terminal", "arguments": {"command": sleep, "background": True}}]}],
+        [{"text": "summary: started"}]]))
+    env = modelEnv(url, str(tmp_path / "home"))
+
+    async def scenario():
+        editor = await RawEditor.start(env, {"subagents": {}})
+        try:
+            sid = (await editor.request("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["sessionId"]
+            assert await editor.prompt(sid, "please delegate") == "end_turn"
+            assert commandRunning(sleep)
+            await editor.prompt(sid, "/ps")
+            listed = "".join(u["content"]["text"] for s, u in childFrames(editor.frames)
+                             if s == sid and u["sessionUpdate"] == "agent_message_chunk")
+            assert sleep in listed
+            await editor.prompt(sid, "/kill 1")
+            await until(lambda: not commandRunning(sleep), 10, "the child's process to end")
+            await editor.prompt(sid, "/ps")
+        finally:
+            await editor.close()
+        return sid, editor
+
+    sid, editor = await onLoop(scenario())
+    assert editor.problems() == []
+    sent = childFrames(editor.frames)
+    started = [(s, u) for s, u in sent if u["sessionUpdate"] == "tool_call" and "sleep" in json.dumps(u)]
+    assert len(started) == 1 and started[0][0] != sid
+    childId, card = started[0][0], started[0][1]["toolCallId"]
+    about = [(s, u) for s, u in sent if u.get("toolCallId") == card]
+    assert {s for s, _ in about} == {childId}
+    ends = [u for _, u in about if u.get("status") in ("completed", "failed")]
+    assert len(ends) == 1 and "killed" in json.dumps(ends[0]["content"])
+    shown = [u for _, u in about if "background" in u.get("_meta", {}).get("hermesAcp", {})]
+    assert len(shown) >= 2 and ends[0] in shown and all("subagent" in u["_meta"]["hermesAcp"] for u in shown)
+
+
+@pytest.mark.parametrize("ending", ["session/close", "session/delete"])
+@pytest_twisted.ensureDeferred
+async def test_closeOrDeleteWhileChildrenRunEndsThemAndTheirProcesses(scriptedServer, tmp_path, ending) -> None:
+    """The session is closed (or deleted) while its children work: one has started a background
+    process and streams (stalled), one runs a command, one streams. The prompt answers, the
+    streams are dropped, the command and the background process end, and the agent goes on
+    (a new session's prompt works)."""
+    server, url = scriptedServer
+    command, daemon = uniqueSleep(43 + 2 * ("delete" in ending)), uniqueSleep(44 + 2 * ("delete" in ending))
+    server.addRule("please delegate", [[delegate(*GOALS)]])
+    server.addRule("again", [[{"text": "fine again"}]])
+    server.addRule(*child(GOALS[0], [[{"tool_calls": [{"id": "b", "name": "terminal",
+                                                       "arguments": {"command": daemon, "background": True}}]}],
+                                     [{"text": "started. "}, {"stall": True}]]))
+    server.addRule(*child(GOALS[1], [[{"tool_calls": [{"id": "s", "name": "terminal", "arguments": {"command": command}}]}]]))
+    server.addRule(*child(GOALS[2], [[{"text": "working. "}, {"stall": True}]]))
+
+    async def scenario():
+        async with connect(RecordingClient(permission=approve), env=modelEnv(url)) as (conn, client, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("please delegate")]))
+            await until(lambda: server.stalls >= 2 and commandRunning(command) and commandRunning(daemon),
+                        30, "the streams and the commands")
+            began = time.monotonic()
+            await rawRequest(conn, ending, {"sessionId": sid})
+            response = await asyncio.wait_for(running, 30)
+            took = time.monotonic() - began
+            await until(lambda: server.abandoned >= 2 and not commandRunning(command) and not commandRunning(daemon),
+                        10, "the streams and commands to end")
+            ended = time.monotonic() - began
+            other = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            again = await asyncio.wait_for(conn.prompt(session_id=other, prompt=[text("again")]), 30)
+            return response, took, ended, again, wire
+
+    response, took, ended, again, wire = await onLoop(scenario())
+    print(f"{ending} with three children: answered in {took:.3f} s, everything ended in {ended:.3f} s")
+    assert wire.problems() == []
+    assert response.stop_reason == "cancelled" and again.stop_reason == "end_turn"
+    assert took < 3 and ended < 5

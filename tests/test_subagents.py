@@ -12,6 +12,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from zope.interface.verify import verifyObject
 
+from hermes_acp.engine.background import BackgroundProcesses
 from hermes_acp.engine.subagents import ChildObserver, SubagentSettings, Task, bounded
 from hermes_acp.engine.tools.delegate import tasksOf
 from hermes_acp.engine.tools.registry import ToolError
@@ -19,7 +20,7 @@ from hermes_acp.engine.toolslots import ToolSlots
 from hermes_acp.interfaces import ITurnObserver
 
 from .observers import RecordingObserver
-from .test_engine_agent import OBSERVERS, call, makeAgent, run, tools, workspace  # noqa: F401 (a fixture)
+from .test_engine_agent import OBSERVERS, call, interruptOnce, makeAgent, run, tools, workspace  # noqa: F401 (a fixture)
 
 
 SLOT_WAIT = 30
@@ -97,6 +98,73 @@ async def test_moreTasksThanTheParallelLimitWait(scriptedServer, workspace: Path
         running += {"started": 1, "ended": -1}.get(event[0], 0)
         most = max(most, running)
     assert most == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_delegateCallsOfOneReplyShareTheParallelLimit(scriptedServer, workspace: Path) -> None:
+    """A reply with several delegate_task calls (a model that wants more children at once)
+    still runs at most ``parallel`` children of the turn at once: the calls take turns, as in
+    Hermes, and every task of both reports."""
+    server, url = scriptedServer
+    goals = [f"job {n}" for n in range(6)]
+    server.addRule("go", [tools(call("d1", "delegate_task", tasks=[{"goal": g} for g in goals[:3]]),
+                                call("d2", "delegate_task", tasks=[{"goal": g} for g in goals[3:]])),
+                          [{"text": "all six"}]])
+    for goal in goals:
+        server.addRule(f"system:Your task: {goal}\n", [[{"stall": 0.2}, {"text": f"did {goal}"}]])
+    agent, observer = makeAgent(url, workspace, subagents=SubagentSettings(parallel=3))
+    result = await run(agent, "go").addTimeout(30, reactor)
+    assert result.final_text == "all six"
+    parent = [b for b in server.chatRequests if "You are a Hermes subagent" not in b["messages"][0]["content"]]
+    reported = [json.loads(m["content"])["results"] for m in parent[-1]["messages"] if m["role"] == "tool"]
+    assert [[r["summary"] for r in batch] for batch in reported] == [[f"did {g}" for g in goals[:3]],
+                                                                     [f"did {g}" for g in goals[3:]]]
+    running, most = 0, 0
+    for event in observer.children:
+        running += {"started": 1, "ended": -1}.get(event[0], 0)
+        most = max(most, running)
+    assert most == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_aCancelEndsTheDelegateCallThatWaitsItsTurn(scriptedServer, workspace: Path) -> None:
+    """Two delegate calls in one reply, the first one's child stalled: a cancel ends the run at
+    once, and the second call, still waiting its turn, reports its task interrupted before it
+    started."""
+    server, url = scriptedServer
+    server.addRule("go", [tools(call("d1", "delegate_task", goal="stall"), call("d2", "delegate_task", goal="never"))])
+    server.addRule("system:Your task: stall\n", [[{"stall": True}]])
+    agent, observer = makeAgent(url, workspace)
+    result = await interruptOnce(agent, server.whenStalled(), run(agent, "go"))
+    assert result.stop_reason == "cancelled"
+    ended = {e[2]: e[3] for e in observer.events if e[0] in ("failed", "finished")}
+    assert "interrupted by the user" in ended["1.1"]  # before it started (or, late under load, before it finished)
+    assert [b for b in server.chatRequests if "Your task: never" in b["messages"][0]["content"]] == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_aChildIsNotToldWhatTheSessionsProcessesDid(scriptedServer, workspace: Path) -> None:
+    """A background process of the session ends during the turn, before the parent delegates:
+    the child's task does not carry the note of it (the child did not start it, and taking the
+    note would keep it from the parent); the parent's next prompt does."""
+    server, url = scriptedServer
+    server.addRule("go", [tools(call("b", "terminal", command="echo bye; exit 3", background=True)),
+                          tools(call("s", "terminal", command="sleep 2")),
+                          delegated("task a"), [{"text": "done"}]])
+    server.addRule("again", [[{"text": "fine"}]])
+    server.addRule("system:Your task: task a\n", [[{"text": "did task a"}]])
+    owner = BackgroundProcesses().forSession("s")
+    agent, observer = makeAgent(url, workspace, background=owner)
+    observer.commandAnswer = "allow_once"
+    try:
+        assert (await run(agent, "go").addTimeout(30, reactor)).final_text == "done"
+        await run(agent, "again").addTimeout(30, reactor)
+    finally:
+        owner.endAll("session_closed")
+    [childRequest] = [b for b in server.chatRequests if "You are a Hermes subagent" in b["messages"][0]["content"]]
+    assert "Background processes that ended" not in json.dumps(childRequest["messages"])
+    told = server.chatRequests[-1]["messages"][-1]["content"]
+    assert "Background processes that ended" in told and "exit code 3" in told and "bye" in told
 
 
 def test_theChildObserverTagsEveryCall() -> None:

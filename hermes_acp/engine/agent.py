@@ -515,6 +515,8 @@ class _Conversation:
     userMessage: str | list[dict[str, Any]] | None
     extraTools: dict[str, Tool] = attrs.field(factory=dict)
     checkpoint: TurnCheckpoint | None = None
+    #: Held by the run's delegate call that runs children (``subagents.Delegation.turnLock``).
+    delegating: threading.Lock = attrs.field(factory=threading.Lock)
     new: list[dict[str, Any]] = attrs.field(factory=list)
     usage: TurnUsage = attrs.field(factory=TurnUsage)
     lastPromptTokens: int = 0
@@ -588,7 +590,8 @@ class _Conversation:
     def run(self) -> TurnResult:
         agent, observer = self.agent, self.observer
         assert self.userMessage is not None
-        note = agent.background.endedNote() if agent.background is not None else None
+        # The note is the session's model's: a child (which shares the processes) never takes it.
+        note = agent.background.endedNote() if agent.background is not None and not agent.depth else None
         prompt = images.checkedPrompt(self.userMessage, agent.imageLimits)
         self.remember({"role": "user", "content": withNote(prompt, note)})
         system = self._system()
@@ -772,7 +775,7 @@ class _Conversation:
             if call.name == "delegate_task" and not self.agent.depth:
                 context = attrs.evolve(context, subagents=Delegation(
                     self.agent, self.cancellation, self.observer, self.workspace, self.extraTools, callId,
-                    self._prompt()))
+                    self._prompt(), self.delegating))
             arguments: Any = {}
             try:
                 arguments = parseArguments(call.arguments)

@@ -28,6 +28,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 
 #: The most bytes one ``write``/``submit`` sends to a process's input.
 MAX_WRITE = 64 * 1024
+#: The marks a session keeps of the processes it started (``SessionProcesses.endAll``).
+MAX_MARKS = 256
 #: What a card and ``poll`` show of the output, and what the model is told of a process that ended.
 PREVIEW_CHARS, ENDED_CHARS, ENDED_LINES = 1000, 1000, 10
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
@@ -152,6 +155,9 @@ class SessionProcesses:
     #: Notes of ended processes forgotten (``_trim``) before the model was told, and how many more.
     _unreported: list[str] = attrs.field(factory=list)
     _unreportedMore: int = 0
+    #: The marks of the processes it started, the newest ``MAX_MARKS``: what they left running
+    #: (a daemon out of their process group) ends with the session too (older: with the agent).
+    _marks: deque[str] = attrs.field(factory=lambda: deque(maxlen=MAX_MARKS))
     _changed: threading.Condition = attrs.field(factory=threading.Condition)
 
     # -- starting ------------------------------------------------------------------
@@ -197,6 +203,7 @@ class SessionProcesses:
         with self._changed:
             self._starting -= 1
             self._procs[proc.processId] = proc
+            self._marks.append(mark)
             self._trim()
             closed = self._closed
         registry.watch(self, proc)
@@ -313,11 +320,16 @@ class SessionProcesses:
             return True
 
     def endAll(self, reason: str) -> None:
-        """End every running process (the session is closed or deleted); nothing starts after."""
+        """End every running process (the session is closed or deleted), and what those that
+        ended left running; nothing starts after."""
+        from hermes_acp.engine import processes
+
         with self._changed:
             self._closed = True
+            marks = set(self._marks)
         for proc in self.processes():
             self.kill(proc, reason, f"session.{reason}", wait=0)
+        processes.endMarked(marks)
 
     # -- what the reader reports -------------------------------------------------------
 

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -271,6 +271,13 @@ def end(process: subprocess.Popen[bytes], mark: str) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def endMarked(marks: Collection[str]) -> None:
+    """Kill the adopted processes that carry one of ``marks``, and what is below them: what
+    commands that have ended left running (a daemon that left their process group)."""
+    if marks:
+        _kill(descendants([pid for pid in _adopted() if _markOf(pid) in marks]))
 
 
 def endAll() -> None:

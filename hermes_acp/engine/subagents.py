@@ -9,9 +9,10 @@ parent's call (``PARENTCALL/CHILD/CALL``) and tags its cards with the child; how
 ACP layer's choice.
 
 Scheduling: the ``delegate_task`` call's own thread coordinates and holds no tool slot (its
-children's calls need those); each child runs in a ``hermes-subagent`` thread of its own once it
-holds one of the process's child slots (``SubagentSettings.slots``, a ``ToolSlots`` shared by
-every session's agent), at most ``parallel`` of one call at once; the other tasks wait their turn.
+children's calls need those), and a run's delegate calls take turns; each child runs in a
+``hermes-subagent`` thread of its own once it holds one of the process's child slots
+(``SubagentSettings.slots``, a ``ToolSlots`` shared by every session's agent), at most
+``parallel`` of the run at once; the other tasks wait their turn.
 Children never wait for anything but leaf work (they cannot delegate), so no wait can close a
 circle. A cancel of the parent's run interrupts every child at once; a child that fails (model
 error, exception, exhausted requests) is a failed task in the result, never the parent's crash.
@@ -211,6 +212,9 @@ class Delegation:
     #: The parent's system prompt (where it works, the project's instructions), which the
     #: children's begin with.
     parentPrompt: str
+    #: Held while the delegation runs: the run's delegate calls take turns (as in Hermes), so a
+    #: reply of many of them still runs at most ``parallel`` children at once.
+    turnLock: threading.Lock = attrs.field(factory=threading.Lock)
 
     @property
     def maxTasks(self) -> int:
@@ -220,6 +224,16 @@ class Delegation:
         """Run the tasks, ``parallel`` at once; each task's result (Hermes' shape) and the
         child's messages, in task order. A cancel interrupts every running child at once and
         starts no other."""
+        while not self.turnLock.acquire(timeout=0.1):  # another delegate call of the run goes first
+            if self.cancellation.cancelled:
+                return [(self._failed(task, "interrupted by the user before it started", INTERRUPTED), [])
+                        for task in tasks]
+        try:
+            return self._run(tasks)
+        finally:
+            self.turnLock.release()
+
+    def _run(self, tasks: list[Task]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
         settings = self.agent.subagents
         slots = settings.slots
         inbox: queue.Queue[Any] = queue.Queue()

@@ -5,6 +5,7 @@ by its ``session_id`` (``proc_…``) or by its number in the session (``/ps``)."
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from typing import Any
@@ -41,6 +42,29 @@ def _log(proc: BackgroundProcess, offset: int, limit: int) -> dict[str, Any]:
             "showing": f"{len(chosen)} lines" + (f" from line {first}" if chosen else ""),
             **({"truncated": f"{proc.output.dropped} bytes in the middle of the output were not kept"}
                if proc.output.dropped else {})}
+
+
+_INLINE_SCRIPT = re.compile(r"-[A-Za-z]*c")
+
+
+def judgedInput(text: str, command: str) -> str:
+    """What the guard judges when ``text`` is written to a process running ``command``: the text
+    piped into the command, when the input can reach only its first program (one command, or a
+    pipeline). In a list, a group, a substitution or a shell's ``-c`` script any of its programs
+    may read it (``cd x && sh``), which piping into the whole would not show the guard: then the
+    text is judged as piped into a shell, the command named in a comment."""
+    from hermes_acp.engine.shell import PIPES, REDIRECTS, TooNested, lex  # the guard's lexer: off the start-up path
+
+    piped = f"printf '%s' {shlex.quote(text)} | "
+    try:
+        lists = lex(command)
+    except TooNested:
+        lists = []
+    plain = len(lists) == 1 and all(
+        t in PIPES or t in REDIRECTS if isinstance(t, str) else not _INLINE_SCRIPT.fullmatch(t.text) for t in lists[0])
+    if plain:
+        return piped + command
+    return f"{piped}sh  # the input of the background command: {' '.join(command.split())[:300]}"
 
 
 def runProcess(ctx: ToolContext, action: str, session_id: str | int | None = None, data: str | None = None,
@@ -89,8 +113,7 @@ def _act(ctx: ToolContext, owner: Any, proc: BackgroundProcess, action: str, dat
             raise BackgroundError("write needs data")
         # What a process does with its input the guard never saw: it judges the input piped into
         # the command, as confined as the process is (a shell fed commands asks, ``cat`` does not).
-        verdict = ctx.approveCommand(f"printf '%s' {shlex.quote(text)} | {proc.command}", proc.confined, None,
-                                     proc.cwd)
+        verdict = ctx.approveCommand(judgedInput(text, proc.command), proc.confined, None, proc.cwd)
         if not verdict.allowed:
             raise BackgroundError(verdict.message)
         return {"status": "ok", "bytes_written": owner.write(proc, text)}
