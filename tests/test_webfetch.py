@@ -33,6 +33,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(5)
             return
+        if self.path == "/drip-headers":  # a header a byte at a time: each read is quick, the whole is not
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            try:
+                for _ in range(40):
+                    self.wfile.write(b"a")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:
+                pass
+            return
         if self.path in ("/loop", "/to-file", "/to-loopback-ip"):
             self.send_response(302)
             where = {"/loop": "/loop", "/to-file": "file:///etc/passwd",
@@ -83,7 +93,9 @@ def test_aURLWithASecretIsRefused() -> None:
     ("127.0.0.1", "loopback"), ("::1", "loopback"), ("10.1.2.3", "private"), ("192.168.0.4", "private"),
     ("172.16.9.9", "private"), ("169.254.169.254", "metadata"), ("169.254.1.1", "link-local"),
     ("fe80::1", "link-local"), ("100.64.3.4", "CGNAT"), ("0.0.0.0", "unspecified"), ("::ffff:127.0.0.1", "loopback"),
-    ("224.0.0.1", "multicast"), ("fd00:ec2::254", "metadata")])
+    ("224.0.0.1", "multicast"), ("fd00:ec2::254", "metadata"),
+    ("2002:7f00:1::", "loopback"), ("2002:a9fe:a9fe::1", "metadata"),  # 6to4 forms of IPv4 addresses
+    ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback")])  # Teredo, its client 127.0.0.1
 def test_addressesThatAreNotPublicAreRefused(address: str, kind: str) -> None:
     with pytest.raises(Blocked, match=kind):
         resolve(address, 80, FetchSettings())
@@ -143,6 +155,16 @@ def test_aCancelStopsAStalledDownloadAtOnce(local: int) -> None:
     with pytest.raises(FetchFailed, match="cancelled"):
         fetch(f"http://127.0.0.1:{local}/stall", settings, cancel)
     assert time.monotonic() - began < 3  # measured: about 0.4 s (the stalled page would take 5 s, the bound 30)
+
+
+def test_aPageThatDripsItsHeadersIsBoundedByTheFetchTime(local: int) -> None:
+    """Each byte of the headers comes well within the socket's timeout; the fetch's own time
+    bound (1 s here) still ends it, not the 8 s the page would take."""
+    settings = FetchSettings(seconds=1, allowedNetworks=(webfetch.ipaddress.ip_network("127.0.0.0/8"),))
+    began = time.monotonic()
+    with pytest.raises(FetchFailed, match="timed out after 1 s"):
+        fetch(f"http://127.0.0.1:{local}/drip-headers", settings, threading.Event())
+    assert time.monotonic() - began < 5  # measured: about 1.2 s after the fix, 8 s before
 
 
 def test_theFetchRulePerMode() -> None:
