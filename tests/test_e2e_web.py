@@ -7,6 +7,7 @@ permission rule holds per mode."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import os
@@ -302,3 +303,35 @@ async def test_aCancelEndsAStalledFetchAtOnce(scriptedServer, fakeWeb, tmp_path)
     response, took, wire = await onLoop(scenario())
     assert wire.problems() == [] and response.stop_reason == "cancelled"
     assert took < 3  # measured: 0.09-0.10 s (the page's own bound is 60 s)
+
+
+@pytest_twisted.ensureDeferred
+async def test_visionAnalyzeFetchesAnImageURLThroughTheGuard(scriptedServer, fakeWeb, tmp_path) -> None:
+    """``vision_analyze`` with an http(s) URL (Hermes takes one): the fetch asks about the host
+    once, as ``web_extract`` does, and the vision model gets the image; a loopback address not on
+    the allow list is refused before anything is fetched or asked, and a page that is not an image
+    is named as such."""
+    from .imagedata import png
+
+    server, url = scriptedServer
+    base = f"http://localhost:{fakeWeb.port}"
+    server.addRule("What colour", [[{"text": "A plain red square."}]])
+    server.default.responses += calls(
+        [("v", "vision_analyze", {"image_url": f"{base}/red.png", "question": "What colour is it?"})],
+        [("f", "vision_analyze", {"image_url": f"{base}/fake.png", "question": "What is it?"}),
+         ("l", "vision_analyze", {"image_url": f"http://127.0.0.1:{fakeWeb.port}/red.png", "question": "What?"})])
+    env = {**extractEnv(fakeWeb), "HERMES_ACP_MODEL_VISION": "off", "HERMES_ACP_VISION_MODEL": "eye-model"}
+    client = RecordingClient(permission=answers("allow_always"))
+    response, wire, client, *_ = await onLoop(turn(url, str(tmp_path), env, client=client))
+    assert wire.problems() == [] and response.stop_reason == "end_turn"
+    assert json.loads(toolResult(server, "v")) == {"success": True, "analysis": "A plain red square."}
+    vision = [r for r in server.chatRequests if r["model"] == "eye-model"]
+    encoded = base64.b64encode(png(8, 8)).decode()
+    assert len(vision) == 1 and vision[0]["messages"][0]["content"][1]["image_url"]["url"] == (
+        f"data:image/png;base64,{encoded}")
+    assert len(client.permissionRequests) == 1  # the host, once ("always")
+    assert "fetches a web page from localhost" in json.dumps(
+        client.permissionRequests[0][1].model_dump(by_alias=True, exclude_none=True))
+    assert "not an image" in toolResult(server, "f")
+    assert "127.0.0.1" in toolResult(server, "l") and "loopback" in toolResult(server, "l")
+    assert [path for path, _ in fakeWeb.requests] == ["/red.png", "/fake.png"]
