@@ -335,3 +335,20 @@ async def test_visionAnalyzeFetchesAnImageURLThroughTheGuard(scriptedServer, fak
     assert "not an image" in toolResult(server, "f")
     assert "127.0.0.1" in toolResult(server, "l") and "loopback" in toolResult(server, "l")
     assert [path for path, _ in fakeWeb.requests] == ["/red.png", "/fake.png"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_allowOnceCoversTheWholeCallNotEachPage(scriptedServer, fakeWeb, tmp_path) -> None:
+    """"Allow once" allows this call's requests to the host: three pages of one host in one call
+    ask once; the next call asks again."""
+    server, url = scriptedServer
+    base = f"http://localhost:{fakeWeb.port}"
+    server.default.responses += calls([("1", "web_extract", {"urls": [f"{base}/article", f"{base}/doc.pdf",
+                                                                      f"{base}/r1"]})],
+                                      [("2", "web_extract", {"urls": [f"{base}/article"]})])
+    client = RecordingClient(permission=answers("allow_once", "allow_once"))
+    response, wire, client, *_ = await onLoop(turn(url, str(tmp_path), extractEnv(fakeWeb), client=client))
+    assert wire.problems() == [] and response.stop_reason == "end_turn"
+    assert [r["error"] for r in json.loads(toolResult(server, "1"))["results"]] == [None, None, None]
+    assert json.loads(toolResult(server, "2"))["results"][0]["error"] is None
+    assert len(client.permissionRequests) == 2

@@ -25,8 +25,9 @@ from hermes_acp.engine import images
 from hermes_acp.engine.cancel import Cancellation
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError
 from hermes_acp.engine.tools.files import approvedRead, checkTextPath, loadImage
-from hermes_acp.engine.webfetch import Blocked, FetchFailed, FetchSettings, fetch
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
+from hermes_acp.engine.tools.webextract import hostApprover
+from hermes_acp.engine.webfetch import Blocked, FetchFailed, FetchSettings, fetch
 
 _DATA_URL = re.compile(r"^data:(image/[a-z0-9.+-]+);base64,(.*)$", re.IGNORECASE | re.DOTALL)
 
@@ -44,16 +45,11 @@ def _fromFile(ctx: ToolContext, path: str) -> tuple[str, str, str]:
 
 def _fromWeb(ctx: ToolContext, url: str) -> tuple[str, str, str]:
     """An image on the web, through the fetch guard, once the session's rule allowed its host."""
-    def approveHost(target: str, host: str) -> None:
-        verdict = ctx.approveFetch(target, host)
-        if not verdict.allowed:
-            raise Blocked(verdict.message)
-
     limits = ctx.imageLimits
     try:
         settings = FetchSettings.fromEnv()
         settings = attrs.evolve(settings, maxBytes=min(settings.maxBytes, limits.maxBytes))
-        page = fetch(url, settings, ctx.cancelEvent, approveHost,
+        page = fetch(url, settings, ctx.cancelEvent, hostApprover(ctx),
                      accept="image/png,image/jpeg,image/gif,image/webp,image/*;q=0.8")
         if page.truncated:
             raise images.ImageError(f"it is larger than {settings.maxBytes} bytes, the most of an image read from "
