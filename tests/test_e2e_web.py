@@ -330,11 +330,15 @@ async def test_visionAnalyzeFetchesAnImageURLThroughTheGuard(scriptedServer, fak
     assert len(vision) == 1 and vision[0]["messages"][0]["content"][1]["image_url"]["url"] == (
         f"data:image/png;base64,{encoded}")
     assert len(client.permissionRequests) == 1  # the host, once ("always")
-    assert "fetches a web page from localhost" in json.dumps(
-        client.permissionRequests[0][1].model_dump(by_alias=True, exclude_none=True))
+    card = client.permissionRequests[0][1].model_dump(by_alias=True, exclude_none=True)
+    assert "fetches a web page from localhost" in json.dumps(card["content"])
+    assert f"{base}/red.png" in json.dumps(card["content"]) and "locations" not in card  # the URL, not a path
     assert "not an image" in toolResult(server, "f")
     assert "127.0.0.1" in toolResult(server, "l") and "loopback" in toolResult(server, "l")
     assert [path for path, _ in fakeWeb.requests] == ["/red.png", "/fake.png"]
+    titles = [f["params"]["update"].get("title") for f in wire.received if f.get("method") == "session/update"
+              and f["params"]["update"].get("sessionUpdate") == "tool_call"]
+    assert f"Analyze image {base}/red.png" in titles  # the URL as it is, not as a path
 
 
 @pytest_twisted.ensureDeferred
