@@ -167,6 +167,29 @@ def test_aPageThatDripsItsHeadersIsBoundedByTheFetchTime(local: int) -> None:
     assert time.monotonic() - began < 5  # measured: about 1.2 s after the fix, 8 s before
 
 
+def test_manyAddressesThatNeverAnswerShareOneTimeBound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name with many public addresses, each a black hole (a connect that waits out its
+    timeout): the fetch's bound covers them all, not each one in turn."""
+    addresses = [f"93.184.216.{n}" for n in range(1, 7)]
+    tried = []
+
+    def lookup(host: str, *args: Any, **kw: Any) -> Any:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 80)) for a in addresses]
+
+    def blackHole(address: tuple[str, int], timeout: float, *args: Any) -> socket.socket:
+        tried.append(address[0])
+        time.sleep(min(timeout, 5))
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    monkeypatch.setattr(socket, "create_connection", blackHole)
+    began = time.monotonic()
+    with pytest.raises(FetchFailed, match="timed out after 1 s"):
+        fetch("http://many.test/", FetchSettings(seconds=1), threading.Event())
+    assert time.monotonic() - began < 4  # measured: about 1.0 s after the fix, 6 s (one per address) before
+    assert tried[0] == addresses[0]
+
+
 def test_theFetchRulePerMode() -> None:
     asked: list[tuple[str, str]] = []
 

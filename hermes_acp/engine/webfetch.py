@@ -182,15 +182,15 @@ class _PinnedConnection(http.client.HTTPConnection):
     """An HTTP(S) connection to an address checked in advance: the Host header and TLS
     (SNI and certificate) use the name, the socket goes to ``address``."""
 
-    def __init__(self, host: str, port: int, addresses: list[str], https: bool, timeout: float,
+    def __init__(self, host: str, port: int, addresses: list[str], https: bool, remaining: Callable[[], float],
                  sockets: list[socket.socket]) -> None:
-        super().__init__(host, port, timeout=timeout)
-        self.addresses, self.https, self.sockets = addresses, https, sockets
+        super().__init__(host, port, timeout=remaining())
+        self.addresses, self.https, self.sockets, self.remaining = addresses, https, sockets, remaining
 
     def connect(self) -> None:
         for index, address in enumerate(self.addresses):  # each checked; the first that answers
-            try:
-                self.sock = socket.create_connection((address, self.port), self.timeout)
+            try:  # all of them within the fetch's time, not each in turn
+                self.sock = socket.create_connection((address, self.port), self.remaining())
                 break
             except OSError:
                 if index == len(self.addresses) - 1:
@@ -269,7 +269,7 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
     target = urllib.parse.urlunsplit(("", "", urllib.parse.quote(parts.path or "/", safe),
                                       urllib.parse.quote(parts.query, safe), ""))
     done, sockets, response = threading.Event(), [], None
-    connection = _PinnedConnection(host, port, addresses, https, remaining(), sockets)
+    connection = _PinnedConnection(host, port, addresses, https, remaining, sockets)
     threading.Thread(target=_watch, args=(sockets, cancelEvent, done, deadline), daemon=True,
                      name="hermes-web-cancel").start()
     try:
