@@ -356,3 +356,29 @@ async def test_allowOnceCoversTheWholeCallNotEachPage(scriptedServer, fakeWeb, t
     assert [r["error"] for r in json.loads(toolResult(server, "1"))["results"]] == [None, None, None]
     assert json.loads(toolResult(server, "2"))["results"][0]["error"] is None
     assert len(client.permissionRequests) == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_aCancelEndsAStalledSearchAtOnce(scriptedServer, fakeWeb, tmp_path) -> None:
+    """The search backend never answers and its bound is far off (60 s): a cancel ends the
+    turn at once."""
+    server, url = scriptedServer
+    server.default.responses += calls([("s", "web_search", {"query": "stall please"})])
+
+    async def scenario():
+        env = modelEnv(url, **{**NO_SEARCH, "SEARXNG_URL": f"http://127.0.0.1:{fakeWeb.port}",
+                               "HERMES_ACP_WEB_SECONDS": "60"})
+        async with connect(RecordingClient(), env=env) as (conn, client, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("search")]))
+            await until(lambda: any(path.startswith("/search") for path, _ in fakeWeb.requests), 30, "the search")
+            await asyncio.sleep(0.5)
+            began = time.monotonic()
+            await rawNotify(conn, "session/cancel", {"sessionId": sid})
+            response = await asyncio.wait_for(prompt, 90)
+            return response, time.monotonic() - began, wire
+
+    response, took, wire = await onLoop(scenario())
+    assert wire.problems() == [] and response.stop_reason == "cancelled"
+    assert took < 3  # measured: 0.40 s (the backend's own bound is 60 s)
