@@ -234,6 +234,16 @@ def test_aRedirectToARefusedAddressAsksNothing(local: int) -> None:
     assert asked == ["localhost"]
 
 
+@pytest.mark.parametrize("host", ["2130706433", "0x7f000001", "0177.0.0.1", "127.1", "0"])
+def test_oddFormsOfAnAddressAreRefusedWithoutAQuestion(host: str) -> None:
+    """Decimal, hex, octal and short forms of 127.0.0.1 (and 0, 0.0.0.0) are addresses, not
+    names: refused before the user is asked about them, and never looked up in DNS."""
+    asked = []
+    with pytest.raises(Blocked, match="a loopback address|an unspecified address"):
+        fetch(f"http://{host}:9/", FetchSettings(), threading.Event(), lambda url, host: asked.append(host))
+    assert asked == []
+
+
 def test_aRedirectToAnotherHostAsksAboutThatHost(local: int) -> None:
     settings = FetchSettings.fromEnv({"HERMES_ACP_WEB_ALLOW_HOSTS": "127.0.0.0/8, localhost"})
     asked = []

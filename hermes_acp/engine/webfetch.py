@@ -149,10 +149,15 @@ def _blockedKind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str 
 
 
 def _isAddress(host: str) -> bool:
+    """Whether ``host`` is an address, in any form the resolver takes as one without asking
+    DNS: ``127.0.0.1``, ``::1``, and ``2130706433``, ``0x7f.1``, ``0177.0.0.1``, ``127.1``."""
     try:
         ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
-        return False
+        try:
+            socket.inet_aton(host)
+        except OSError:
+            return False
     return True
 
 
