@@ -77,7 +77,8 @@ def _image(ctx: ToolContext, imageURL: str) -> tuple[str, str, str]:
     if scheme == "file":
         return _fromFile(ctx, unquote(urlparse(imageURL).path))
     if scheme and len(scheme) > 1:  # "c:" is a drive, not a scheme
-        raise ToolError(f"image_url must be a file path, a file: URL, a data: URL or an http(s) URL, not a {scheme}: URL")
+        raise ToolError(f"image_url must be a file path, a file: URL, a data: URL or an http(s) URL, "
+                        f"not a {scheme}: URL")
     return _fromFile(ctx, imageURL)
 
 
