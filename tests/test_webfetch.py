@@ -3,6 +3,7 @@ which URLs and addresses are refused, the allow list, DNS asked once (no rebindi
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import socket
 import threading
@@ -42,6 +43,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     time.sleep(0.2)
             except OSError:
                 pass
+            return
+        if self.path in ("/gzip", "/gzip-bomb", "/brotli"):  # compressed though asked for as it is
+            inflated = b"\0" * (64 << 20) if self.path == "/gzip-bomb" else b"<p>hello</p>" * 100
+            body = gzip.compress(inflated, 9)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Encoding", "br" if self.path == "/brotli" else "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
             return
         if self.path in ("/loop", "/to-file", "/to-loopback-ip"):
             self.send_response(302)
@@ -188,6 +199,20 @@ def test_manyAddressesThatNeverAnswerShareOneTimeBound(monkeypatch: pytest.Monke
         fetch("http://many.test/", FetchSettings(seconds=1), threading.Event())
     assert time.monotonic() - began < 4  # measured: about 1.0 s after the fix, 6 s (one per address) before
     assert tried[0] == addresses[0]
+
+
+def test_aBodyCompressedAnywayIsInflatedWithinTheBound(local: int) -> None:
+    """The request asks for the body as it is (``Accept-Encoding: identity``); a server that
+    gzips it anyway is read (not passed on as binary text), what it inflates to is bounded like
+    a body (a 64 MB bomb in 64 KB stops at the bound), and an encoding that cannot be read is
+    refused in words."""
+    settings = FetchSettings(maxBytes=1024 * 1024, allowedNetworks=(webfetch.ipaddress.ip_network("127.0.0.0/8"),))
+    page = fetch(f"http://127.0.0.1:{local}/gzip", settings, threading.Event())
+    assert page.body == b"<p>hello</p>" * 100 and not page.truncated
+    bomb = fetch(f"http://127.0.0.1:{local}/gzip-bomb", settings, threading.Event())
+    assert bomb.truncated and len(bomb.body) == 1024 * 1024
+    with pytest.raises(FetchFailed, match="compressed with 'br', which cannot be read"):
+        fetch(f"http://127.0.0.1:{local}/brotli", settings, threading.Event())
 
 
 def test_theFetchRulePerMode() -> None:

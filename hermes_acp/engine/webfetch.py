@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -293,15 +294,19 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
             return None, location
         if response.status >= 400:
             raise FetchFailed(f"HTTP {response.status} {response.reason}".rstrip())
-        chunks, size, truncated = [], 0, False
+        inflater = _inflater(response.getheader("Content-Encoding"))
+        chunks, size, received, truncated = [], 0, 0, False
         while True:
             sock.settimeout(remaining())
             chunk = response.read1(_READ)
             if not chunk:
                 break
+            received += len(chunk)
+            if inflater is not None:  # what it inflates to is bounded as a body is: a bomb stops here
+                chunk = inflater.decompress(chunk, settings.maxBytes + 1 - size)
             chunks.append(chunk)
             size += len(chunk)
-            if size > settings.maxBytes:
+            if size > settings.maxBytes or received > settings.maxBytes:
                 truncated = True
                 break
         remaining()  # a cancel that shut the socket ends the read early: say so
@@ -313,6 +318,8 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
         raise
     except (socket.timeout, TimeoutError):
         raise FetchFailed(f"timed out after {settings.seconds:g} s (HERMES_ACP_WEB_SECONDS)") from None
+    except zlib.error as e:
+        raise FetchFailed(f"the page came compressed and is damaged ({e})") from None
     except (OSError, http.client.HTTPException, UnicodeError) as e:
         remaining()  # cancelled, or out of time (the watchdog shut the socket): say so
         raise FetchFailed(f"could not fetch it: {type(e).__name__}: {e}") from None
@@ -321,6 +328,19 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
         if response is not None:
             response.close()  # with "Connection: close" the response holds the socket, not the connection
         connection.close()
+
+
+def _inflater(encoding: str | None) -> Any:
+    """What undoes a body's ``Content-Encoding`` (None: nothing to undo). The request asks
+    for the body as it is, but a server may compress it anyway (a stored ``.gz``): gzip and
+    deflate are read; anything else is refused in words."""
+    encoding = (encoding or "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(32 + zlib.MAX_WBITS)  # a gzip or zlib header, whichever it has
+    raise FetchFailed(f"the server sent the page compressed with {encoding[:40]!r}, which cannot be read; "
+                      "nothing was read")
 
 
 def _contentType(value: str) -> tuple[str, dict[str, Any]]:
