@@ -120,6 +120,11 @@ def _commandStatus(text: str, failed: bool, extras: dict[str, Any]) -> str:
     return "exit status unknown"
 
 
+def _isWebURL(value: Any) -> bool:
+    """Whether a tool's "path" is an http(s) URL (``vision_analyze``'s ``image_url``), shown as it is."""
+    return isinstance(value, str) and value.lower().startswith(("http://", "https://"))
+
+
 def shownOutput(body: str, empty: str = "(no output)") -> str:
     """A command's output as a card shows it: fenced, the middle cut past ``CONTENT_LIMIT``."""
     return fenced(truncateMiddle(body, CONTENT_LIMIT)) if body.strip() else empty
@@ -233,7 +238,9 @@ class Renderer:
             return f"Background process {which}: {_oneLine(str(args.get('action', '')), 20)}"
         if name == "vision_analyze":
             source = str(args.get("image_url", ""))
-            return f"Analyze image {self.shown(source) if not source.startswith('data:') else '(data URL)'}"
+            if source.startswith("data:"):
+                return "Analyze image (data URL)"
+            return f"Analyze image {_oneLine(source) if _isWebURL(source) else self.shown(source)}"
         if name in ("skills_list", "skill_view", "skill_manage"):
             return _skillTitle(name, args)
         if name == "delegate_task":
@@ -344,7 +351,8 @@ class Renderer:
         elif "newText" in detail:
             call["content"] = [self.diff(detail)]
             call["locations"] = [{"path": self.absolute(detail["path"])}]
-        elif KINDS.get(name) == "fetch":  # a fetch: which URL, and why it asks
+        elif KINDS.get(name) == "fetch" or _isWebURL(detail.get("path")):  # a fetch (vision_analyze's too): the URL
+            call["kind"] = "fetch"
             call["content"] = [textContent(f"This {detail['reason']}:\n{fenced(str(detail['path']))}")]
         elif "command" not in detail:  # a read: which path, and why it asks
             path = self.absolute(detail["path"])

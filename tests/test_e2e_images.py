@@ -369,3 +369,33 @@ async def test_compactionDropsOlderImages(scriptedServer, tmp_path) -> None:
     assert imageParts(last) == [dataURL("image/png", png(5, 5))]
     roles = [m["role"] for m in last["messages"]]
     assert all(not (a == b == "user") for a, b in zip(roles, roles[1:]))
+
+
+@pytest_twisted.ensureDeferred
+async def test_theHistoryKeepsOnlyTheImagesARequestCanCarry(scriptedServer, tmp_path) -> None:
+    """A turn whose steps read image after image (HERMES_ACP_IMAGES_PER_REQUEST=2): the stored
+    history keeps the bytes of the newest two only, each older one a line, since no request
+    would carry it again; so a tool that returns big images step after step cannot grow the
+    session's database (and memory) by megabytes a step."""
+    import sqlite3
+    from pathlib import Path
+
+    server, url = scriptedServer
+    colours = [(n * 40, 0, 0) for n in range(1, 5)]
+    for n, colour in enumerate(colours):
+        (tmp_path / f"{n}.png").write_bytes(png(3, 3, colour))
+    server.default.responses += [
+        *([{"tool_calls": [{"id": str(n), "name": "read_file", "arguments": {"path": f"{n}.png"}}]}]
+          for n in range(4)),
+        [{"text": "Four squares."}],
+    ]
+    home = tempfile.mkdtemp(prefix="hermes-home-")
+    env = modelEnv(url, home, HERMES_ACP_IMAGES_PER_REQUEST="2", HERMES_ACP_IMAGE_PREVIEW_BYTES="0")
+    response, found, problems = await onLoop(oneTurn(env, tmp_path, "look at them"))
+    assert (response.stop_reason, problems) == ("end_turn", [])
+    assert imageParts(server.chatRequests[-1]) == [dataURL("image/png", png(3, 3, c)) for c in colours[2:]]
+    with sqlite3.connect(Path(home) / "state.db", timeout=5) as db:
+        stored = json.dumps(db.execute("SELECT * FROM acp_messages").fetchall(), default=str)
+    held = [base64.b64encode(png(3, 3, c)).decode() in stored for c in colours]
+    assert held == [False, False, True, True]
+    assert "(an earlier image, not shown again: at most 2 images go with one request" in stored

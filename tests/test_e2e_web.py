@@ -7,6 +7,7 @@ permission rule holds per mode."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import os
@@ -302,3 +303,82 @@ async def test_aCancelEndsAStalledFetchAtOnce(scriptedServer, fakeWeb, tmp_path)
     response, took, wire = await onLoop(scenario())
     assert wire.problems() == [] and response.stop_reason == "cancelled"
     assert took < 3  # measured: 0.09-0.10 s (the page's own bound is 60 s)
+
+
+@pytest_twisted.ensureDeferred
+async def test_visionAnalyzeFetchesAnImageURLThroughTheGuard(scriptedServer, fakeWeb, tmp_path) -> None:
+    """``vision_analyze`` with an http(s) URL (Hermes takes one): the fetch asks about the host
+    once, as ``web_extract`` does, and the vision model gets the image; a loopback address not on
+    the allow list is refused before anything is fetched or asked, and a page that is not an image
+    is named as such."""
+    from .imagedata import png
+
+    server, url = scriptedServer
+    base = f"http://localhost:{fakeWeb.port}"
+    server.addRule("What colour", [[{"text": "A plain red square."}]])
+    server.default.responses += calls(
+        [("v", "vision_analyze", {"image_url": f"{base}/red.png", "question": "What colour is it?"})],
+        [("f", "vision_analyze", {"image_url": f"{base}/fake.png", "question": "What is it?"}),
+         ("l", "vision_analyze", {"image_url": f"http://127.0.0.1:{fakeWeb.port}/red.png", "question": "What?"})])
+    env = {**extractEnv(fakeWeb), "HERMES_ACP_MODEL_VISION": "off", "HERMES_ACP_VISION_MODEL": "eye-model"}
+    client = RecordingClient(permission=answers("allow_always"))
+    response, wire, client, *_ = await onLoop(turn(url, str(tmp_path), env, client=client))
+    assert wire.problems() == [] and response.stop_reason == "end_turn"
+    assert json.loads(toolResult(server, "v")) == {"success": True, "analysis": "A plain red square."}
+    vision = [r for r in server.chatRequests if r["model"] == "eye-model"]
+    encoded = base64.b64encode(png(8, 8)).decode()
+    assert len(vision) == 1 and vision[0]["messages"][0]["content"][1]["image_url"]["url"] == (
+        f"data:image/png;base64,{encoded}")
+    assert len(client.permissionRequests) == 1  # the host, once ("always")
+    card = client.permissionRequests[0][1].model_dump(by_alias=True, exclude_none=True)
+    assert "fetches a web page from localhost" in json.dumps(card["content"])
+    assert f"{base}/red.png" in json.dumps(card["content"]) and "locations" not in card  # the URL, not a path
+    assert "not an image" in toolResult(server, "f")
+    assert "127.0.0.1" in toolResult(server, "l") and "loopback" in toolResult(server, "l")
+    assert [path for path, _ in fakeWeb.requests] == ["/red.png", "/fake.png"]
+    titles = [f["params"]["update"].get("title") for f in wire.received if f.get("method") == "session/update"
+              and f["params"]["update"].get("sessionUpdate") == "tool_call"]
+    assert f"Analyze image {base}/red.png" in titles  # the URL as it is, not as a path
+
+
+@pytest_twisted.ensureDeferred
+async def test_allowOnceCoversTheWholeCallNotEachPage(scriptedServer, fakeWeb, tmp_path) -> None:
+    """"Allow once" allows this call's requests to the host: three pages of one host in one call
+    ask once; the next call asks again."""
+    server, url = scriptedServer
+    base = f"http://localhost:{fakeWeb.port}"
+    server.default.responses += calls([("1", "web_extract", {"urls": [f"{base}/article", f"{base}/doc.pdf",
+                                                                      f"{base}/r1"]})],
+                                      [("2", "web_extract", {"urls": [f"{base}/article"]})])
+    client = RecordingClient(permission=answers("allow_once", "allow_once"))
+    response, wire, client, *_ = await onLoop(turn(url, str(tmp_path), extractEnv(fakeWeb), client=client))
+    assert wire.problems() == [] and response.stop_reason == "end_turn"
+    assert [r["error"] for r in json.loads(toolResult(server, "1"))["results"]] == [None, None, None]
+    assert json.loads(toolResult(server, "2"))["results"][0]["error"] is None
+    assert len(client.permissionRequests) == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_aCancelEndsAStalledSearchAtOnce(scriptedServer, fakeWeb, tmp_path) -> None:
+    """The search backend never answers and its bound is far off (60 s): a cancel ends the
+    turn at once."""
+    server, url = scriptedServer
+    server.default.responses += calls([("s", "web_search", {"query": "stall please"})])
+
+    async def scenario():
+        env = modelEnv(url, **{**NO_SEARCH, "SEARXNG_URL": f"http://127.0.0.1:{fakeWeb.port}",
+                               "HERMES_ACP_WEB_SECONDS": "60"})
+        async with connect(RecordingClient(), env=env) as (conn, client, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("search")]))
+            await until(lambda: any(path.startswith("/search") for path, _ in fakeWeb.requests), 30, "the search")
+            await asyncio.sleep(0.5)
+            began = time.monotonic()
+            await rawNotify(conn, "session/cancel", {"sessionId": sid})
+            response = await asyncio.wait_for(prompt, 90)
+            return response, time.monotonic() - began, wire
+
+    response, took, wire = await onLoop(scenario())
+    assert wire.problems() == [] and response.stop_reason == "cancelled"
+    assert took < 3  # measured: 0.40 s (the backend's own bound is 60 s)

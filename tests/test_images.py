@@ -201,7 +201,7 @@ def test_visionAnalyzeArguments(bench, tmp_path) -> None:
     assert "no vision model is configured" in runTool(VISION_ANALYZE, context, {"image_url": "a.png", "question": "?"}).text
     bench.agent.visionModel = images.VisionModel(Endpoint("custom", "http://127.0.0.1:9/v1"), "eye")
     context = bench.agent.toolContext(bench.cancelEvent, bench.observer, bench.workspace, "v.2")
-    for url, words in [("https://example.com/a.png", "does not fetch http(s) URLs"),
+    for url, words in [("http://127.0.0.1:9/a.png", "cannot be analysed: 127.0.0.1 resolves to 127.0.0.1, a loopback"),
                        ("data:image/png;base64,!!!", "the data URL cannot be analysed: its data is not base64"),
                        ("missing.png", "file not found"),
                        ("cut.png", "cannot be analysed: the PNG image is cut short"),

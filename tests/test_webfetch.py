@@ -3,6 +3,7 @@ which URLs and addresses are refused, the allow list, DNS asked once (no rebindi
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import socket
 import threading
@@ -32,6 +33,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"<p>")
             self.wfile.flush()
             time.sleep(5)
+            return
+        if self.path == "/drip-headers":  # a header a byte at a time: each read is quick, the whole is not
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            try:
+                for _ in range(40):
+                    self.wfile.write(b"a")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:
+                pass
+            return
+        if self.path in ("/gzip", "/gzip-bomb", "/brotli"):  # compressed though asked for as it is
+            inflated = b"\0" * (64 << 20) if self.path == "/gzip-bomb" else b"<p>hello</p>" * 100
+            body = gzip.compress(inflated, 9)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Encoding", "br" if self.path == "/brotli" else "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
             return
         if self.path in ("/loop", "/to-file", "/to-loopback-ip"):
             self.send_response(302)
@@ -83,7 +104,9 @@ def test_aURLWithASecretIsRefused() -> None:
     ("127.0.0.1", "loopback"), ("::1", "loopback"), ("10.1.2.3", "private"), ("192.168.0.4", "private"),
     ("172.16.9.9", "private"), ("169.254.169.254", "metadata"), ("169.254.1.1", "link-local"),
     ("fe80::1", "link-local"), ("100.64.3.4", "CGNAT"), ("0.0.0.0", "unspecified"), ("::ffff:127.0.0.1", "loopback"),
-    ("224.0.0.1", "multicast"), ("fd00:ec2::254", "metadata")])
+    ("224.0.0.1", "multicast"), ("fd00:ec2::254", "metadata"),
+    ("2002:7f00:1::", "loopback"), ("2002:a9fe:a9fe::1", "metadata"),  # 6to4 forms of IPv4 addresses
+    ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback")])  # Teredo, its client 127.0.0.1
 def test_addressesThatAreNotPublicAreRefused(address: str, kind: str) -> None:
     with pytest.raises(Blocked, match=kind):
         resolve(address, 80, FetchSettings())
@@ -145,6 +168,53 @@ def test_aCancelStopsAStalledDownloadAtOnce(local: int) -> None:
     assert time.monotonic() - began < 3  # measured: about 0.4 s (the stalled page would take 5 s, the bound 30)
 
 
+def test_aPageThatDripsItsHeadersIsBoundedByTheFetchTime(local: int) -> None:
+    """Each byte of the headers comes well within the socket's timeout; the fetch's own time
+    bound (1 s here) still ends it, not the 8 s the page would take."""
+    settings = FetchSettings(seconds=1, allowedNetworks=(webfetch.ipaddress.ip_network("127.0.0.0/8"),))
+    began = time.monotonic()
+    with pytest.raises(FetchFailed, match="timed out after 1 s"):
+        fetch(f"http://127.0.0.1:{local}/drip-headers", settings, threading.Event())
+    assert time.monotonic() - began < 5  # measured: about 1.2 s after the fix, 8 s before
+
+
+def test_manyAddressesThatNeverAnswerShareOneTimeBound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name with many public addresses, each a black hole (a connect that waits out its
+    timeout): the fetch's bound covers them all, not each one in turn."""
+    addresses = [f"93.184.216.{n}" for n in range(1, 7)]
+    tried = []
+
+    def lookup(host: str, *args: Any, **kw: Any) -> Any:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 80)) for a in addresses]
+
+    def blackHole(address: tuple[str, int], timeout: float, *args: Any) -> socket.socket:
+        tried.append(address[0])
+        time.sleep(min(timeout, 5))
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    monkeypatch.setattr(socket, "create_connection", blackHole)
+    began = time.monotonic()
+    with pytest.raises(FetchFailed, match="timed out after 1 s"):
+        fetch("http://many.test/", FetchSettings(seconds=1), threading.Event())
+    assert time.monotonic() - began < 4  # measured: about 1.0 s after the fix, 6 s (one per address) before
+    assert tried[0] == addresses[0]
+
+
+def test_aBodyCompressedAnywayIsInflatedWithinTheBound(local: int) -> None:
+    """The request asks for the body as it is (``Accept-Encoding: identity``); a server that
+    gzips it anyway is read (not passed on as binary text), what it inflates to is bounded like
+    a body (a 64 MB bomb in 64 KB stops at the bound), and an encoding that cannot be read is
+    refused in words."""
+    settings = FetchSettings(maxBytes=1024 * 1024, allowedNetworks=(webfetch.ipaddress.ip_network("127.0.0.0/8"),))
+    page = fetch(f"http://127.0.0.1:{local}/gzip", settings, threading.Event())
+    assert page.body == b"<p>hello</p>" * 100 and not page.truncated
+    bomb = fetch(f"http://127.0.0.1:{local}/gzip-bomb", settings, threading.Event())
+    assert bomb.truncated and len(bomb.body) == 1024 * 1024
+    with pytest.raises(FetchFailed, match="compressed with 'br', which cannot be read"):
+        fetch(f"http://127.0.0.1:{local}/brotli", settings, threading.Event())
+
+
 def test_theFetchRulePerMode() -> None:
     asked: list[tuple[str, str]] = []
 
@@ -187,6 +257,16 @@ def test_aRedirectToARefusedAddressAsksNothing(local: int) -> None:
         fetch(f"http://localhost:{local}/to-loopback-ip", settings, threading.Event(),
               lambda url, host: asked.append(host))
     assert asked == ["localhost"]
+
+
+@pytest.mark.parametrize("host", ["2130706433", "0x7f000001", "0177.0.0.1", "127.1", "0"])
+def test_oddFormsOfAnAddressAreRefusedWithoutAQuestion(host: str) -> None:
+    """Decimal, hex, octal and short forms of 127.0.0.1 (and 0, 0.0.0.0) are addresses, not
+    names: refused before the user is asked about them, and never looked up in DNS."""
+    asked = []
+    with pytest.raises(Blocked, match="a loopback address|an unspecified address"):
+        fetch(f"http://{host}:9/", FetchSettings(), threading.Event(), lambda url, host: asked.append(host))
+    assert asked == []
 
 
 def test_aRedirectToAnotherHostAsksAboutThatHost(local: int) -> None:

@@ -4,6 +4,7 @@ Hermes' result shape, against a loopback server that answers like each."""
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import threading
@@ -37,6 +38,15 @@ class _Backend(http.server.BaseHTTPRequestHandler):
         self.send_response(_Backend.status)
         if _Backend.status == 302:
             self.send_header("Location", "http://127.0.0.1:1/elsewhere")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 - SearXNG's /search?q=...&format=json
+        _Backend.seen.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}})
+        data = json.dumps({"results": [{"title": "S", "url": "https://s.example/", "content": "searx"}]}).encode()
+        self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -100,3 +110,14 @@ def test_resultsThatAreNotWebLinksAreDropped(backend: str) -> None:
     _Backend.answer = {"results": [{"title": "x", "url": "javascript:alert(1)", "content": ""},
                                    {"title": "y", "url": "https://ok.example/", "content": None}, "junk"]}
     assert [hit["url"] for hit in search(Backend("tavily", backend, KEY), "q", 5)] == ["https://ok.example/"]
+
+
+def test_aSearxngBehindBasicAuthGetsItsCredentialsInAHeader(backend: str) -> None:
+    """``SEARXNG_URL=https://user:password@host``: the credentials go in an Authorization
+    header, not in the host name (which urllib would look up in DNS, password and all)."""
+    with_auth = backend.replace("http://", "http://searx-user:pass%40word-0123@")
+    [hit] = search(Backend("searxng", with_auth), "what", 3)
+    assert hit["url"] == "https://s.example/"
+    [seen] = _Backend.seen
+    assert seen["path"].startswith("/search?q=what&format=json")
+    assert seen["headers"]["authorization"] == "Basic " + base64.b64encode(b"searx-user:pass@word-0123").decode()

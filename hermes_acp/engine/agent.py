@@ -668,9 +668,22 @@ class _Conversation:
                 return self.result(stop)
             for message in self._runTools(step, calls, tools):
                 self.remember(message)
+            self._keepNewestImages()
             if self.ending:
                 return self.result(END_TURN)
         return self.result(MAX_TURN_REQUESTS)
+
+    def _keepNewestImages(self) -> None:
+        """The turn's new history with the bytes of its newest ``ImageLimits.perRequest`` images
+        only, each older one a line: no request carries it again (``images.forModel``), so
+        neither memory nor the session's database need hold it."""
+        if not _hasImages(self.new):
+            return
+        kept = images.forModel(self.new, True, self.agent.imageLimits.perRequest, "")
+        for index, (old, new) in enumerate(zip(self.new, kept)):
+            if old is not new:
+                self.new[index] = new
+                self.live[:] = [new if message is old else message for message in self.live]
 
     def compactNow(self, focus: str) -> TurnResult:
         """``/compact``: one compaction of the history as it is, whatever its size."""

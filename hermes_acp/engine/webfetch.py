@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -130,6 +131,11 @@ def _blockedKind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str 
     """Why an address is off limits, or None for a public one."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return _blockedKind(address.ipv4_mapped)
+    if isinstance(address, ipaddress.IPv6Address):  # 6to4 and Teredo carry an IPv4 address a tunnel reaches
+        for embedded in (address.sixtofour, (address.teredo or (None, None))[1]):
+            kind = _blockedKind(embedded) if embedded is not None else None
+            if kind:
+                return kind
     if address in _METADATA_ADDRESSES:
         return "a cloud metadata address"
     for kind, hit in (("a loopback address", address.is_loopback), ("an unspecified address", address.is_unspecified),
@@ -144,10 +150,15 @@ def _blockedKind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str 
 
 
 def _isAddress(host: str) -> bool:
+    """Whether ``host`` is an address, in any form the resolver takes as one without asking
+    DNS: ``127.0.0.1``, ``::1``, and ``2130706433``, ``0x7f.1``, ``0177.0.0.1``, ``127.1``."""
     try:
         ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
-        return False
+        try:
+            socket.inet_aton(host)
+        except OSError:
+            return False
     return True
 
 
@@ -177,28 +188,35 @@ class _PinnedConnection(http.client.HTTPConnection):
     """An HTTP(S) connection to an address checked in advance: the Host header and TLS
     (SNI and certificate) use the name, the socket goes to ``address``."""
 
-    def __init__(self, host: str, port: int, addresses: list[str], https: bool, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout)
-        self.addresses, self.https = addresses, https
+    def __init__(self, host: str, port: int, addresses: list[str], https: bool, remaining: Callable[[], float],
+                 sockets: list[socket.socket]) -> None:
+        super().__init__(host, port, timeout=remaining())
+        self.addresses, self.https, self.sockets, self.remaining = addresses, https, sockets, remaining
 
     def connect(self) -> None:
         for index, address in enumerate(self.addresses):  # each checked; the first that answers
-            try:
-                self.sock = socket.create_connection((address, self.port), self.timeout)
+            try:  # all of them within the fetch's time, not each in turn
+                self.sock = socket.create_connection((address, self.port), self.remaining())
                 break
             except OSError:
                 if index == len(self.addresses) - 1:
                     raise
+        self.sockets.append(self.sock)  # the watchdog can shut it from here on (``_watch``)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.https:
-            self.sock = tlsContext().wrap_socket(self.sock, server_hostname=self.host)
+            self.sock = tlsContext().wrap_socket(self.sock, server_hostname=self.host, do_handshake_on_connect=False)
+            self.sockets.append(self.sock)
+            self.sock.do_handshake()
 
 
-def _shutOnCancel(sockets: list[socket.socket], cancelEvent: threading.Event, done: threading.Event) -> None:
-    """Shut the request's socket when the call is cancelled, so a read waiting on a
-    stalled page returns at once."""
+def _watch(sockets: list[socket.socket], cancelEvent: threading.Event, done: threading.Event,
+           deadline: float) -> None:
+    """Shut the request's socket when the call is cancelled or its time is up, so a read
+    waiting on a stalled page returns at once, and a page that drips its headers or its TLS
+    handshake a byte at a time (each read well within the socket's timeout) cannot outlast
+    ``HERMES_ACP_WEB_SECONDS``."""
     while not done.wait(0.2):
-        if cancelEvent.is_set():
+        if cancelEvent.is_set() or time.monotonic() >= deadline:
             for sock in sockets:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
@@ -256,14 +274,13 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
     safe = "/%:@!$&'()*+,;=-._~?"  # what a path or query may hold as it is; the rest is quoted
     target = urllib.parse.urlunsplit(("", "", urllib.parse.quote(parts.path or "/", safe),
                                       urllib.parse.quote(parts.query, safe), ""))
-    connection = _PinnedConnection(host, port, addresses, https, remaining())
     done, sockets, response = threading.Event(), [], None
-    threading.Thread(target=_shutOnCancel, args=(sockets, cancelEvent, done), daemon=True,
+    connection = _PinnedConnection(host, port, addresses, https, remaining, sockets)
+    threading.Thread(target=_watch, args=(sockets, cancelEvent, done, deadline), daemon=True,
                      name="hermes-web-cancel").start()
     try:
         connection.connect()
-        sock = connection.sock
-        sockets.append(sock)  # the response reads it after the connection let go of it
+        sock = connection.sock  # the response reads it after the connection let go of it
         connection.putrequest("GET", target, skip_accept_encoding=True)
         for name, value in (("User-Agent", USER_AGENT), ("Accept", accept), ("Accept-Encoding", "identity"),
                             ("Connection", "close")):
@@ -277,15 +294,19 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
             return None, location
         if response.status >= 400:
             raise FetchFailed(f"HTTP {response.status} {response.reason}".rstrip())
-        chunks, size, truncated = [], 0, False
+        inflater = _inflater(response.getheader("Content-Encoding"))
+        chunks, size, received, truncated = [], 0, 0, False
         while True:
             sock.settimeout(remaining())
             chunk = response.read1(_READ)
             if not chunk:
                 break
+            received += len(chunk)
+            if inflater is not None:  # what it inflates to is bounded as a body is: a bomb stops here
+                chunk = inflater.decompress(chunk, settings.maxBytes + 1 - size)
             chunks.append(chunk)
             size += len(chunk)
-            if size > settings.maxBytes:
+            if size > settings.maxBytes or received > settings.maxBytes:
                 truncated = True
                 break
         remaining()  # a cancel that shut the socket ends the read early: say so
@@ -297,15 +318,29 @@ def _get(url: str, parts: urllib.parse.SplitResult, host: str, port: int, addres
         raise
     except (socket.timeout, TimeoutError):
         raise FetchFailed(f"timed out after {settings.seconds:g} s (HERMES_ACP_WEB_SECONDS)") from None
+    except zlib.error as e:
+        raise FetchFailed(f"the page came compressed and is damaged ({e})") from None
     except (OSError, http.client.HTTPException, UnicodeError) as e:
-        if cancelEvent.is_set():
-            raise FetchFailed("cancelled") from None
+        remaining()  # cancelled, or out of time (the watchdog shut the socket): say so
         raise FetchFailed(f"could not fetch it: {type(e).__name__}: {e}") from None
     finally:
         done.set()
         if response is not None:
             response.close()  # with "Connection: close" the response holds the socket, not the connection
         connection.close()
+
+
+def _inflater(encoding: str | None) -> Any:
+    """What undoes a body's ``Content-Encoding`` (None: nothing to undo). The request asks
+    for the body as it is, but a server may compress it anyway (a stored ``.gz``): gzip and
+    deflate are read; anything else is refused in words."""
+    encoding = (encoding or "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(32 + zlib.MAX_WBITS)  # a gzip or zlib header, whichever it has
+    raise FetchFailed(f"the server sent the page compressed with {encoding[:40]!r}, which cannot be read; "
+                      "nothing was read")
 
 
 def _contentType(value: str) -> tuple[str, dict[str, Any]]:

@@ -7,7 +7,10 @@ request goes to the configured vision model (``HERMES_ACP_VISION_MODEL``, on the
 endpoint unless ``HERMES_ACP_VISION_BASE_URL`` names another) through the engine's
 ``ModelClient``, with the turn's reply bounds and its cancel. The result is Hermes' auxiliary
 model's: ``{"success": true, "analysis": ...}``. The tool is offered only when a vision model
-is configured. http(s) URLs are not fetched here: that needs the web tools' fetch guard.
+is configured. An http(s) URL is fetched as ``web_extract`` fetches a page: through the fetch
+guard (``engine.webfetch``: no loopback or private addresses, bounded size, time and redirects)
+after the session's fetch rule (``engine.webaccess``) allowed its host; at most
+``HERMES_ACP_IMAGE_MAX_BYTES`` of it is read.
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ import base64
 import re
 from urllib.parse import unquote, urlparse
 
+import attrs
+
 from hermes_acp.engine import images
 from hermes_acp.engine.cancel import Cancellation
 from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError
 from hermes_acp.engine.tools.files import approvedRead, checkTextPath, loadImage
 from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
+from hermes_acp.engine.tools.webextract import hostApprover
+from hermes_acp.engine.webfetch import Blocked, FetchFailed, FetchSettings, fetch
 
 _DATA_URL = re.compile(r"^data:(image/[a-z0-9.+-]+);base64,(.*)$", re.IGNORECASE | re.DOTALL)
 
@@ -36,6 +43,23 @@ def _fromFile(ctx: ToolContext, path: str) -> tuple[str, str, str]:
     return picture.mime, base64.b64encode(data).decode("ascii"), absPath
 
 
+def _fromWeb(ctx: ToolContext, url: str) -> tuple[str, str, str]:
+    """An image on the web, through the fetch guard, once the session's rule allowed its host."""
+    limits = ctx.imageLimits
+    try:
+        settings = FetchSettings.fromEnv()
+        settings = attrs.evolve(settings, maxBytes=min(settings.maxBytes, limits.maxBytes))
+        page = fetch(url, settings, ctx.cancelEvent, hostApprover(ctx),
+                     accept="image/png,image/jpeg,image/gif,image/webp,image/*;q=0.8")
+        if page.truncated:
+            raise images.ImageError(f"it is larger than {settings.maxBytes} bytes, the most of an image read from "
+                                    "the web (HERMES_ACP_IMAGE_MAX_BYTES and HERMES_ACP_WEB_MAX_BYTES)")
+        picture = images.checked(page.body, limits)
+    except (Blocked, FetchFailed, images.ImageError, ValueError) as e:
+        raise ToolError(f"{url} cannot be analysed: {e}") from None
+    return picture.mime, base64.b64encode(page.body).decode("ascii"), page.url
+
+
 def _image(ctx: ToolContext, imageURL: str) -> tuple[str, str, str]:
     """(MIME type, base64 data, what it is) of the image ``imageURL`` names."""
     imageURL = imageURL.strip()
@@ -49,12 +73,12 @@ def _image(ctx: ToolContext, imageURL: str) -> tuple[str, str, str]:
         return picture.mime, data, "a data URL"
     scheme = urlparse(imageURL).scheme.lower()
     if scheme in ("http", "https"):
-        raise ToolError("vision_analyze does not fetch http(s) URLs here; save the image in the project "
-                        "(or pass a data URL) and give its path")
+        return _fromWeb(ctx, imageURL)
     if scheme == "file":
         return _fromFile(ctx, unquote(urlparse(imageURL).path))
     if scheme and len(scheme) > 1:  # "c:" is a drive, not a scheme
-        raise ToolError(f"image_url must be a file path, a file: URL or a data: URL, not a {scheme}: URL")
+        raise ToolError(f"image_url must be a file path, a file: URL, a data: URL or an http(s) URL, "
+                        f"not a {scheme}: URL")
     return _fromFile(ctx, imageURL)
 
 
@@ -84,10 +108,11 @@ VISION_ANALYZE = Tool(
     "vision_analyze",
     "Ask a vision model about an image (PNG, JPEG, GIF, WebP) and get its answer as text. Use it when "
     "you cannot see images yourself. image_url: a file path (relative paths start at the session's "
-    "working directory), a file: URL or a data: URL.",
+    "working directory), a file: URL, a data: URL or an http(s) URL.",
     parameters(
         ["image_url", "question"],
-        image_url={"type": "string", "description": "The image: a file path, a file: URL or a data: URL"},
+        image_url={"type": "string",
+                   "description": "The image: a file path, a file: URL, a data: URL or an http(s) URL"},
         question={"type": "string", "description": "What to find out about the image"},
     ),
     visionAnalyze,

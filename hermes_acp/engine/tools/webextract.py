@@ -16,6 +16,7 @@ import io
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from hermes_acp.engine.webfetch import NOTE, Blocked, FetchFailed, FetchSettings, Page, fetch, hostOf
@@ -151,12 +152,25 @@ def extract(page: Page) -> tuple[str, str]:
     raise ToolError(f"the content is {page.contentType}, neither a web page, text nor a PDF")
 
 
-def _one(ctx: ToolContext, url: str, limit: int, settings: FetchSettings) -> dict[str, Any]:
+def hostApprover(ctx: ToolContext) -> Callable[[str, str], None]:
+    """``fetch``'s ``approveHost`` for one tool call: the session's fetch rule decides about a
+    host once per call ("allow once" allows the call's every request to it); ``Blocked`` when
+    it refuses."""
+    allowed: set[str] = set()
+
     def approveHost(target: str, host: str) -> None:
+        if host in allowed:
+            return
         verdict = ctx.approveFetch(target, host)
         if not verdict.allowed:
             raise Blocked(verdict.message)
+        allowed.add(host)
 
+    return approveHost
+
+
+def _one(ctx: ToolContext, url: str, limit: int, settings: FetchSettings,
+         approveHost: Callable[[str, str], None]) -> dict[str, Any]:
     try:
         page = fetch(url, settings, ctx.cancelEvent, approveHost)
         title, content = extract(page)
@@ -182,11 +196,11 @@ def webExtract(ctx: ToolContext, urls: list[Any], char_limit: int = DEFAULT_CHAR
         settings = FetchSettings.fromEnv()
     except ValueError as e:
         raise ToolError(str(e)) from None
-    results = []
+    results, approveHost = [], hostApprover(ctx)
     for url in urls:
         if ctx.cancelEvent.is_set():
             raise ToolError("cancelled")
-        results.append(_one(ctx, url, char_limit, settings))
+        results.append(_one(ctx, url, char_limit, settings, approveHost))
     failed = all(result["error"] for result in results)
     return ToolOutcome(jsonText({"note": NOTE, "results": results}),
                        {"urls": [result["url"] for result in results]}, failed=failed)

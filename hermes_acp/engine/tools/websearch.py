@@ -15,6 +15,7 @@ URL with a key, or the backend's own words (which could quote one).
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import os
@@ -112,15 +113,21 @@ def searchBackend(env: Mapping[str, str] | None = None) -> Backend | None:
 
 def _request(backend: Backend, query: str, limit: int) -> urllib.request.Request:
     """The backend's search request; keys go in headers (Tavily's and Firecrawl's as a
-    bearer token, Brave's and Exa's in their own headers)."""
+    bearer token, Brave's and Exa's in their own headers), and so do a URL's user name and
+    password (basic auth, for a SearXNG behind a login)."""
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+    base, parts = backend.url, urllib.parse.urlsplit(backend.url)
+    if "@" in parts.netloc:  # https://user:password@searx.example: basic auth, never part of the host name
+        base = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        login = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(login.encode()).decode("ascii")
     if backend.name == "searxng":
         query_ = urllib.parse.urlencode({"q": query, "format": "json"})
-        return urllib.request.Request(f"{backend.url}/search?{query_}", headers=headers)
+        return urllib.request.Request(f"{base}/search?{query_}", headers=headers)
     if backend.name == "brave":
         query_ = urllib.parse.urlencode({"q": query, "count": min(limit, 20)})
         headers["X-Subscription-Token"] = backend.key or ""
-        return urllib.request.Request(f"{backend.url}/res/v1/web/search?{query_}", headers=headers)
+        return urllib.request.Request(f"{base}/res/v1/web/search?{query_}", headers=headers)
     headers["Content-Type"] = "application/json"
     if backend.name == "tavily":
         path, body = "/search", {"query": query, "max_results": min(limit, 20)}
@@ -131,7 +138,7 @@ def _request(backend: Backend, query: str, limit: int) -> urllib.request.Request
     else:
         path, body = "/v1/search", {"query": query, "limit": limit}
         headers["Authorization"] = f"Bearer {backend.key}"
-    return urllib.request.Request(f"{backend.url}{path}", json.dumps(body).encode(), headers, method="POST")
+    return urllib.request.Request(f"{base}{path}", json.dumps(body).encode(), headers, method="POST")
 
 
 def _items(backend: Backend, data: Any) -> list[dict[str, Any]]:
