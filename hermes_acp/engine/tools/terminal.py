@@ -101,6 +101,8 @@ def startBackground(ctx: ToolContext, command: str, cwd: str, policy: Policy | N
                       f"'close', session_id='{proc.processId}') to check on it; you will be told when it ends."}
     extras = {"command": command, "cwd": cwd, "background": proc.processId, "number": proc.number, "pid": proc.pid}
     return ToolOutcome(jsonText(report), extras)
+
+
 def commandMayWrite(ctx: ToolContext, arguments: dict[str, object]) -> bool:
     """A command may change files unless it is read-only as written (``engine.readonly``)."""
     command, workdir = arguments.get("command"), arguments.get("workdir")
