@@ -176,7 +176,7 @@ def test_storeIsPrivateAtomicAndKeyedByURL(tmp_path) -> None:
     assert stat.S_IMODE(os.stat(store.folder).st_mode) == 0o700
     assert store.tokens("https://a.example/mcp")["access_token"] == "acc-0123456789"
     assert store.tokens("https://b.example/mcp") is None
-    assert [p.name for p in store.folder.iterdir() if p.name.startswith(".writing-")] == []
+    assert [p.name for p in store.folder.iterdir() if p.name.endswith(".tmp")] == []
     assert store.forget("https://a.example/mcp") and not store.forget("https://a.example/mcp")
 
 

@@ -49,6 +49,7 @@ from typing import Any
 import attrs
 
 from hermes_acp.config import DEFAULT_CHECKPOINT_FILE_MAX, DEFAULT_CHECKPOINT_MAX_FILES, DEFAULT_CHECKPOINT_STORE_MAX
+from hermes_acp.engine.atomic import replaceFile
 from hermes_acp.engine.ignore import IgnoreRules
 
 log = logging.getLogger(__name__)
@@ -175,21 +176,11 @@ class CheckpointStore:
         if path.parent not in self._folders:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._folders.add(path.parent)
-        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        opener = lambda p, flags: os.open(p, flags, 0o600)  # noqa: E731
         try:
-            try:
-                f = open(temporary, "xb", opener=opener)
-            except FileNotFoundError:  # its folder was removed since (a deleted session)
-                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                f = open(temporary, "xb", opener=opener)
-            with f:
-                f.write(data)
-            os.replace(temporary, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
-            raise
+            replaceFile(path, data)
+        except FileNotFoundError:  # its folder was removed since (a deleted session)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            replaceFile(path, data)
         with self._lock:
             if self._used is not None:
                 self._used += len(data)

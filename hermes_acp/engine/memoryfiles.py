@@ -17,7 +17,6 @@ import errno
 import fcntl
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import attrs
 
+from hermes_acp.engine.atomic import replaceFile
 from hermes_acp.engine.sensitive import secretKind
 
 DELIMITER = "\n§\n"
@@ -137,24 +137,7 @@ def fileLock(path: Path, seconds: float, cancelled: Callable[[], bool] = lambda:
 def writeAtomically(path: Path, text: str) -> None:
     """Replace the file with ``text``: a private temporary file beside it, flushed to disk, then
     renamed over it (a link to the user's own file stays a link: its target is replaced)."""
-    target = Path(os.path.realpath(path))
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".mem_", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        with _quiet():
-            os.unlink(temporary)
-        raise
-    with _quiet():  # the rename itself, durable
-        folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+    replaceFile(os.path.realpath(path), text, durable=True)
 
 
 @contextmanager

@@ -23,12 +23,12 @@ import contextlib
 import os
 import shutil
 import stat
-import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import attrs
 
+from hermes_acp.engine.atomic import replaceFile
 from hermes_acp.engine.checkpoints import (
     FILE, FOLDER, HUGE, IGNORED, LINK, CheckpointError, CheckpointStore, Entry, delta, same, sessionRoots,
 )
@@ -339,19 +339,9 @@ def _put(store: CheckpointStore, change: Change) -> None:
         os.symlink(os.fsdecode(data), path)
         return
     assert kind == FILE
-    # A name of its own, made new (O_EXCL): whatever lies at a name chosen in advance (a FIFO
+    # A temporary name made new (O_EXCL): whatever lies at a name chosen in advance (a FIFO
     # that would block the rewind, a link) is never opened.
-    temporary = f"{path}.{uuid.uuid4().hex[:8]}.hermes-rewind.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(temporary, target[1])
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    replaceFile(path, data, mode=target[1])
 
 
 # -- what the user reads ---------------------------------------------------------------------

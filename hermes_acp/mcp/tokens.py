@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from ..config import hermesHome, privateFolder
+from ..engine.atomic import replaceFile
 from ..engine.secrets import learnSecret
 
 FOLDER = "mcp-tokens"
@@ -112,16 +111,4 @@ class TokenStore:
         _learn(record)
         privateFolder(self.folder)
         privateFolder(path.parent)
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".writing-", suffix=".json")  # 0600
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(record, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            try:
-                os.unlink(temporary)
-            except OSError:
-                pass
-            raise
+        replaceFile(path, json.dumps(record), durable=True)  # 0600; a rotated refresh token is never half written

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from posixpath import normpath as posixNormpath
 from typing import Any
 
 from hermes_acp.engine.access import EditProposal
+from hermes_acp.engine.atomic import replaceFile
 from hermes_acp.engine.secrets import secretValues
 from hermes_acp.engine.sensitive import inside, secretKind
 from hermes_acp.engine.skills import (
@@ -143,18 +143,7 @@ def _approved(ctx: ToolContext, path: str, old: str | None, new: str) -> dict[st
 
 def _write(path: str, text: str) -> None:
     """Replace ``path`` with ``text`` atomically (a reader sees the old file or the new one)."""
-    folder = os.path.dirname(path)
-    fd, temporary = tempfile.mkstemp(dir=folder, prefix=".skill-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
+    replaceFile(path, text)
 
 
 def _checkedDocument(content: str, name: str) -> None:
