@@ -100,6 +100,17 @@ class SpecTests(SynchronousTestCase):
         self.assertEqual(specs, [])
         self.assertIn("could not be read", problems[0])
 
+    def test_unbuildableOrDeepConfigIsAProblemNotACrash(self) -> None:
+        """A value PyYAML cannot build (a date that does not exist) or nesting past Python's
+        recursion limit is said, like a syntax error, instead of failing every session."""
+        for text in ("mcp_servers:\n  a:\n    command: x\n    updated: 2024-02-30\n",
+                     "mcp_servers: " + "[" * 5000 + "]" * 5000 + "\n"):
+            path = _scratch()
+            path.write_text(text)
+            specs, problems = parseConfig(path)
+            self.assertEqual(specs, [])
+            self.assertIn("could not be read", problems[0])
+
     def test_readAgainOnlyWhenTheFileChanges(self) -> None:
         path = _scratch()
         configured = ConfiguredServers(path)

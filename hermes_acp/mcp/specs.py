@@ -212,8 +212,9 @@ def parseConfig(path: Path) -> tuple[list[ServerSpec], list[str]]:
 
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        return [], [f"{path} could not be read: {e}"]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, RecursionError) as e:
+        # ValueError: a value PyYAML cannot build (a date like 2024-02-30); RecursionError: nesting
+        return [], [f"{path} could not be read: {e or type(e).__name__}"]
     servers = document.get("mcp_servers") if isinstance(document, dict) else None
     if servers is None:
         return [], []
