@@ -15,6 +15,7 @@ import attrs
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
+from . import safejson
 from .catalog import ModelCatalog
 from .client import ClientInfo
 from .render import textContent
@@ -34,12 +35,33 @@ class UpdateChannel:
     client: ClientInfo
     #: How children of ``delegate_task`` are shown to an editor with ``subagents``.
     subagents: SubagentView = attrs.field(factory=SubagentView)
+    #: The start of a session's ``session/update`` params, by session id (``send``).
+    _heads: dict[str, bytes] = attrs.field(factory=dict, init=False)
 
     @property
     def paused(self) -> bool:
         return self.connection.paused
 
     def send(self, state: SessionState, update: dict[str, Any], journal: bool = True) -> None:
+        """Show ``update`` and journal it. It is encoded once: the frame carries those bytes
+        and the journal keeps the same text (``safejson.Encoded``)."""
+        if not (self.client.subagents and "_meta" in update):
+            try:
+                encoded = safejson.Encoded(update, safejson.encode(update))
+            except (TypeError, ValueError, RecursionError):
+                pass  # ``_show`` logs and drops it; the journal heals what it can
+            else:
+                head = self._heads.get(state.sessionId)
+                if head is None:
+                    if len(self._heads) > 1024:
+                        self._heads.clear()
+                    head = self._heads[state.sessionId] = b'{"sessionId":' + safejson.encode(state.sessionId) + b',"update":'
+                params = head + encoded.data + b"}"
+                self.connection.notifyEncoded("session/update", params,
+                                              lambda: {"sessionId": state.sessionId, "update": update})
+                if journal:
+                    self.store.journalUpdate(state, encoded)
+                return
         self._show(state, update)
         if journal:
             self.store.journalUpdate(state, update)
