@@ -2,12 +2,14 @@
 
 Text and thought deltas are coalesced: the first delta of a batch crosses to
 the reactor at once (one ``callFromThread``, no timer, no Deferred), and the
-deltas that arrive before the reactor gets to it join the batch; anything else
-(a tool event, the other kind of text, the turn's end) sends the batch first.
-So a slow stream costs one hop per delta and shows each at once, and a fast one
-(or a busy reactor) a hop per batch, never reordered, duplicated or dropped.
-While the editor is behind, the batch is held (and grows) and looked at again
-every ``COALESCE_SECONDS``. Every other event crosses with ``callInReactor`` and
+deltas that arrive before the reactor gets to it join the batch; a batch that
+starts within ``COALESCE_SECONDS`` of the last one sent waits for the rest of
+that window (a fast stream makes at most one frame a window, as the editor
+can take them). Anything else (a tool event, the other kind of text, the
+turn's end) sends the batch first. So a slow stream shows each delta at once
+for one hop, and a fast one costs a hop per window, never reordered,
+duplicated or dropped. While the editor is behind, the batch is held (and
+grows) and looked at again every ``COALESCE_SECONDS``. Every other event crosses with ``callInReactor`` and
 waits until the editor has caught up (back-pressure instead of memory growth).
 """
 
@@ -30,8 +32,8 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-#: How often a batch held while the editor is behind is looked at again, and the most a
-#: batch may hold.
+#: The shortest time between two batches of text (and how often a batch held while the
+#: editor is behind is looked at again), and the most a batch may hold.
 COALESCE_SECONDS = 0.005
 MAX_BATCH_BYTES = 64 * 1024
 
@@ -60,6 +62,8 @@ class EventBridge:
         self._parts: list[str] = []
         self._size = 0
         self._armed = False
+        #: When the last batch went out (``_drain``): at most one a ``COALESCE_SECONDS``.
+        self._sent = float("-inf")
 
     def message(self, text: str) -> None:
         self._text("agent_message_chunk", text)
@@ -93,7 +97,11 @@ class EventBridge:
         elif full:
             self.flush()
         elif arm:
-            self.reactor.callFromThread(self._drain)
+            wait = self._sent + COALESCE_SECONDS - self.reactor.seconds()
+            if wait > 0:  # a frame went out just now: this one gathers what comes for the rest of the window
+                self.reactor.callFromThread(self.reactor.callLater, wait, self._drain)
+            else:
+                self.reactor.callFromThread(self._drain)
 
     def _take(self) -> list[tuple[str, Any]]:
         """Empty the batch (the lock is held)."""
@@ -118,6 +126,7 @@ class EventBridge:
         if holding:
             self.reactor.callLater(COALESCE_SECONDS, self._drain)
         elif batch:
+            self._sent = self.reactor.seconds()
             try:
                 sent = self.deliver(batch)  # (when the editor caught up: only the worker's waits need it)
             except Exception:

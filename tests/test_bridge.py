@@ -63,6 +63,7 @@ class CoalescingTests(BridgeTestCase):
                     self.bridge.message(delta)
                 gate.set()
                 self.onReactor(lambda: None)  # the reactor took the burst
+                self.advance()
             self.bridge.flush()
 
         self.reactor.runInWorker(work)
@@ -199,12 +200,33 @@ class DrainTests(BridgeTestCase):
             self.bridge.message("hello")
             self.onReactor(lambda: None)
             seen.append((list(self.deliveries), len(self.reactor.getDelayedCalls())))
+            self.advance()
             self.bridge.message(" world")
             self.onReactor(lambda: None)
 
         self.reactor.runInWorker(work)
         self.assertEqual(seen, [([[(MESSAGE, "hello")]], 0)])
         self.assertEqual(self.deliveries, [[(MESSAGE, "hello")], [(MESSAGE, " world")]])
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_atMostOneBatchAWindow(self) -> None:
+        """Text that follows a batch within COALESCE_SECONDS waits for the rest of that window,
+        gathering what comes meanwhile: a fast stream makes one frame a window."""
+        seen: list[Any] = []
+
+        def work() -> None:
+            self.bridge.message("a")
+            self.onReactor(lambda: None)
+            self.advance(COALESCE_SECONDS / 5)
+            self.bridge.message("b")
+            self.bridge.message("c")
+            self.onReactor(lambda: None)
+            seen.append(list(self.deliveries))
+            self.advance(COALESCE_SECONDS * 4 / 5)
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(seen, [[[(MESSAGE, "a")]]])
+        self.assertEqual(self.deliveries, [[(MESSAGE, "a")], [(MESSAGE, "bc")]])
         self.assertEqual(self.reactor.getDelayedCalls(), [])
 
     def test_deltasWhileTheReactorIsBusyJoin(self) -> None:
@@ -232,6 +254,7 @@ class DrainTests(BridgeTestCase):
             gate.set()
             self.bridge.message("b")
             self.onReactor(lambda: None)
+            self.advance()
 
         self.reactor.runInWorker(work)
         self.assertEqual(self.deliveries, [[(MESSAGE, "a"), ("event", "e")], [(MESSAGE, "b")]])
@@ -290,6 +313,7 @@ class DrainTests(BridgeTestCase):
 
         failing: Deferred[None] = Deferred()
         self.bridge.deliver = lambda events: failing
+        self.reactor.advance(COALESCE_SECONDS)
         self.reactor.runInWorker(work)
         failing.errback(KeyError("gone"))
         self.assertEqual(len(self.flushLoggedErrors(KeyError)), 1)
