@@ -9,8 +9,9 @@ can take them). Anything else (a tool event, the other kind of text, the
 turn's end) sends the batch first. So a slow stream shows each delta at once
 for one hop, and a fast one costs a hop per window, never reordered,
 duplicated or dropped. While the editor is behind, the batch is held (and
-grows) and looked at again every ``COALESCE_SECONDS``. Every other event crosses with ``callInReactor`` and
-waits until the editor has caught up (back-pressure instead of memory growth).
+grows) and looked at again every ``COALESCE_SECONDS``. Every other event
+crosses with ``callInReactor`` and waits until the editor has caught up
+(back-pressure instead of memory growth).
 """
 
 from __future__ import annotations

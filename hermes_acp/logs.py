@@ -148,7 +148,7 @@ def bridgeStdlibLogging() -> None:
     root = logging.getLogger()
     if not any(isinstance(h, _ToTwisted) for h in root.handlers):
         root.addHandler(_ToTwisted())
-    root.setLevel(logging.DEBUG if _debugging else logging.INFO)  # a dropped debug record costs
+    root.setLevel(logging.DEBUG if _debugging else logging.INFO)  # (a debug record nobody shows still costs)
     for noisy in ("httpx", "httpcore", "openai", "httpx2", "urllib3", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -43,28 +43,29 @@ class UpdateChannel:
         return self.connection.paused
 
     def send(self, state: SessionState, update: dict[str, Any], journal: bool = True) -> None:
-        """Show ``update`` and journal it. It is encoded once: the frame carries those bytes
-        and the journal keeps the same text (``safejson.Encoded``)."""
-        if not (self.client.subagents and "_meta" in update):
-            try:
-                encoded = safejson.Encoded(update, safejson.encode(update))
-            except (TypeError, ValueError, RecursionError):
-                pass  # ``_show`` logs and drops it; the journal heals what it can
-            else:
-                head = self._heads.get(state.sessionId)
-                if head is None:
-                    if len(self._heads) > 1024:
-                        self._heads.clear()
-                    head = self._heads[state.sessionId] = b'{"sessionId":' + safejson.encode(state.sessionId) + b',"update":'
-                params = head + encoded.data + b"}"
-                self.connection.notifyEncoded("session/update", params,
-                                              lambda: {"sessionId": state.sessionId, "update": update})
-                if journal:
-                    self.store.journalUpdate(state, encoded)
-                return
-        self._show(state, update)
+        """Show ``update`` and journal it, encoded once: the frame carries those bytes and the
+        journal keeps the same text (``safejson.Encoded``)."""
+        encoded = None if self.client.subagents and "_meta" in update else self._encoded(state, update)
+        if encoded is None:  # a child's update (shown in its own form), or one with no JSON form
+            self._show(state, update)
         if journal:
-            self.store.journalUpdate(state, update)
+            self.store.journalUpdate(state, update if encoded is None else encoded)
+
+    def _encoded(self, state: SessionState, update: dict[str, Any]) -> safejson.Encoded | None:
+        """Send ``update`` as ``_show`` would, from one encoding of it; None when it has none
+        (``_show`` then logs and drops it, and the journal heals what it can)."""
+        try:
+            encoded = safejson.Encoded(update, safejson.encode(update))
+        except (TypeError, ValueError, RecursionError):
+            return None
+        head = self._heads.get(state.sessionId)
+        if head is None:
+            if len(self._heads) > 1024:
+                self._heads.clear()
+            head = self._heads[state.sessionId] = b'{"sessionId":' + safejson.encode(state.sessionId) + b',"update":'
+        self.connection.notifyEncoded("session/update", head + encoded.data + b"}",
+                                      lambda: {"sessionId": state.sessionId, "update": update})
+        return encoded
 
     def notice(self, state: SessionState, severity: str, title: str, description: str, journal: bool = True) -> None:
         if self.client.notices:
