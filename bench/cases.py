@@ -36,6 +36,13 @@ MCP_SERVERS = 3
 #: The long session of the compaction case: a small-window model, a 12 KB file read every turn.
 COMPACTION_WINDOW, COMPACTION_FILE = 16_000, 12_000
 _COMPACTED = re.compile(r"compaction \w+ \((\w+)\): completed \((\w+)\), (\d+) -> (\d+) tokens in ([\d.]+) s")
+#: The frames case: a model that streams deltas of 1,000 characters at a steady pace, a little
+#: slower than the agent's batching window (``bridge.COALESCE_SECONDS``), so each is a frame of
+#: its own; and the size of each such event of ``scripted_model``'s flood.
+PACED_DELTAS, PACE = 400, 0.006
+FLOOD_EVENT = len(b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}).encode() + b"\n\n")
+#: The history sizes of the request case: 4 messages a turn (a request, a read, its result, an answer).
+HISTORY_SIZES = (1000, 4000)
 MCP_SETTLE = 0.3  # between a session/new with servers and its close
 CANCEL_SETTLE = 0.1  # after the model request arrives, let the stream open and stall
 
@@ -91,6 +98,7 @@ SCRIPT: dict[str, Any] = {
         {"match": "[stall]", "responses": [[{"stall": True}]]},
         {"match": "[endless]", "responses": [[{"text": "Endless: "}, {"flood": "text", "every": 0.005}]]},
         {"match": "[flood]", "responses": [[{"text": "Flood: "}, {"flood": "text"}]]},
+        {"match": "[paced]", "responses": [[{"flood": "text", "every": PACE, "bytes": PACED_DELTAS * FLOOD_EVENT}]]},
     ],
 }
 
@@ -126,7 +134,7 @@ class Result:
 
     label: str
     samples: list[float]
-    unit: str  # "ms", "s", "MiB" or "ratio"
+    unit: str  # "µs", "ms", "s", "MiB" or "ratio"
     target: float | None = None
     targetText: str = "—"
     note: str = ""
@@ -165,13 +173,14 @@ class Bench:
         path.mkdir()
         return str(path)
 
-    async def spawn(self, home: str | None = None, server: ModelServer | None = None, **extra: str) -> AgentProcess:
+    async def spawn(self, home: str | None = None, server: ModelServer | None = None, args: tuple[str, ...] = (),
+                    **extra: str) -> AgentProcess:
         """A fresh agent with its own (or the given) HERMES_HOME, on the run's model server
-        (or ``server``); stderr to a log file."""
+        (or ``server``), with ``args`` on its command line; stderr to a log file."""
         home = home or self.home()
         log = _stderrLog(home)
         try:
-            agent = await AgentProcess.spawn(agentEnv((server or self.server).url, home, **extra), stderr=log)
+            agent = await AgentProcess.spawn(agentEnv((server or self.server).url, home, **extra), stderr=log, args=args)
         finally:
             log.close()
         self.agents.append(agent)
@@ -537,6 +546,141 @@ async def caseStream(b: Bench) -> list[Result]:
                    f"arrived as {min(chunks)}–{max(chunks)} `agent_message_chunk` updates; warm session")]
 
 
+def _cpuSeconds(pid: int) -> float:
+    """User + system CPU time of a process so far (``/proc/<pid>/stat``)."""
+    import os
+
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def frameFloor(runs: int = 2000) -> list[float]:
+    """Seconds of the floor of one streamed frame, in this process: parse one SSE event of
+    the paced stream, encode the ``session/update`` it becomes, and write it (to /dev/null)."""
+    import os
+
+    from hermes_acp import safejson
+
+    event = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}).encode()
+    fd = os.open(os.devnull, os.O_WRONLY)
+    samples = []
+    try:
+        for n in range(runs):
+            started = time.perf_counter()
+            text = json.loads(event[6:])["choices"][0]["delta"]["content"]
+            frame = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "0" * 32, "update": {
+                "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text},
+                "messageId": f"turn-{n}-1"}}}
+            os.write(fd, safejson.encode(frame) + b"\n")
+            samples.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+    return samples
+
+
+async def caseFrames(b: Bench) -> list[Result]:
+    """What one streamed ``session/update`` frame costs the agent in CPU: a turn whose model
+    streams ``PACED_DELTAS`` deltas at a steady pace (each its own frame), less a no-tool turn,
+    per frame; against the floor of the same frame (``frameFloor``)."""
+    agent = await b.ready()
+    sessionId = await b.warmSession(agent)
+    perFrame, frames = [], []
+    for n in range(b.runs.streams + 1):
+        before, cpu = len(agent.updates[sessionId]), _cpuSeconds(agent.pid)
+        await agent.prompt(sessionId, f"[notool] baseline {n}")
+        plain = _cpuSeconds(agent.pid) - cpu
+        before, cpu = len(agent.updates[sessionId]), _cpuSeconds(agent.pid)
+        await agent.prompt(sessionId, f"[paced] run {n}")
+        paced = _cpuSeconds(agent.pid) - cpu
+        chunks = [u for u in agent.updates[sessionId][before:] if u["sessionUpdate"] == "agent_message_chunk"]
+        if sum(len(u["content"]["text"]) for u in chunks) != PACED_DELTAS * 1000:
+            raise BenchError("the paced stream did not arrive whole")
+        if n:  # the first is a warm-up
+            perFrame.append(max(0.0, paced - plain) / len(chunks))
+            frames.append(len(chunks))
+    await b.close(agent)
+    floor = await asyncio.to_thread(frameFloor)
+    ratio = [sample / statistics.median(floor) for sample in perFrame]
+    return [
+        Result("floor of a frame: parse an SSE event, encode its update, write it", floor, "µs",
+               note="in the bench process; the 1,000-character delta of the row below"),
+        Result("agent CPU per streamed `session/update` frame", perFrame, "µs",
+               note=f"{PACED_DELTAS:,} deltas of 1,000 characters, one every {PACE * 1000:g} ms, arrived as "
+                    f"{min(frames)}–{max(frames)} frames; process CPU of the turn less a no-tool turn's, per frame"),
+        Result("agent CPU per frame ÷ the floor", ratio, "ratio", 5.0, "≤ 5", "issue 27 §2"),
+    ]
+
+
+def requestCosts(url: str, workspace: str, size: int, runs: int) -> tuple[list[float], list[float], list[float]]:
+    """In this process, an engine session with ``size`` messages of history (``size // 4`` turns
+    of a request, a ``read_file`` call, its 1.5 KB result and an answer) and no compaction: the
+    CPU of the agent's thread for each of ``runs`` one-request turns (each continuing the
+    session), their wall time, and the time of one ``json.dumps`` of each request's body."""
+    from hermes_acp.config import Endpoint
+    from hermes_acp.engine.agent import AIAgent
+    from hermes_acp.engine.model import ModelClient
+    from tests.observers import RecordingObserver
+
+    bodies: list[bytes] = []
+
+    class Recording(ModelClient):
+        def _stream(self, request: bytes, *args: Any) -> Any:
+            bodies.append(request)
+            return super()._stream(request, *args)
+
+    result = "".join(f"{n:4d}  a line of the file that was read, as the model sees it\n" for n in range(25))
+    history: list[dict[str, Any]] = []
+    for n in range(size // 4):
+        history += [
+            {"role": "user", "content": f"turn {n}: please read notes.txt and tell me what line {n} says"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": f"c{n}", "type": "function", "function": {
+                "name": "read_file", "arguments": json.dumps({"path": "notes.txt", "offset": n})}}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "name": "read_file", "content": result},
+            {"role": "assistant", "content": f"Line {n} says: a line of the file that was read, as the model sees it."},
+        ]
+    endpoint = Endpoint("custom", url, "bench-key", "scripted-model")
+    agent = AIAgent(endpoint, workspace, client=Recording(endpoint))
+    cpu, wall, floor = [], [], []
+    for n in range(runs + 1):
+        bodies.clear()
+        started, startedCPU = time.perf_counter(), time.thread_time()
+        outcome = agent.run_conversation(f"[notool] request {n}", history, RecordingObserver())
+        elapsedCPU, elapsed = time.thread_time() - startedCPU, time.perf_counter() - started
+        if outcome.failure is not None or len(bodies) != 1:
+            raise BenchError(f"the {size}-message turn failed: {outcome.failure}")
+        history = history + list(outcome.messages)
+        body = json.loads(bodies[0]) if isinstance(bodies[0], bytes) else bodies[0]  # (a dict before issue 27)
+        dumped = float("inf")
+        for _ in range(3):  # on the same clock as the agent's, the best of three
+            started = time.thread_time()
+            json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+            dumped = min(dumped, time.thread_time() - started)
+        if n:  # the first turn measures the loaded history once
+            cpu.append(elapsedCPU)
+            wall.append(elapsed)
+            floor.append(dumped)
+    return cpu, wall, floor
+
+
+async def caseRequest(b: Bench) -> list[Result]:
+    """What a model request costs the agent as the history grows (issue 27 §1): the agent's
+    CPU for a one-request turn against one ``json.dumps`` of that request's body."""
+    rows = []
+    for size in HISTORY_SIZES:
+        cpu, wall, floor = await asyncio.to_thread(requestCosts, b.server.url, b.workspace, size, max(3, b.runs.turns))
+        ratio = [c / f for c, f in zip(cpu, floor)]
+        rows += [
+            Result(f"one `json.dumps` of a request with {size:,} messages", floor, "ms",
+                   note="the floor: the request's body, compact"),
+            Result(f"agent CPU of a turn with {size:,} messages of history", cpu, "ms",
+                   note=f"{size // 4:,} earlier turns, no compaction; one model request; the engine's thread, in "
+                        f"the bench process (wall {statistics.median(wall) * 1000:.1f} ms)"),
+            Result(f"agent CPU ÷ one `json.dumps`, {size:,} messages", ratio, "ratio", 1.5, "≤ 1.5", "issue 27 §1"),
+        ]
+    return rows
+
+
 async def concurrentTurns(b: Bench, width: int, **extra: str) -> list[float]:
     """``width`` sessions of one process prompt at once; seconds until the last answer."""
     agent = await b.ready(**extra)
@@ -723,7 +867,7 @@ async def caseCompaction(b: Bench) -> list[Result]:
     big.write_text("".join(f"{n:05d} " + "v" * 73 + "\n" for n in range(COMPACTION_FILE // 80)))
     home = b.home()
     try:
-        agent = await b.spawn(home, server)
+        agent = await b.spawn(home, server, args=("--log-level", "debug"))  # a routine compaction's line is at debug
         await agent.initialize()
         _, sessionId = await agent.newSession(b.workspace)
         plain, compacting = [], []
@@ -841,6 +985,8 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "extract": caseExtract,
     "checkpoint": caseCheckpoint,
     "stream": caseStream,
+    "frames": caseFrames,
+    "request": caseRequest,
     "concurrent": caseConcurrent,
     "cancel": caseCancel,
     "load": caseLoad,

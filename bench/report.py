@@ -21,6 +21,8 @@ def _show(value: float, unit: str) -> str:
         return f"{value * 1000:.1f} ms"
     if unit == "MiB":
         return f"{value / MiB:.1f} MiB"
+    if unit == "µs":
+        return f"{value * 1e6:.1f} µs"
     if unit == "ratio":
         return f"{value:.2f}"
     return f"{value:.3f} s"

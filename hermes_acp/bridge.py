@@ -1,11 +1,17 @@
 """The worker-thread side of a turn: an engine run's events → the reactor, in order.
 
-Text and thought deltas are coalesced: the first delta of a batch arms a
-short timer on the reactor, later deltas join the batch, and anything else
-(a tool event, the other kind of text, the turn's end) sends the batch first.
-A 4,000-delta answer costs a few dozen thread hops, never reordered,
-duplicated or dropped. Every other event crosses with ``callInReactor`` and
-waits until the editor has caught up (back-pressure instead of memory growth).
+Text and thought deltas are coalesced: the first delta of a batch crosses to
+the reactor at once (one ``callFromThread``, no timer, no Deferred), and the
+deltas that arrive before the reactor gets to it join the batch; a batch that
+starts within ``COALESCE_SECONDS`` of the last one sent waits for the rest of
+that window (a fast stream makes at most one frame a window, as the editor
+can take them). Anything else (a tool event, the other kind of text, the
+turn's end) sends the batch first. So a slow stream shows each delta at once
+for one hop, and a fast one costs a hop per window, never reordered,
+duplicated or dropped. While the editor is behind, the batch is held (and
+grows) and looked at again every ``COALESCE_SECONDS``. Every other event
+crosses with ``callInReactor`` and waits until the editor has caught up
+(back-pressure instead of memory growth).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
-from twisted.internet.defer import maybeDeferred
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -23,13 +29,12 @@ from .interfaces import ITurnObserver
 from .threads import callInReactor
 
 if TYPE_CHECKING:
-    from twisted.internet.defer import Deferred
-
     from .engine.access import EditProposal
 
 log = Logger()
 
-#: How long deltas may wait to be batched, and the most a batch may hold.
+#: The shortest time between two batches of text (and how often a batch held while the
+#: editor is behind is looked at again), and the most a batch may hold.
 COALESCE_SECONDS = 0.005
 MAX_BATCH_BYTES = 64 * 1024
 
@@ -58,6 +63,8 @@ class EventBridge:
         self._parts: list[str] = []
         self._size = 0
         self._armed = False
+        #: When the last batch went out (``_drain``): at most one a ``COALESCE_SECONDS``.
+        self._sent = float("-inf")
 
     def message(self, text: str) -> None:
         self._text("agent_message_chunk", text)
@@ -77,20 +84,25 @@ class EventBridge:
         if not text:
             return
         with self._lock:
-            pending = self._take() if self._kind not in (None, kind) else []
+            pending = self._take() if self._kind not in (None, kind) else None
+            if not pending:
+                self._kind = kind
+                self._parts.append(text)
+                self._size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+                full = self._size >= MAX_BATCH_BYTES
+                arm = not self._armed and not full
+                self._armed = self._armed or arm
         if pending:  # the other kind of text goes out first, in order
             self._send(pending)
-        with self._lock:
-            self._kind = kind
-            self._parts.append(text)
-            self._size += len(text.encode("utf-8", "surrogatepass"))
-            full = self._size >= MAX_BATCH_BYTES
-            arm = not self._armed and not full
-            self._armed = self._armed or arm
-        if full:
+            self._text(kind, text)
+        elif full:
             self.flush()
         elif arm:
-            self.reactor.callFromThread(self.reactor.callLater, COALESCE_SECONDS, self._timerFired)
+            wait = self._sent + COALESCE_SECONDS - self.reactor.seconds()
+            if wait > 0:  # a frame went out just now: this one gathers what comes for the rest of the window
+                self.reactor.callFromThread(self.reactor.callLater, wait, self._drain)
+            else:
+                self.reactor.callFromThread(self._drain)
 
     def _take(self) -> list[tuple[str, Any]]:
         """Empty the batch (the lock is held)."""
@@ -100,22 +112,29 @@ class EventBridge:
         self._parts, self._size, self._kind = [], 0, None
         return batch
 
-    def _timerFired(self) -> None:
+    def _drain(self) -> None:
         """In the reactor thread: send whatever the batch holds now.
 
-        While the editor is behind, the batch keeps growing instead; once full,
-        the worker's own flush waits for the editor (back-pressure). A timer
-        that finds the batch already gone stops (the next delta arms a new one)."""
+        While the editor is behind, the batch keeps growing instead (looked at again
+        every ``COALESCE_SECONDS``); once full, the worker's own flush waits for the
+        editor (back-pressure). A drain that finds the batch already gone stops (the
+        next delta asks for a new one)."""
         paused = self.paused()
         with self._lock:
             holding = paused and bool(self._parts)
             self._armed = holding
             batch = [] if holding else self._take()
         if holding:
-            self.reactor.callLater(COALESCE_SECONDS, self._timerFired)
+            self.reactor.callLater(COALESCE_SECONDS, self._drain)
         elif batch:
-            d = maybeDeferred(self.deliver, batch)
-            d.addErrback(lambda f: log.failure("delivering coalesced text failed", f))
+            self._sent = self.reactor.seconds()
+            try:
+                sent = self.deliver(batch)  # (when the editor caught up: only the worker's waits need it)
+            except Exception:
+                log.failure("delivering coalesced text failed")
+            else:
+                if isinstance(sent, Deferred):
+                    sent.addErrback(lambda f: log.failure("delivering coalesced text failed", f))
 
     def flush(self) -> None:
         """Send the batch now (from a worker thread) and wait for the editor."""

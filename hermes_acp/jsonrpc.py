@@ -22,6 +22,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from . import safejson
+from .logs import debugging
 from .framing import LineProtocol
 from .oneshot import OneShot
 
@@ -145,6 +146,8 @@ class JSONRPCConnection(LineProtocol):
         self._done: OneShot[None] = OneShot()
         self._writable: OneShot[None] = OneShot()
         self._writable.fire(None)
+        #: The start of a notification's line, by method (``notifyEncoded``).
+        self._heads: dict[str, bytes] = {}
         self.paused = False
         self.onInputEnded: Callable[[], object] | None = None
         #: Whether our input has hung up; set by whoever owns the file descriptor
@@ -381,8 +384,9 @@ class JSONRPCConnection(LineProtocol):
         self._trace("out", line, message)
         self.sendLine(line)
         if "method" in message:
-            log.debug("sent {kind} {method} ({size} bytes)", kind="request" if "id" in message else "notification",
-                      method=message["method"], size=len(line))
+            if debugging():  # a line per frame: not even built unless someone reads it
+                log.debug("sent {kind} {method} ({size} bytes)", kind="request" if "id" in message else "notification",
+                          method=message["method"], size=len(line))
         else:
             outcome = f"error {message['error'].get('code')}" if "error" in message else "ok"
             self._logAnswer(_idKey(message.get("id")), outcome, len(line))
@@ -391,6 +395,8 @@ class JSONRPCConnection(LineProtocol):
     def _logAnswer(self, key: str, outcome: str, size: int) -> None:
         """At debug level: a request and its answer, with the time between them."""
         method, began = self._began.pop(key, ("?", None))
+        if not debugging():
+            return
         took = "" if began is None else f", {1000 * (self._clock.seconds() - began):.1f} ms"
         request = f"our {method} id {key[4:]}" if key.startswith("our ") else f"{method} id {key}"
         log.debug("answer to {request}: {outcome} ({size} bytes{took})",
@@ -424,6 +430,23 @@ class JSONRPCConnection(LineProtocol):
     def notify(self, method: str, params: Mapping[str, Any]) -> None:
         """Send a notification."""
         self._write({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def notifyEncoded(self, method: str, params: bytes, value: Callable[[], Mapping[str, Any]]) -> None:
+        """Send a notification whose ``params`` are already encoded (``safejson.encode``):
+        the same line ``notify`` would write, without encoding them again. ``value()``
+        gives them decoded, for a trace."""
+        if self._closed or self.transport is None:
+            log.debug("connection closed; dropping {method}", method=method)
+            return
+        head = self._heads.get(method)
+        if head is None:
+            head = self._heads[method] = b'{"jsonrpc":"2.0","method":' + safejson.encode(method) + b',"params":'
+        line = head + params + b"}"
+        if self.trace is not None:
+            self._trace("out", line, {"jsonrpc": "2.0", "method": method, "params": value()})
+        self.sendLine(line)
+        if debugging():
+            log.debug("sent notification {method} ({size} bytes)", method=method, size=len(line))
 
     def failOutgoing(self, requestId: Any, error: Exception) -> None:
         """Fail our request ``requestId`` from below: the transport knows no answer

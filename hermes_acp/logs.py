@@ -20,6 +20,17 @@ from zope.interface import implementer
 from .engine.secrets import learnedSecrets, redact, secretValues
 
 
+#: Whether a debug line can reach anyone: False once ``startLogging`` chose a higher level. A
+#: discarded ``log.debug`` still builds its event and walks the observers, which for a line per
+#: frame costs more than the frame's encoding; hot paths ask ``debugging()`` first. Where
+#: logging is someone else's (``twist``, tests), debug lines are assumed to be wanted.
+_debugging = True
+
+
+def debugging() -> bool:
+    return _debugging
+
+
 @implementer(ILogObserver)
 class RedactingTextObserver:
     """Classic one-line text to a stream, with known secrets scrubbed."""
@@ -88,6 +99,8 @@ def parseLevel(name: str) -> LogLevel:
 
 def startLogging(level: LogLevel, stream: IO[str] | None = None) -> None:
     """Send ``twisted.logger`` and stdlib ``logging`` to stderr."""
+    global _debugging
+    _debugging = level == LogLevel.debug
     observer = RedactingTextObserver(stream or sys.stderr, secretValues())
     filtered = FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=level)])
 
@@ -135,7 +148,7 @@ def bridgeStdlibLogging() -> None:
     root = logging.getLogger()
     if not any(isinstance(h, _ToTwisted) for h in root.handlers):
         root.addHandler(_ToTwisted())
-    root.setLevel(logging.DEBUG)
+    root.setLevel(logging.DEBUG if _debugging else logging.INFO)  # (a debug record nobody shows still costs)
     for noisy in ("httpx", "httpcore", "openai", "httpx2", "urllib3", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

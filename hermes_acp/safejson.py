@@ -75,6 +75,18 @@ def encode(value: Any) -> bytes:
     return utf8(dumps(value))
 
 
+class Encoded(dict):  # type: ignore[type-arg]
+    """A JSON object together with its ``encode`` bytes, made once: a ``session/update``
+    the wire carries as these bytes and the journal keeps as the same text (encoding it
+    again, later, would cost as much as sending it, and could differ)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, value: dict[str, Any], data: bytes) -> None:
+        super().__init__(value)
+        self.data = data
+
+
 Trail = tuple[Any, Any] | None  # (parent trail, key): a path, built only when needed
 
 

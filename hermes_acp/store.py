@@ -160,6 +160,8 @@ def _encode(value: Any) -> tuple[str, int]:
     """Compact JSON for ``value`` and its size in UTF-8 bytes, under the rule of
     ``hermes_acp.safejson``: lone surrogates (undecodable tool output, say) become
     U+FFFD and non-finite numbers null, so nothing stored can fail to load or send."""
+    if isinstance(value, safejson.Encoded):  # a sent update: the text it was sent as
+        return value.data.decode("utf-8"), len(value.data)
     try:
         text = safejson.dumps(value)
     except ValueError:

@@ -430,7 +430,8 @@ class Turn:
                 self.subagentText(callId, int(child), payload)
             else:
                 self.sendText(kind, payload)
-        return self.services.updates.whenWritable()
+        updates = self.services.updates
+        return updates.whenWritable() if updates.paused else None  # (no Deferred per frame while it keeps up)
 
     def sendText(self, kind: str, text: str) -> None:
         """Chunks of one message share its id; thoughts are a message of their own."""

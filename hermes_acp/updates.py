@@ -15,6 +15,7 @@ import attrs
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
+from . import safejson
 from .catalog import ModelCatalog
 from .client import ClientInfo
 from .render import textContent
@@ -34,15 +35,37 @@ class UpdateChannel:
     client: ClientInfo
     #: How children of ``delegate_task`` are shown to an editor with ``subagents``.
     subagents: SubagentView = attrs.field(factory=SubagentView)
+    #: The start of a session's ``session/update`` params, by session id (``send``).
+    _heads: dict[str, bytes] = attrs.field(factory=dict, init=False)
 
     @property
     def paused(self) -> bool:
         return self.connection.paused
 
     def send(self, state: SessionState, update: dict[str, Any], journal: bool = True) -> None:
-        self._show(state, update)
+        """Show ``update`` and journal it, encoded once: the frame carries those bytes and the
+        journal keeps the same text (``safejson.Encoded``)."""
+        encoded = None if self.client.subagents and "_meta" in update else self._encoded(state, update)
+        if encoded is None:  # a child's update (shown in its own form), or one with no JSON form
+            self._show(state, update)
         if journal:
-            self.store.journalUpdate(state, update)
+            self.store.journalUpdate(state, update if encoded is None else encoded)
+
+    def _encoded(self, state: SessionState, update: dict[str, Any]) -> safejson.Encoded | None:
+        """Send ``update`` as ``_show`` would, from one encoding of it; None when it has none
+        (``_show`` then logs and drops it, and the journal heals what it can)."""
+        try:
+            encoded = safejson.Encoded(update, safejson.encode(update))
+        except (TypeError, ValueError, RecursionError):
+            return None
+        head = self._heads.get(state.sessionId)
+        if head is None:
+            if len(self._heads) > 1024:
+                self._heads.clear()
+            head = self._heads[state.sessionId] = b'{"sessionId":' + safejson.encode(state.sessionId) + b',"update":'
+        self.connection.notifyEncoded("session/update", head + encoded.data + b"}",
+                                      lambda: {"sessionId": state.sessionId, "update": update})
+        return encoded
 
     def notice(self, state: SessionState, severity: str, title: str, description: str, journal: bool = True) -> None:
         if self.client.notices:

@@ -45,15 +45,25 @@ class BridgeTestCase(SynchronousTestCase):
 
 
 class CoalescingTests(BridgeTestCase):
+    def busy(self) -> threading.Event:
+        """From the worker: keep the reactor busy until the returned event is set."""
+        gate = threading.Event()
+        self.reactor.callFromThread(gate.wait, 10)
+        return gate
+
     def test_fourThousandDeltasExactly(self) -> None:
-        """4,000 deltas arrive in 16 deliveries (one per timer tick) and concatenate exactly."""
+        """4,000 deltas that arrive in 16 bursts while the reactor is busy go out in 16
+        deliveries (one per burst) and concatenate exactly."""
         deltas = [f"{i}," for i in range(4000)]
 
         def work() -> None:
-            for i, delta in enumerate(deltas):
-                self.bridge.message(delta)
-                if (i + 1) % 250 == 0:
-                    self.advance()
+            for start in range(0, 4000, 250):
+                gate = self.busy()
+                for delta in deltas[start:start + 250]:
+                    self.bridge.message(delta)
+                gate.set()
+                self.onReactor(lambda: None)  # the reactor took the burst
+                self.advance()
             self.bridge.flush()
 
         self.reactor.runInWorker(work)
@@ -181,39 +191,78 @@ class BatchLimitTests(BridgeTestCase):
         self.assertEqual(seen, [[[(THOUGHT, "é" * (MAX_BATCH_BYTES // 2))]]])
 
 
-class TimerTests(BridgeTestCase):
-    def test_timerDeliversTheBatch(self) -> None:
-        """One timer per batch, armed on the reactor; when it fires the batch goes out."""
+class DrainTests(BridgeTestCase):
+    def test_firstDeltaGoesAtOnce(self) -> None:
+        """A delta crosses to the reactor at once: no timer, no waiting for more."""
         seen: list[Any] = []
 
         def work() -> None:
             self.bridge.message("hello")
+            self.onReactor(lambda: None)
+            seen.append((list(self.deliveries), len(self.reactor.getDelayedCalls())))
+            self.advance()
             self.bridge.message(" world")
-            self.advance(COALESCE_SECONDS / 2)
-            seen.append((list(self.deliveries), len(self.reactor.getDelayedCalls())))
-            self.advance(COALESCE_SECONDS / 2)
-            seen.append((list(self.deliveries), len(self.reactor.getDelayedCalls())))
+            self.onReactor(lambda: None)
 
         self.reactor.runInWorker(work)
-        self.assertEqual(seen, [([], 1), ([[(MESSAGE, "hello world")]], 0)])
+        self.assertEqual(seen, [([[(MESSAGE, "hello")]], 0)])
+        self.assertEqual(self.deliveries, [[(MESSAGE, "hello")], [(MESSAGE, " world")]])
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
 
-    def test_timerAfterTheBatchLeftStops(self) -> None:
-        """A timer whose batch an event already took sends nothing; the next delta arms a new one."""
+    def test_atMostOneBatchAWindow(self) -> None:
+        """Text that follows a batch within COALESCE_SECONDS waits for the rest of that window,
+        gathering what comes meanwhile: a fast stream makes one frame a window."""
+        seen: list[Any] = []
 
         def work() -> None:
             self.bridge.message("a")
-            self.bridge.event(note, "e")
-            self.advance()
+            self.onReactor(lambda: None)
+            self.advance(COALESCE_SECONDS / 5)
             self.bridge.message("b")
+            self.bridge.message("c")
+            self.onReactor(lambda: None)
+            seen.append(list(self.deliveries))
+            self.advance(COALESCE_SECONDS * 4 / 5)
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(seen, [[[(MESSAGE, "a")]]])
+        self.assertEqual(self.deliveries, [[(MESSAGE, "a")], [(MESSAGE, "bc")]])
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_deltasWhileTheReactorIsBusyJoin(self) -> None:
+        """Deltas that arrive before the reactor gets to the first one go out with it: one hop."""
+
+        def work() -> None:
+            gate = threading.Event()
+            self.reactor.callFromThread(gate.wait, 10)
+            for delta in "abc":
+                self.bridge.message(delta)
+            gate.set()
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(self.deliveries, [[(MESSAGE, "abc")]])
+        self.assertEqual(self.reactor.ran, 2)  # the gate and one drain
+
+    def test_drainAfterTheBatchLeftStops(self) -> None:
+        """A drain whose batch an event already took sends nothing; the next delta asks for a new one."""
+
+        def work() -> None:
+            gate = threading.Event()
+            self.reactor.callFromThread(gate.wait, 10)
+            self.bridge.message("a")
+            self.bridge.event(note, "e")  # queued behind the drain: the batch goes with the event
+            gate.set()
+            self.bridge.message("b")
+            self.onReactor(lambda: None)
             self.advance()
 
         self.reactor.runInWorker(work)
         self.assertEqual(self.deliveries, [[(MESSAGE, "a"), ("event", "e")], [(MESSAGE, "b")]])
         self.assertEqual(self.reactor.getDelayedCalls(), [])
 
-    def test_pausedTimerHoldsTheBatch(self) -> None:
-        """While the editor is behind, the timer keeps the batch (it grows); once the
-        editor catches up, the next tick sends it all, and the timer stops."""
+    def test_pausedDrainHoldsTheBatch(self) -> None:
+        """While the editor is behind, the batch is held (it grows) and looked at again every
+        COALESCE_SECONDS; once the editor catches up, the next look sends it all, and stops."""
         self.isPaused = True
         seen: list[Any] = []
 
@@ -232,9 +281,9 @@ class TimerTests(BridgeTestCase):
         self.assertEqual(self.deliveries, [[(MESSAGE, "ab")]])
         self.assertEqual(self.reactor.getDelayedCalls(), [])
 
-    def test_pausedTimerWithNothingLeftStops(self) -> None:
-        """If the batch went out another way (the turn's final flush), a paused timer does
-        not keep ticking for ever."""
+    def test_pausedDrainWithNothingLeftStops(self) -> None:
+        """If the batch went out another way (the turn's final flush), a held batch's timer
+        does not keep ticking for ever."""
         self.isPaused = True
 
         def work() -> None:
@@ -246,8 +295,9 @@ class TimerTests(BridgeTestCase):
         self.assertEqual(self.deliveries, [[(MESSAGE, "a")]])
         self.assertEqual(self.reactor.getDelayedCalls(), [])
 
-    def test_timerDeliveryFailureIsLogged(self) -> None:
-        """A failing delivery from the timer is logged, not raised into the reactor."""
+    def test_drainDeliveryFailureIsLogged(self) -> None:
+        """A failing delivery from the drain is logged, not raised into the reactor; so is
+        a Deferred it returns that fails."""
 
         def broken(events: Any) -> None:
             raise ValueError("no connection")
@@ -256,10 +306,17 @@ class TimerTests(BridgeTestCase):
 
         def work() -> None:
             self.bridge.message("a")
-            self.advance()
+            self.onReactor(lambda: None)
 
         self.reactor.runInWorker(work)
         self.assertEqual(len(self.flushLoggedErrors(ValueError)), 1)
+
+        failing: Deferred[None] = Deferred()
+        self.bridge.deliver = lambda events: failing
+        self.reactor.advance(COALESCE_SECONDS)
+        self.reactor.runInWorker(work)
+        failing.errback(KeyError("gone"))
+        self.assertEqual(len(self.flushLoggedErrors(KeyError)), 1)
 
 
 class BackPressureTests(BridgeTestCase):

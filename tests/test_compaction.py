@@ -450,6 +450,25 @@ class ReviewedTests(SynchronousTestCase):
         self.assertEqual([m["role"] for m in before], ["system", "user", "assistant"])
         self.assertNotIn("compaction", before[1])
 
+    def test_sizes_are_measured_once_and_add_up(self) -> None:
+        """The agent's per-entry sizes add up to one ``charCount`` of the history as sent, and
+        an entry is measured once however many requests carry it."""
+        from hermes_acp.engine import agent as agentModule
+        from hermes_acp.engine.agent import _forAPI, _Sizes
+
+        history = [{"role": "user", "content": "read a.txt ü"},
+                   {"role": "assistant", "content": "", "reasoning": "hm", "tool_calls": [
+                       {"id": "c", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]},
+                   {"role": "tool", "tool_call_id": "c", "name": "read_file", "content": "x" * 500},
+                   {"role": "assistant", "content": "done"}]
+        sizes, measured = _Sizes(), []
+        real = agentModule._messageChars
+        self.patch(agentModule, "_messageChars", lambda m: measured.append(m) or real(m))
+        for _ in range(3):
+            self.assertEqual(sizes.total(history), charCount([_forAPI(m) for m in history]))
+        self.assertEqual(measured, history)
+        self.assertEqual(sizes.total([]), charCount([]))
+
     def test_images_count_as_a_fixed_size(self) -> None:
         from hermes_acp.engine.agent import IMAGE_CHARS, _hasImages, _sentChars
 

@@ -14,6 +14,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from hermes_acp import safejson
 from hermes_acp.jsonrpc import (
     DRAIN_GRACE,
     InvalidParams,
@@ -224,6 +225,22 @@ class IncomingTests(SynchronousTestCase):
 
 
 class OutgoingTests(SynchronousTestCase):
+    def test_notifyEncodedWritesTheSameLine(self) -> None:
+        """A notification whose params are already encoded is the line ``notify`` writes,
+        byte for byte (lone surrogates repaired alike); a trace sees it decoded."""
+        params = {"sessionId": "s1", "update": {"sessionUpdate": "agent_message_chunk",
+                                                "content": {"type": "text", "text": "é \ud800 ok"}}}
+        h = Harness()
+        h.connection.notify("session/update", params)
+        plain = h.transport.value()
+        h.transport.clear()
+        traced: list[Any] = []
+        h.connection.trace = lambda direction, line, message: traced.append((direction, line, message))
+        h.connection.notifyEncoded("session/update", safejson.encode(params), lambda: params)
+        self.assertEqual(h.transport.value(), plain)
+        self.assertEqual(traced, [("out", plain.rstrip(b"\n"), {"jsonrpc": "2.0", "method": "session/update",
+                                                                "params": params})])
+
     def test_responseResolves(self) -> None:
         """Our requests use our own id space and fire with the client's result."""
         h = Harness()

@@ -422,6 +422,18 @@ class JournalTests(StoreTestCase):
         self.assertEqual(db.loadJournal("s1"), Replay([*first, plan], 0, 0))
         self.assertFalse(db.loadJournal("s1").truncated)
 
+    def test_sentUpdatesKeepTheirText(self) -> None:
+        """An update already encoded for the wire (``safejson.Encoded``) is journaled as that
+        text, not encoded again; it loads as the same update (a lone surrogate as U+FFFD)."""
+        from hermes_acp import safejson
+
+        db = self.openStore()
+        self.newSession(db)
+        update = chunk("h\ud800llo")
+        sent = safejson.Encoded(update, safejson.encode(update))
+        db.appendUpdates("s1", 1, [sent])
+        self.assertEqual(db.loadJournal("s1").updates, [chunk("h\ufffdllo")])
+
     def test_rejectsNonUpdates(self) -> None:
         """Only session/update objects are journaled; a bad batch writes nothing."""
         db = self.openStore()

@@ -120,19 +120,76 @@ def _forAPI(message: dict[str, Any]) -> dict[str, Any]:
 IMAGE_CHARS = 4000
 
 
-def _sentChars(messages: Sequence[dict[str, Any]]) -> int:
+def _messageChars(message: dict[str, Any]) -> tuple[int, bool]:
+    """The size of one history entry as the endpoint receives it (an image at ``IMAGE_CHARS``),
+    and whether it holds an image."""
+    content = message.get("content")
+    if isinstance(content, list):
+        parts = [p for p in content if not (isinstance(p, dict) and p.get("type") == "image_url")]
+        if len(parts) < len(content):
+            return IMAGE_CHARS * (len(content) - len(parts)) + charCount(_forAPI({**message, "content": parts})), True
+    return charCount(_forAPI(message)), False
+
+
+def _listed(chars: int, image: bool, count: int) -> int:
+    """The size of ``count`` entries of ``chars`` in all as one JSON list (``charCount``'s
+    measure): its brackets and separators too; with images, the sum alone (as before)."""
+    return chars if image else chars + 2 + 2 * max(0, count - 1)
+
+
+class _Sizes:
+    """Each history entry as the endpoint receives it (``_forAPI``) and its size, made once
+    (when it is remembered, or first seen) and known by the entry itself, so a request costs
+    one encoding of the history, its body's, and no more (at 4,000 entries one encoding
+    costs tens of ms). An entry is never changed once in the history (a compaction makes
+    new ones). Also whether an entry holds an image, or is a message of tool images
+    (``images.joined``), so a history without either is not walked again for them."""
+
+    def __init__(self) -> None:
+        #: id -> (entry, its size, holds an image, a message of tool images, as sent)
+        self._known: dict[int, tuple[dict[str, Any], int, bool, bool, dict[str, Any]]] = {}
+
+    def of(self, message: dict[str, Any]) -> tuple[dict[str, Any], int, bool, bool, dict[str, Any]]:
+        entry = self._known.get(id(message))
+        if entry is None or entry[0] is not message:
+            chars, image = _messageChars(message)
+            entry = self._known[id(message)] = (message, chars, image, message.get(SYNTHETIC_KEY) == images.IMAGES,
+                                                _forAPI(message))
+        return entry
+
+    def total(self, messages: Sequence[dict[str, Any]]) -> int:
+        """What ``charCount`` of the entries as sent says (``json.dumps`` of their list): the
+        sum of theirs and the list's brackets and separators; with images, the sum alone."""
+        chars, image = self.scan(messages)[:2]
+        return _listed(chars, image, len(messages))
+
+    def scan(self, messages: Sequence[dict[str, Any]]) -> tuple[int, bool, bool]:
+        """The entries' sizes summed, whether one holds an image, whether one is tool images."""
+        chars, image, joinable = 0, False, False
+        known = self._known
+        for message in messages:
+            entry = known.get(id(message))
+            if entry is None or entry[0] is not message:
+                entry = self.of(message)
+            chars += entry[1]
+            image = image or entry[2]
+            joinable = joinable or entry[3]
+        return chars, image, joinable
+
+    def sent(self, message: dict[str, Any]) -> dict[str, Any]:
+        entry = self._known.get(id(message))
+        return (entry if entry is not None and entry[0] is message else self.of(message))[4]
+
+    def keep(self, messages: Sequence[dict[str, Any]]) -> None:
+        """Forget entries no longer in ``messages`` (compacted away) once they are many."""
+        if len(self._known) > 2 * len(messages) + 64:
+            known = self._known
+            self._known = {id(m): known[id(m)] for m in messages if id(m) in known and known[id(m)][0] is m}
+
+
+def _sentChars(messages: Sequence[dict[str, Any]], sizes: _Sizes | None = None) -> int:
     """The size of history entries as the endpoint receives them, images at ``IMAGE_CHARS``."""
-    if not _hasImages(messages):
-        return charCount([_forAPI(message) for message in messages])
-    total = 0
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            parts = [p for p in content if not (isinstance(p, dict) and p.get("type") == "image_url")]
-            total += IMAGE_CHARS * (len(content) - len(parts))
-            message = {**message, "content": parts}
-        total += charCount(_forAPI(message))
-    return total
+    return (sizes or _Sizes()).total(messages)
 
 
 def _hasImages(messages: Sequence[dict[str, Any]]) -> bool:
@@ -140,13 +197,13 @@ def _hasImages(messages: Sequence[dict[str, Any]]) -> bool:
                                                           for p in m["content"]) for m in messages)
 
 
-def _request(system: dict[str, Any], live: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _request(system: dict[str, Any], live: Sequence[dict[str, Any]], sizes: _Sizes | None = None) -> list[dict[str, Any]]:
     """The messages of a request. A summary followed by a user message joins the system
     prompt: strict chat templates (Mistral, Gemma, Llama 2) refuse two user turns in a row."""
     if len(live) > 1 and isSummary(live[0]) and live[1].get("role") == "user":
         system = {**system, "content": f"{system['content']}\n\n{live[0]['content']}"}
         live = live[1:]
-    return [system, *map(_forAPI, live)]
+    return [system, *map(_forAPI if sizes is None else sizes.sent, live)]
 
 
 class _Unrepeated:
@@ -269,6 +326,7 @@ class AIAgent:
     _runLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _planLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _run: Cancellation | None = attrs.field(default=None, init=False)
+    _sizes: _Sizes = attrs.field(factory=_Sizes, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.pathApprovals = PathApprovals.forWorkspace(self.cwd, self.additionalDirectories)
@@ -552,6 +610,7 @@ class _Conversation:
         """A new history entry, under the rule of ``hermes_acp.safejson``: a lone
         surrogate from a file name or a model delta must not poison the session."""
         message = safejson.repaired(message)
+        self.agent._sizes.of(message)  # measured once, here, for every request that carries it
         self.new.append(message)
         self.live.append(message)
 
@@ -576,12 +635,21 @@ class _Conversation:
         tools.update((name, tool) for name, tool in self.extraTools.items() if name not in tools)
         return tools
 
+    def _measured(self, fixed: int) -> tuple[int, bool]:
+        """The next request's size in characters (``fixed``: its system prompt and tools), and
+        whether its history holds an image."""
+        chars, image, _ = self.agent._sizes.scan(self.live)
+        return fixed + _listed(chars, image, len(self.live)), image
+
     def _shown(self) -> list[dict[str, Any]]:
         """``live`` as the next request carries it: images only to a model that can see, the
         newest ``ImageLimits.perRequest`` of them (``images.forModel``), and a message of tool
         images joined to a user message that follows it (``images.joined``)."""
         agent, shown = self.agent, self.live
-        if _hasImages(shown):
+        _, image, joinable = agent._sizes.scan(shown)
+        if not (image or joinable):
+            return shown
+        if image:
             note = (f"(an image is not shown here: the model {agent.model} cannot see images"
                     + ("; vision_analyze can describe an image file, given its path" if agent.visionModel else "") + ")")
             shown = images.forModel(shown, agent.vision is not False, agent.imageLimits.perRequest, note)
@@ -609,7 +677,8 @@ class _Conversation:
                 planning, system, tools = agent.planning, self._system(), self._tools()
                 schemas = [tool.schema() for tool in tools.values()]
                 fixed = charCount([system, schemas])
-            sent = fixed + _sentChars(self.live)
+            agent._sizes.keep(self.live)
+            sent, image = self._measured(fixed)
             tokens = agent.estimator.tokens(sent)
             if agent.contextWindow and tokens > self._budget().threshold and tokens >= self.compactAgainAt:
                 status = self._compact("threshold", fixed).status
@@ -617,11 +686,11 @@ class _Conversation:
                     return self.result(CANCELLED)
                 if status == "failed":  # not again in this run until there is more that could be compacted
                     self.compactAgainAt = tokens + self._budget().limit // 10
-                sent = fixed + _sentChars(self.live)
+                sent, image = self._measured(fixed)
             text = _Unrepeated(shown, lambda delta: _notify(observer.text, delta))
             try:
                 reply = agent.modelClient().complete(
-                    agent.model or "", _request(system, self._shown()), schemas, self.cancellation, text,
+                    agent.model or "", _request(system, self._shown(), agent._sizes), schemas, self.cancellation, text,
                     lambda delta: _notify(observer.thought, delta), **{**options, **retry},
                 )
             except ModelError as e:
@@ -644,7 +713,7 @@ class _Conversation:
             self.counted(reply.usage)
             if reply.usage and reply.usage.get("prompt_tokens"):
                 self.lastPromptTokens = reply.usage["prompt_tokens"]
-                if not _hasImages(self.live):  # an image's tokens are not its characters
+                if not image:  # an image's tokens are not its characters
                     agent.estimator.calibrate(sent, self.lastPromptTokens)
             self.finalText = (self.cutText + reply.text) or reply.refusal or self.finalText
             stop = self._stopReason(reply)
@@ -735,7 +804,8 @@ class _Conversation:
             return reply.text
 
         requested = reason == "requested"
-        outcome = Compactor(budget, agent.estimator, summarise, _sentChars).compact(
+        outcome = Compactor(budget, agent.estimator, summarise,
+                            lambda messages: _sentChars(messages, agent._sizes)).compact(
             compactionId, self.live, agent.estimator.tokens(fixed), focus, force,
             ask=requested or agent.summaryFailures < MAX_SUMMARY_FAILURES)
         shown = outcome.summary

@@ -372,10 +372,11 @@ class Exchange:
         if failure:
             raise failure[0]
 
-    def post(self, path: str, body: dict[str, Any], headers: Mapping[str, str], connectTimeout: float,
+    def post(self, path: str, body: dict[str, Any] | bytes, headers: Mapping[str, str], connectTimeout: float,
              readTimeout: float) -> None:
-        """Send ``body`` as JSON and wait for a 2xx answer (see ``send``)."""
-        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        """Send ``body`` as JSON (or as it is, already encoded) and wait for a 2xx answer (see ``send``)."""
+        payload = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False,
+                                                                  separators=(",", ":")).encode("utf-8")
         self.send("POST", path, payload, {"Content-Type": "application/json",
                                           "Accept": "text/event-stream, application/json", **headers},
                   connectTimeout, readTimeout)

@@ -395,11 +395,13 @@ class ModelClient:
         """
         if not model:
             raise ModelError("no model chosen: set HERMES_MODEL or pick a model for the session")
-        # Under the rule of hermes_acp.safejson: what UTF-8 cannot carry never
-        # reaches the endpoint (where it would fail every later request).
-        request = safejson.repaired({"model": model, "messages": messages, "stream": True,
-                                     "stream_options": {"include_usage": True},
-                                     **({"tools": tools} if tools else {}), **options})
+        # Under the rule of hermes_acp.safejson: what UTF-8 cannot carry never reaches the
+        # endpoint (where it would fail every later request). One encoding of the whole
+        # history per request, which repairs as it goes: the body is the one thing that
+        # grows with the session (the agent measures each history entry once, ``_Sizes``).
+        request = _body({"model": model, "messages": messages, "stream": True,
+                         "stream_options": {"include_usage": True},
+                         **({"tools": tools} if tools else {}), **options})
         attempt = 0
         began = time.monotonic()
         deadline = began + self.limits.seconds
@@ -426,7 +428,7 @@ class ModelClient:
             if cancellation.sleep(delay):
                 return accumulator.reply(CANCELLED_FINISH)
 
-    def _stream(self, request: dict[str, Any], accumulator: _Accumulator, cancellation: Cancellation,
+    def _stream(self, request: bytes, accumulator: _Accumulator, cancellation: Cancellation,
                 deadline: float) -> ModelReply:
         """One attempt. Once cancelled, nothing more of the answer is absorbed (nor shown):
         what is already read past the cancel is dropped with the connection."""
@@ -458,6 +460,15 @@ class ModelClient:
             return accumulator.reply()
         finally:
             exchange.close()
+
+
+def _body(request: dict[str, Any]) -> bytes:
+    """A request as compact UTF-8 JSON, lone surrogates as U+FFFD; a non-finite number
+    (JSON has none) is healed to null first, in place, as ``safejson.repaired`` would."""
+    try:
+        return safejson.encode(request)
+    except ValueError:
+        return safejson.encode(safejson.healed(request))
 
 
 def _target(endpoint: Endpoint) -> chat_http.Target:
