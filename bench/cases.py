@@ -37,6 +37,9 @@ MCP_SERVERS = 3
 COMPACTION_WINDOW, COMPACTION_FILE = 16_000, 12_000
 _COMPACTED = re.compile(r"compaction \w+ \((\w+)\): completed \((\w+)\), (\d+) -> (\d+) tokens in ([\d.]+) s")
 MCP_SETTLE = 0.3  # between a session/new with servers and its close
+#: The scale case (issue 27): this many sessions stream at once in one process.
+SCALE_SESSIONS = 200
+TRICKLE_EVERY = 0.25  # a streaming session's pace in the scale case: 4 deltas a second each
 CANCEL_SETTLE = 0.1  # after the model request arrives, let the stream open and stall
 
 # One script for the whole run; each prompt carries the tag of the rule it wants.
@@ -91,6 +94,7 @@ SCRIPT: dict[str, Any] = {
         {"match": "[stall]", "responses": [[{"stall": True}]]},
         {"match": "[endless]", "responses": [[{"text": "Endless: "}, {"flood": "text", "every": 0.005}]]},
         {"match": "[flood]", "responses": [[{"text": "Flood: "}, {"flood": "text"}]]},
+        {"match": "[trickle]", "responses": [[{"text": "Trickle: "}, {"flood": "text", "every": TRICKLE_EVERY}]]},
     ],
 }
 
@@ -566,6 +570,53 @@ async def caseConcurrent(b: Bench) -> list[Result]:
     return results
 
 
+async def caseScale(b: Bench) -> list[Result]:
+    """Issue 27: ``SCALE_SESSIONS`` sessions of one process at once, against one session alone.
+
+    One one-second turn alone is the floor of the same turns all at once. Then every session
+    streams without end (``[trickle]``) and one is cancelled, then all the others at once."""
+    agent = await b.ready()
+    sessions = []
+    for _ in range(SCALE_SESSIONS):
+        sessions.append(await b.warmSession(agent))
+    alone, together, one, every = [], [], [], []
+    for n in range(b.runs.concurrent):
+        alone.append((await agent.prompt(sessions[0], f"[second] alone {n}"))[0])
+        sent = [agent.sendPrompt(sessionId, f"[second] session {k} run {n}") for k, sessionId in enumerate(sessions)]
+        answers = await asyncio.gather(*(agent.answer("session/prompt", future, 60) for _, future in sent))
+        if any(result.get("stopReason") != "end_turn" for _, result in answers):
+            raise BenchError(f"a {SCALE_SESSIONS}-way turn did not end with end_turn")
+        together.append(max(answered for answered, _ in answers) - sent[0][0])
+    for n in range(b.runs.concurrent):
+        arrived = [b.server.nextRequest(f"[trickle] session {k} run {n}") for k in range(SCALE_SESSIONS)]
+        sent = [agent.sendPrompt(sessionId, f"[trickle] session {k} run {n}") for k, sessionId in enumerate(sessions)]
+        await asyncio.wait_for(asyncio.gather(*arrived), 60)
+        await asyncio.sleep(0.5)  # every session is streaming
+        cancelled = agent.notify("session/cancel", {"sessionId": sessions[0]})
+        answered, result = await agent.answer("session/prompt", sent[0][1], 30)
+        if result.get("stopReason") != "cancelled":
+            raise BenchError(f"a cancelled turn ended with {result.get('stopReason')!r}")
+        one.append(answered - cancelled)
+        first = time.perf_counter()
+        for sessionId in sessions[1:]:
+            agent.notify("session/cancel", {"sessionId": sessionId})
+        answers = await asyncio.gather(*(agent.answer("session/prompt", future, 60) for _, future in sent[1:]))
+        if any(result.get("stopReason") != "cancelled" for _, result in answers):
+            raise BenchError("a cancelled turn did not end with cancelled")
+        every.append(max(answered for answered, _ in answers) - first)
+    await b.close(agent)
+    width = SCALE_SESSIONS
+    return [
+        Result("one one-second turn alone", alone, "s", note=f"the floor of the next row: one of its {width} sessions"),
+        Result(f"{width} concurrent one-second turns", together, "s", 2 * statistics.median(alone), "≤ 2 × alone",
+               _ratio(together, alone, "alone") + f"; {width} sessions, one process, default settings"),
+        Result(f"cancel latency with {width} sessions streaming", one, "ms", 0.1, "≤ 100 ms",
+               f"each session's model streams 1 KB every {TRICKLE_EVERY:g} s; one is cancelled"),
+        Result(f"cancel of the other {width - 1} streaming sessions", every, "ms", 0.1, "≤ 100 ms",
+               "all cancels written at once; until the last `cancelled`"),
+    ]
+
+
 async def caseCancel(b: Bench) -> list[Result]:
     """Cancel latency against a stream that stalls and one that never ends, on an endpoint
     that frames its answers chunked (the run's server) and one whose answers end with the
@@ -843,6 +894,7 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "stream": caseStream,
     "concurrent": caseConcurrent,
     "cancel": caseCancel,
+    "scale": caseScale,
     "load": caseLoad,
     "rss": caseRSS,
 }

@@ -293,6 +293,12 @@ class SessionDB:
     really close everything (per-thread connections would outlive pool threads). WAL mode still
     lets other processes read while we write.
 
+    ``searchMessages`` is the exception: a full-text search over thousands of sessions can take
+    a second, and holding the one connection that long would stall every session's writes
+    (issue 27). Searches use a second, read-only connection of their own, opened at the first
+    search, with its own lock: WAL lets it read a consistent snapshot while the main connection
+    writes.
+
     ``path`` is the file; ``journalMode`` is ``"wal"`` unless the file system refused WAL.
     """
 
@@ -308,6 +314,11 @@ class SessionDB:
         """
         self.path = Path(path)
         self._lock = threading.RLock()
+        #: The searches' own connection (see the class docstring) and its lock.
+        self._searchLock = threading.Lock()
+        self._searchConnection: sqlite3.Connection | None = None
+        self._closed = False
+        self._batching = False  # inside ``batch`` (read and written under ``_lock``)
         try:
             privateFolder(self.path.parent)
         except OSError as e:
@@ -391,6 +402,9 @@ class SessionDB:
     def _transaction(self, begin: str) -> Iterator[sqlite3.Cursor]:
         with self._lock, self._translated():
             cursor = self._connection.cursor()
+            if self._batching:
+                yield from self._savepoint(cursor)
+                return
             cursor.execute(begin)
             try:
                 yield cursor
@@ -401,9 +415,68 @@ class SessionDB:
                 raise
             cursor.execute("COMMIT")
 
+    def _savepoint(self, cursor: sqlite3.Cursor) -> Iterator[sqlite3.Cursor]:
+        """Inside ``batch``: one method's writes as a savepoint of the batch's transaction,
+        so a method that fails undoes only its own."""
+        if not self._connection.in_transaction:
+            # SQLite rolled the whole batch back (a full disk, say): nothing more may commit
+            # on its own, the caller redoes the batch one write at a time.
+            raise sqlite3.OperationalError("the batch's transaction was rolled back")
+        cursor.execute("SAVEPOINT write")
+        try:
+            yield cursor
+        except BaseException:
+            if self._connection.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    cursor.execute("ROLLBACK TO write")
+                    cursor.execute("RELEASE write")
+            raise
+        cursor.execute("RELEASE write")
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Many write methods in ONE transaction (a group commit), from one thread: each
+        method inside is a savepoint, so one that fails (raises) leaves the others. When
+        the commit itself fails none of it is on disk, and StoreError is raised. Other
+        threads wait for the whole batch (it holds the lock)."""
+        with self._lock, self._translated():
+            cursor = self._connection.cursor()
+            cursor.execute("BEGIN IMMEDIATE")
+            self._batching = True
+            try:
+                yield
+                self._batching = False
+                cursor.execute("COMMIT")
+            except BaseException:
+                self._batching = False
+                if self._connection.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        cursor.execute("ROLLBACK")
+                raise
+
     def _read(self) -> contextlib.AbstractContextManager[sqlite3.Cursor]:
         """One consistent snapshot (a read transaction), under the lock."""
         return self._transaction("BEGIN")
+
+    @contextlib.contextmanager
+    def _searching(self) -> Iterator[sqlite3.Cursor]:
+        """One read transaction on the searches' own connection (opened on first use), so a
+        long search never holds the lock every other method needs."""
+        with self._searchLock, self._translated():
+            if self._closed:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            if self._searchConnection is None:
+                connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                connection.execute("PRAGMA query_only = ON")
+                self._searchConnection = connection
+            cursor = self._searchConnection.cursor()
+            cursor.execute("BEGIN")
+            try:
+                yield cursor
+            finally:
+                if self._searchConnection.in_transaction:
+                    cursor.execute("COMMIT")
 
     def _write(self) -> contextlib.AbstractContextManager[sqlite3.Cursor]:
         """One write transaction, under the lock; it takes SQLite's write lock at once, so it
@@ -723,7 +796,7 @@ class SessionDB:
             return []
         match = " ".join(f'"{word}"' for word in words)  # \w has no quote to escape
         where, params = _projectFilter(cwd)
-        with self._read() as cursor:
+        with self._searching() as cursor:
             rows = cursor.execute(
                 "SELECT m.session_id, s.title, s.cwd, m.role, m.seq, "
                 "snippet(acp_messages_fts, 0, '**', '**', '…', 16), s.updated_at "
@@ -921,9 +994,14 @@ class SessionDB:
     # -- lifetime ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection; later calls raise StoreError. Closing twice is harmless."""
+        """Close the connections; later calls raise StoreError. Closing twice is harmless."""
         with self._lock:
             self._connection.close()
+        with self._searchLock:
+            self._closed = True
+            if self._searchConnection is not None:
+                self._searchConnection.close()
+                self._searchConnection = None
 
     def __enter__(self) -> SessionDB:
         return self
