@@ -39,7 +39,11 @@ _COMPACTED = re.compile(r"compaction \w+ \((\w+)\): completed \((\w+)\), (\d+) -
 MCP_SETTLE = 0.3  # between a session/new with servers and its close
 #: The scale case (issue 27): this many sessions stream at once in one process.
 SCALE_SESSIONS = 200
-TRICKLE_EVERY = 0.25  # a streaming session's pace in the scale case: 4 deltas a second each
+TRICKLE_EVERY = 0.25
+#: The store case (issue 27): a state.db of this many other sessions, searched this many times
+#: in one turn; and one session of this many turns, each with a tool result of TOOL_RESULT bytes.
+STORE_SESSIONS, SEARCHES = 10_000, 30
+LONG_TURNS, TOOL_RESULT = 1000, 4096  # a streaming session's pace in the scale case: 4 deltas a second each
 CANCEL_SETTLE = 0.1  # after the model request arrives, let the stream open and stall
 
 # One script for the whole run; each prompt carries the tag of the rule it wants.
@@ -94,6 +98,12 @@ SCRIPT: dict[str, Any] = {
         {"match": "[stall]", "responses": [[{"stall": True}]]},
         {"match": "[endless]", "responses": [[{"text": "Endless: "}, {"flood": "text", "every": 0.005}]]},
         {"match": "[flood]", "responses": [[{"text": "Flood: "}, {"flood": "text"}]]},
+        {"match": "[searching]", "responses": [
+            *([{"tool_calls": [{"id": f"search{n}", "name": "session_search",
+                                "arguments": {"query": "parser tokens", "all_projects": True}}]}]
+              for n in range(SEARCHES)),
+            [{"text": "Searched."}],
+        ]},
         {"match": "[trickle]", "responses": [[{"text": "Trickle: "}, {"flood": "text", "every": TRICKLE_EVERY}]]},
     ],
 }
@@ -617,6 +627,128 @@ async def caseScale(b: Bench) -> list[Result]:
     ]
 
 
+def fillStore(home: str, workspace: str) -> tuple[str, int]:
+    """In the bench process: ``STORE_SESSIONS`` short sessions, and one of ``LONG_TURNS``
+    turns written as the agent writes them (prompt, a ``read_file`` call of TOOL_RESULT
+    bytes, an answer; their updates). The long session's id and the bytes of its text."""
+    from hermes_acp.store import SessionDB, SessionRecord
+
+    words = "the parser reads tokens and the lexer splits lines into words for the grammar"
+    result = ("".join(f"line {n}: {words}\n" for n in range(200)))[:TOOL_RESULT]
+    longId, text = "long-session", 0
+    with SessionDB(Path(home) / "state.db") as db:
+        with db.batch():
+            for n in range(STORE_SESSIONS):
+                sessionId = f"other-{n}"
+                db.createSession(SessionRecord(sessionId=sessionId, cwd=f"{workspace}/p{n % 50}"))
+                db.appendMessages(sessionId, [{"role": "user", "content": f"question {n}: {words}"},
+                                              {"role": "assistant", "content": f"answer {n}: parser tokens {words}"}])
+        db.createSession(SessionRecord(sessionId=longId, cwd=workspace))
+        for turn in range(1, LONG_TURNS + 1):
+            call = f"call{turn}"
+            messages = [
+                {"role": "user", "content": f"turn {turn}: read the notes again"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": call, "type": "function", "function": {
+                    "name": "read_file", "arguments": json.dumps({"path": "notes.txt"})}}]},
+                {"role": "tool", "tool_call_id": call, "content": result},
+                {"role": "assistant", "content": f"The notes say the same as before, turn {turn}."},
+            ]
+            updates = [
+                {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": messages[0]["content"]}},
+                {"sessionUpdate": "tool_call", "toolCallId": call, "title": "Read notes.txt", "kind": "read",
+                 "status": "pending", "rawInput": {"path": "notes.txt"}},
+                {"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "completed",
+                 "content": [{"type": "content", "content": {"type": "text", "text": result}}]},
+                {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": messages[3]["content"]}},
+                {"sessionUpdate": "usage_update", "used": 1000 + turn, "size": 128000},
+            ]
+            text += sum(len(m["content"] or "") for m in messages) + len(json.dumps(messages[1]["tool_calls"]))
+            db.beginTurn(longId)
+            db.appendUpdates(longId, turn, updates)
+            db.endTurn(longId, turn, messages)
+    return longId, text
+
+
+def replayFloor(path: Path, sessionId: str) -> float:
+    """Select a session's journal and write each row's text in a frame, to /dev/null: the
+    least a ``session/load`` can do."""
+    import sqlite3
+
+    started = time.perf_counter()
+    connection = sqlite3.connect(path)
+    with open("/dev/null", "w") as out:
+        for (payload,) in connection.execute(
+                "SELECT payload FROM acp_journal WHERE session_id = ? ORDER BY seq", (sessionId,)):
+            out.write(f'{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{sessionId}",'
+                      f'"update":{payload}}}}}\n')
+    connection.close()
+    return time.perf_counter() - started
+
+
+async def caseStore(b: Bench) -> list[Result]:
+    """Issue 27: a turn while another session searches a big store; loading a long session;
+    what that session takes on disk."""
+    home = b.home()
+    longId, text = await asyncio.to_thread(fillStore, home, b.workspace)
+    agent = await b.ready(home)
+    quiet = await b.warmSession(agent)
+    searcher = await b.warmSession(agent)
+    idle = [(await agent.prompt(quiet, f"[notool] idle {n}"))[0] for n in range(b.runs.turns * 2)]
+    busy = []
+    for n in range(b.runs.concurrent):
+        _, searching = agent.sendPrompt(searcher, f"[searching] run {n}")
+        await asyncio.sleep(0.2)
+        while not searching.done() and len(busy) < 400:
+            busy.append((await agent.prompt(quiet, f"[notool] beside the searches {n}"))[0])
+        await agent.answer("session/prompt", searching, 120)
+    await b.close(agent)
+    db = Path(home) / "state.db"
+    loads, floors, grown = [], [], []
+    for _ in range(b.runs.loads):
+        floors.append(await asyncio.to_thread(replayFloor, db, longId))
+        agent = await b.ready(home)
+        before = await settledRSS(agent)
+        elapsed, _ = await agent.request("session/load", {"sessionId": longId, "cwd": b.workspace, "mcpServers": []})
+        loads.append(elapsed)
+        grown.append(await settledRSS(agent) - before)
+        await b.close(agent)
+    import sqlite3
+
+    connection = sqlite3.connect(db)
+    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    connection.close()
+    # What the long session takes: the file less what the other sessions take (measured on
+    # their own: the same file with the long session deleted, vacuumed).
+    copy = Path(home) / "without-long.db"
+    shutil.copy(db, copy)
+    connection = sqlite3.connect(copy)
+    connection.execute("PRAGMA foreign_keys = ON")
+    for table in ("acp_journal", "acp_messages", "acp_turns", "acp_sessions"):
+        connection.execute(f"DELETE FROM {table} WHERE session_id = ?", (longId,))
+    connection.commit()
+    connection.execute("VACUUM")
+    connection.close()
+    connection = sqlite3.connect(db)
+    connection.execute("VACUUM")
+    connection.close()
+    used = db.stat().st_size - copy.stat().st_size
+    return [
+        Result("no-tool turn, store idle", idle, "ms", note=f"state.db holds {STORE_SESSIONS:,} other sessions"),
+        Result(f"no-tool turn while another session searches {STORE_SESSIONS:,} sessions", busy, "ms",
+               1.5 * statistics.median(idle), "≤ 1.5 × idle",
+               _ratio(busy, idle, "idle") + f"; the other session's turn calls `session_search` {SEARCHES} times"),
+        Result(f"floor: select a {LONG_TURNS:,}-turn journal and write its text", floors, "s",
+               note="in the bench process, to /dev/null"),
+        Result(f"`session/load` of a {LONG_TURNS:,}-turn session", loads, "s", 2 * statistics.median(floors),
+               "≤ 2 × floor", _ratio(loads, floors, "floor") + f"; each turn a {TOOL_RESULT // 1024} KB tool result; "
+               "fresh process"),
+        Result(f"RSS growth of a `session/load` of {LONG_TURNS:,} turns", grown, "MiB", 8 * MiB, "≤ 8 MiB",
+               "VmRSS after the load less before it"),
+        Result(f"state.db of a {LONG_TURNS:,}-turn session / its text", [used / text], "ratio", 1.5, "≤ 1.5",
+               f"{used / MiB:.1f} MiB on disk (vacuumed, less the other sessions) for {text / MiB:.1f} MiB of text"),
+    ]
+
+
 async def caseCancel(b: Bench) -> list[Result]:
     """Cancel latency against a stream that stalls and one that never ends, on an endpoint
     that frames its answers chunked (the run's server) and one whose answers end with the
@@ -895,6 +1027,7 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "concurrent": caseConcurrent,
     "cancel": caseCancel,
     "scale": caseScale,
+    "store": caseStore,
     "load": caseLoad,
     "rss": caseRSS,
 }

@@ -18,9 +18,11 @@ turn is durable once ``endTurn`` has returned, so the ACP layer waits for it bef
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import json
 import os
+import queue
 import re
 import sqlite3
 import threading
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 BUSY_TIMEOUT_MS = 10_000
+#: How much lower than the agent's the search thread's CPU priority is (``nice``).
+SEARCH_NICENESS = 10
 INTERRUPTED_TURN = "This turn was interrupted: hermes-acp stopped before it finished."
 INTERRUPTED_CALL = "Not completed: hermes-acp stopped before this call finished."
 LIST_PAGE_SIZE = 50
@@ -220,6 +224,18 @@ def _projectFilter(cwd: str | None) -> tuple[str, tuple[str, ...]]:
     return " AND (s.cwd_key = ? OR (s.cwd_key >= ? AND s.cwd_key < ?))", (key, below, below[:-1] + "0")
 
 
+def _searchLoop(searches: queue.SimpleQueue[Any]) -> None:
+    """The search thread: run each ``(f, future)`` until None arrives."""
+    with contextlib.suppress(OSError, AttributeError):  # lower this thread's priority only (Linux)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SEARCH_NICENESS)
+    while (job := searches.get()) is not None:
+        f, done = job
+        try:
+            done.set_result(f())
+        except BaseException as e:
+            done.set_exception(e)
+
+
 def _checkUpdates(updates: Iterable[Any]) -> list[dict[str, Any]]:
     updates = list(updates)
     for update in updates:
@@ -295,9 +311,10 @@ class SessionDB:
 
     ``searchMessages`` is the exception: a full-text search over thousands of sessions can take
     a second, and holding the one connection that long would stall every session's writes
-    (issue 27). Searches use a second, read-only connection of their own, opened at the first
-    search, with its own lock: WAL lets it read a consistent snapshot while the main connection
-    writes.
+    (issue 27). Searches run on a thread of their own (``hermes-search``, started at the first
+    search, at a lower CPU priority: a search is worth less than a turn's reply) with a second,
+    read-only connection: WAL lets it read a consistent snapshot while the main connection
+    writes. Searches from several threads wait for each other there, not for the writes.
 
     ``path`` is the file; ``journalMode`` is ``"wal"`` unless the file system refused WAL.
     """
@@ -317,6 +334,7 @@ class SessionDB:
         #: The searches' own connection (see the class docstring) and its lock.
         self._searchLock = threading.Lock()
         self._searchConnection: sqlite3.Connection | None = None
+        self._searches: queue.SimpleQueue[Any] | None = None
         self._closed = False
         self._batching = False  # inside ``batch`` (read and written under ``_lock``)
         try:
@@ -458,12 +476,25 @@ class SessionDB:
         """One consistent snapshot (a read transaction), under the lock."""
         return self._transaction("BEGIN")
 
+    def _searchThread(self, f: Callable[[], Any]) -> Any:
+        """``f()`` on the search thread, waiting for its result (or its exception)."""
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._searchLock:
+            queued = not self._closed
+            if queued:
+                if self._searches is None:
+                    self._searches = queue.SimpleQueue()
+                    threading.Thread(target=_searchLoop, args=(self._searches,), name="hermes-search",
+                                     daemon=True).start()
+                self._searches.put((f, done))
+        return done.result() if queued else f()  # closed: f raises StoreError, as any method would
+
     @contextlib.contextmanager
     def _searching(self) -> Iterator[sqlite3.Cursor]:
         """One read transaction on the searches' own connection (opened on first use), so a
         long search never holds the lock every other method needs."""
         with self._searchLock, self._translated():
-            if self._closed:
+            if self._closed:  # (closed while this search waited)
                 raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
             if self._searchConnection is None:
                 connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -796,6 +827,9 @@ class SessionDB:
             return []
         match = " ".join(f'"{word}"' for word in words)  # \w has no quote to escape
         where, params = _projectFilter(cwd)
+        return self._searchThread(lambda: self._search(match, where, params, limit))
+
+    def _search(self, match: str, where: str, params: tuple[str, ...], limit: int) -> list[dict[str, Any]]:
         with self._searching() as cursor:
             rows = cursor.execute(
                 "SELECT m.session_id, s.title, s.cwd, m.role, m.seq, "
@@ -999,6 +1033,9 @@ class SessionDB:
             self._connection.close()
         with self._searchLock:
             self._closed = True
+            if self._searches is not None:
+                self._searches.put(None)  # the thread ends once its search in hand is done
+                self._searches = None
             if self._searchConnection is not None:
                 self._searchConnection.close()
                 self._searchConnection = None
