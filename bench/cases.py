@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import statistics
@@ -571,7 +572,7 @@ async def caseConcurrent(b: Bench) -> list[Result]:
         Result("8 concurrent one-second turns", await concurrentTurns(b, 8), "s", 1.3, "≤ 1.3 s",
                "8 sessions, one process; until the last answer"),
         Result("32 concurrent one-second turns", await concurrentTurns(b, 32), "s", 1.5, "≤ 1.5 s",
-               "32 sessions, one process, default worker pool (HERMES_ACP_THREADS=16)"),
+               "32 sessions, one process, default worker pool (HERMES_ACP_THREADS)"),
     ]
     if b.runs.diagnostics:
         results.append(Result("32 concurrent one-second turns, HERMES_ACP_THREADS=32",
@@ -590,6 +591,7 @@ async def caseScale(b: Bench) -> list[Result]:
     for _ in range(SCALE_SESSIONS):
         sessions.append(await b.warmSession(agent))
     alone, together, one, every = [], [], [], []
+    rssBefore = await settledRSS(agent)
     for n in range(b.runs.concurrent):
         alone.append((await agent.prompt(sessions[0], f"[second] alone {n}"))[0])
         sent = [agent.sendPrompt(sessionId, f"[second] session {k} run {n}") for k, sessionId in enumerate(sessions)]
@@ -597,6 +599,8 @@ async def caseScale(b: Bench) -> list[Result]:
         if any(result.get("stopReason") != "end_turn" for _, result in answers):
             raise BenchError(f"a {SCALE_SESSIONS}-way turn did not end with end_turn")
         together.append(max(answered for answered, _ in answers) - sent[0][0])
+    threads = len(os.listdir(f"/proc/{agent.pid}/task"))
+    grown = (await settledRSS(agent) - rssBefore) / MiB
     for n in range(b.runs.concurrent):
         arrived = [b.server.nextRequest(f"[trickle] session {k} run {n}") for k in range(SCALE_SESSIONS)]
         sent = [agent.sendPrompt(sessionId, f"[trickle] session {k} run {n}") for k, sessionId in enumerate(sessions)]
@@ -619,7 +623,8 @@ async def caseScale(b: Bench) -> list[Result]:
     return [
         Result("one one-second turn alone", alone, "s", note=f"the floor of the next row: one of its {width} sessions"),
         Result(f"{width} concurrent one-second turns", together, "s", 2 * statistics.median(alone), "≤ 2 × alone",
-               _ratio(together, alone, "alone") + f"; {width} sessions, one process, default settings"),
+               _ratio(together, alone, "alone") + f"; {width} sessions, one process, default settings; "
+               f"then {threads} threads, RSS {grown:+.1f} MiB"),
         Result(f"cancel latency with {width} sessions streaming", one, "ms", 0.1, "≤ 100 ms",
                f"each session's model streams 1 KB every {TRICKLE_EVERY:g} s; one is cancelled"),
         Result(f"cancel of the other {width - 1} streaming sessions", every, "ms", 0.1, "≤ 100 ms",
