@@ -35,6 +35,12 @@ async def _journalEverySession(manager: SessionManager, created=lambda: None) ->
     return states, problems
 
 
+def _eachJournaledOnce(manager: SessionManager, states: list) -> None:
+    db = manager._database()
+    for n, state in enumerate(states):
+        assert [u["content"]["text"] for u in db.loadJournal(state.sessionId).updates] == [f"update {n}"]
+
+
 @pytest_twisted.ensureDeferred
 async def test_manySessionsShareACommit(monkeypatch) -> None:
     batches: list[int] = []
@@ -52,9 +58,7 @@ async def test_manySessionsShareACommit(monkeypatch) -> None:
         states, problems = await _journalEverySession(manager, batches.clear)
         assert problems == [None] * SESSIONS
         assert 1 <= len(batches) <= 3  # one per session before
-        db = manager._database()
-        for n, state in enumerate(states):
-            assert [u["content"]["text"] for u in db.loadJournal(state.sessionId).updates] == [f"update {n}"]
+        _eachJournaledOnce(manager, states)
     finally:
         await manager.close()
         await manager.dbThread.stopService()
@@ -79,9 +83,7 @@ async def test_aFailedCommitIsDoneAgainOnceEach(monkeypatch) -> None:
         states, problems = await _journalEverySession(manager)
         assert failures == []
         assert problems == [None] * SESSIONS
-        db = manager._database()
-        for n, state in enumerate(states):
-            assert [u["content"]["text"] for u in db.loadJournal(state.sessionId).updates] == [f"update {n}"]
+        _eachJournaledOnce(manager, states)
     finally:
         await manager.close()
         await manager.dbThread.stopService()
