@@ -2,7 +2,8 @@
 
 The reactor thread owns every ``SessionState``. Disk work runs on one
 dedicated database thread (so writes keep their order) and comes back as
-Deferreds. Updates sent to the editor are journaled in batches: buffered in
+Deferreds; what every session asked for while that thread was busy runs in
+its next batch, one transaction for all (``_inBatch``). Updates sent to the editor are journaled in batches: buffered in
 memory and flushed within ``JOURNAL_FLUSH`` seconds, and always before a
 prompt's response, so a finished turn is durable when the editor hears of it.
 

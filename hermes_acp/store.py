@@ -10,7 +10,8 @@ reactor thread must not call them; call them from worker threads (the ACP layer 
 ``deferToThreadPool`` or a single writer thread). Any number of threads may share one
 ``SessionDB``.
 
-Durability: each write method is one SQLite transaction and has committed when it returns. A
+Durability: each write method is one SQLite transaction and has committed when it returns
+(inside ``SessionDB.batch``, a savepoint that commits with the batch). A
 turn is durable once ``endTurn`` has returned, so the ACP layer waits for it before sending the
 ``session/prompt`` response.
 """

@@ -36,6 +36,11 @@ class _QuickStartThread(threading.Thread):
     the process can have no more threads, the helper is the worker (a failure to start even
     the helper raises here, as ``Thread.start`` would)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._decided = threading.Event()  # started, or the helper took the work
+        self._helperDone: threading.Event | None = None
+
     def start(self) -> None:
         _thread.start_new_thread(self._startFromHelper, ())
 
@@ -43,12 +48,22 @@ class _QuickStartThread(threading.Thread):
         try:
             threading.Thread.start(self)
         except RuntimeError:  # "can't start new thread": this one does the work instead
-            self.run()
+            self._helperDone = threading.Event()
+            self._decided.set()
+            try:
+                self.run()
+            finally:
+                self._helperDone.set()
+        else:
+            self._decided.set()
 
     def join(self, timeout: float | None = None) -> None:
-        if not self._started.wait(timeout):  # type: ignore[attr-defined]
+        if not self._decided.wait(timeout):
             return  # not even started within the time: as a join that timed out
-        super().join(timeout)
+        if self._helperDone is not None:
+            self._helperDone.wait(timeout)
+        else:
+            super().join(timeout)
 
 
 class _DaemonThreadPool(ThreadPool):
