@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import statistics
@@ -44,6 +45,13 @@ FLOOD_EVENT = len(b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"co
 #: The history sizes of the request case: 4 messages a turn (a request, a read, its result, an answer).
 HISTORY_SIZES = (1000, 4000)
 MCP_SETTLE = 0.3  # between a session/new with servers and its close
+#: The scale case (issue 27): this many sessions stream at once in one process.
+SCALE_SESSIONS = 200
+TRICKLE_EVERY = 0.25
+#: The store case (issue 27): a state.db of this many other sessions, searched this many times
+#: in one turn; and one session of this many turns, each with a tool result of TOOL_RESULT bytes.
+STORE_SESSIONS, SEARCHES = 10_000, 30
+LONG_TURNS, TOOL_RESULT = 1000, 4096  # a streaming session's pace in the scale case: 4 deltas a second each
 CANCEL_SETTLE = 0.1  # after the model request arrives, let the stream open and stall
 
 # One script for the whole run; each prompt carries the tag of the rule it wants.
@@ -99,6 +107,13 @@ SCRIPT: dict[str, Any] = {
         {"match": "[endless]", "responses": [[{"text": "Endless: "}, {"flood": "text", "every": 0.005}]]},
         {"match": "[flood]", "responses": [[{"text": "Flood: "}, {"flood": "text"}]]},
         {"match": "[paced]", "responses": [[{"flood": "text", "every": PACE, "bytes": PACED_DELTAS * FLOOD_EVENT}]]},
+        {"match": "[searching]", "responses": [
+            *([{"tool_calls": [{"id": f"search{n}", "name": "session_search",
+                                "arguments": {"query": "parser tokens", "all_projects": True}}]}]
+              for n in range(SEARCHES)),
+            [{"text": "Searched."}],
+        ]},
+        {"match": "[trickle]", "responses": [[{"text": "Trickle: "}, {"flood": "text", "every": TRICKLE_EVERY}]]},
     ],
 }
 
@@ -701,13 +716,186 @@ async def caseConcurrent(b: Bench) -> list[Result]:
         Result("8 concurrent one-second turns", await concurrentTurns(b, 8), "s", 1.3, "≤ 1.3 s",
                "8 sessions, one process; until the last answer"),
         Result("32 concurrent one-second turns", await concurrentTurns(b, 32), "s", 1.5, "≤ 1.5 s",
-               "32 sessions, one process, default worker pool (HERMES_ACP_THREADS=16)"),
+               "32 sessions, one process, default worker pool (HERMES_ACP_THREADS)"),
     ]
     if b.runs.diagnostics:
         results.append(Result("32 concurrent one-second turns, HERMES_ACP_THREADS=32",
                               await concurrentTurns(b, 32, HERMES_ACP_THREADS="32"), "s", 1.5, "≤ 1.5 s",
                               "diagnostic (not in --quick): the same with a 32-thread pool"))
     return results
+
+
+async def caseScale(b: Bench) -> list[Result]:
+    """Issue 27: ``SCALE_SESSIONS`` sessions of one process at once, against one session alone.
+
+    One one-second turn alone is the floor of the same turns all at once. Then every session
+    streams without end (``[trickle]``) and one is cancelled, then all the others at once."""
+    agent = await b.ready()
+    sessions = []
+    for _ in range(SCALE_SESSIONS):
+        sessions.append(await b.warmSession(agent))
+    alone, together, one, every = [], [], [], []
+    rssBefore = await settledRSS(agent)
+    for n in range(b.runs.concurrent):
+        alone.append((await agent.prompt(sessions[0], f"[second] alone {n}"))[0])
+        sent = [agent.sendPrompt(sessionId, f"[second] session {k} run {n}") for k, sessionId in enumerate(sessions)]
+        answers = await asyncio.gather(*(agent.answer("session/prompt", future, 60) for _, future in sent))
+        if any(result.get("stopReason") != "end_turn" for _, result in answers):
+            raise BenchError(f"a {SCALE_SESSIONS}-way turn did not end with end_turn")
+        together.append(max(answered for answered, _ in answers) - sent[0][0])
+    threads = len(os.listdir(f"/proc/{agent.pid}/task"))
+    grown = (await settledRSS(agent) - rssBefore) / MiB
+    for n in range(b.runs.concurrent):
+        arrived = [b.server.nextRequest(f"[trickle] session {k} run {n}") for k in range(SCALE_SESSIONS)]
+        sent = [agent.sendPrompt(sessionId, f"[trickle] session {k} run {n}") for k, sessionId in enumerate(sessions)]
+        await asyncio.wait_for(asyncio.gather(*arrived), 60)
+        await asyncio.sleep(0.5)  # every session is streaming
+        cancelled = agent.notify("session/cancel", {"sessionId": sessions[0]})
+        answered, result = await agent.answer("session/prompt", sent[0][1], 30)
+        if result.get("stopReason") != "cancelled":
+            raise BenchError(f"a cancelled turn ended with {result.get('stopReason')!r}")
+        one.append(answered - cancelled)
+        first = time.perf_counter()
+        for sessionId in sessions[1:]:
+            agent.notify("session/cancel", {"sessionId": sessionId})
+        answers = await asyncio.gather(*(agent.answer("session/prompt", future, 60) for _, future in sent[1:]))
+        if any(result.get("stopReason") != "cancelled" for _, result in answers):
+            raise BenchError("a cancelled turn did not end with cancelled")
+        every.append(max(answered for answered, _ in answers) - first)
+    await b.close(agent)
+    width = SCALE_SESSIONS
+    return [
+        Result("one one-second turn alone", alone, "s", note=f"the floor of the next row: one of its {width} sessions"),
+        Result(f"{width} concurrent one-second turns", together, "s", 2 * statistics.median(alone), "≤ 2 × alone",
+               _ratio(together, alone, "alone") + f"; {width} sessions, one process, default settings; "
+               f"then {threads} threads, RSS {grown:+.1f} MiB"),
+        Result(f"cancel latency with {width} sessions streaming", one, "ms", 0.1, "≤ 100 ms",
+               f"each session's model streams 1 KB every {TRICKLE_EVERY:g} s; one is cancelled"),
+        Result(f"cancel of the other {width - 1} streaming sessions", every, "ms", 0.1, "≤ 100 ms",
+               "all cancels written at once; until the last `cancelled`"),
+    ]
+
+
+def fillStore(home: str, workspace: str) -> tuple[str, int]:
+    """In the bench process: ``STORE_SESSIONS`` short sessions, and one of ``LONG_TURNS``
+    turns written as the agent writes them (prompt, a ``read_file`` call of TOOL_RESULT
+    bytes, an answer; their updates). The long session's id and the bytes of its text."""
+    from hermes_acp.store import SessionDB, SessionRecord
+
+    words = "the parser reads tokens and the lexer splits lines into words for the grammar"
+    result = ("".join(f"line {n}: {words}\n" for n in range(200)))[:TOOL_RESULT]
+    longId, text = "long-session", 0
+    with SessionDB(Path(home) / "state.db") as db:
+        with db.batch():
+            for n in range(STORE_SESSIONS):
+                sessionId = f"other-{n}"
+                db.createSession(SessionRecord(sessionId=sessionId, cwd=f"{workspace}/p{n % 50}"))
+                db.appendMessages(sessionId, [{"role": "user", "content": f"question {n}: {words}"},
+                                              {"role": "assistant", "content": f"answer {n}: parser tokens {words}"}])
+        db.createSession(SessionRecord(sessionId=longId, cwd=workspace))
+        for turn in range(1, LONG_TURNS + 1):
+            call = f"call{turn}"
+            messages = [
+                {"role": "user", "content": f"turn {turn}: read the notes again"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": call, "type": "function", "function": {
+                    "name": "read_file", "arguments": json.dumps({"path": "notes.txt"})}}]},
+                {"role": "tool", "tool_call_id": call, "content": result},
+                {"role": "assistant", "content": f"The notes say the same as before, turn {turn}."},
+            ]
+            updates = [
+                {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": messages[0]["content"]}},
+                {"sessionUpdate": "tool_call", "toolCallId": call, "title": "Read notes.txt", "kind": "read",
+                 "status": "pending", "rawInput": {"path": "notes.txt"}},
+                {"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "completed",
+                 "content": [{"type": "content", "content": {"type": "text", "text": result}}]},
+                {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": messages[3]["content"]}},
+                {"sessionUpdate": "usage_update", "used": 1000 + turn, "size": 128000},
+            ]
+            text += sum(len(m["content"] or "") for m in messages) + len(json.dumps(messages[1]["tool_calls"]))
+            db.beginTurn(longId)
+            db.appendUpdates(longId, turn, updates)
+            db.endTurn(longId, turn, messages)
+    return longId, text
+
+
+def replayFloor(path: Path, sessionId: str) -> float:
+    """Select a session's journal and write each row's text in a frame, to /dev/null: the
+    least a ``session/load`` can do."""
+    import sqlite3
+
+    started = time.perf_counter()
+    connection = sqlite3.connect(path)
+    with open("/dev/null", "w") as out:
+        for (payload,) in connection.execute(
+                "SELECT payload FROM acp_journal WHERE session_id = ? ORDER BY seq", (sessionId,)):
+            out.write(f'{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{sessionId}",'
+                      f'"update":{payload}}}}}\n')
+    connection.close()
+    return time.perf_counter() - started
+
+
+async def caseStore(b: Bench) -> list[Result]:
+    """Issue 27: a turn while another session searches a big store; loading a long session;
+    what that session takes on disk."""
+    home = b.home()
+    longId, text = await asyncio.to_thread(fillStore, home, b.workspace)
+    agent = await b.ready(home)
+    quiet = await b.warmSession(agent)
+    searcher = await b.warmSession(agent)
+    idle = [(await agent.prompt(quiet, f"[notool] idle {n}"))[0] for n in range(b.runs.turns * 2)]
+    busy = []
+    for n in range(b.runs.concurrent):
+        _, searching = agent.sendPrompt(searcher, f"[searching] run {n}")
+        await asyncio.sleep(0.2)
+        while not searching.done() and len(busy) < 400:
+            busy.append((await agent.prompt(quiet, f"[notool] beside the searches {n}"))[0])
+        await agent.answer("session/prompt", searching, 120)
+    await b.close(agent)
+    db = Path(home) / "state.db"
+    loads, floors, grown = [], [], []
+    for _ in range(b.runs.loads):
+        floors.append(await asyncio.to_thread(replayFloor, db, longId))
+        agent = await b.ready(home)
+        before = await settledRSS(agent)
+        elapsed, _ = await agent.request("session/load", {"sessionId": longId, "cwd": b.workspace, "mcpServers": []})
+        loads.append(elapsed)
+        grown.append(await settledRSS(agent) - before)
+        await b.close(agent)
+    import sqlite3
+
+    connection = sqlite3.connect(db)
+    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    connection.close()
+    # What the long session takes: the file less what the other sessions take (measured on
+    # their own: the same file with the long session deleted, vacuumed).
+    copy = Path(home) / "without-long.db"
+    shutil.copy(db, copy)
+    connection = sqlite3.connect(copy)
+    connection.execute("PRAGMA foreign_keys = ON")
+    for table in ("acp_journal", "acp_messages", "acp_turns", "acp_sessions"):
+        connection.execute(f"DELETE FROM {table} WHERE session_id = ?", (longId,))
+    connection.commit()
+    connection.execute("VACUUM")
+    connection.close()
+    connection = sqlite3.connect(db)
+    connection.execute("VACUUM")
+    connection.close()
+    used = db.stat().st_size - copy.stat().st_size
+    return [
+        Result("no-tool turn, store idle", idle, "ms", note=f"state.db holds {STORE_SESSIONS:,} other sessions"),
+        Result(f"no-tool turn while another session searches {STORE_SESSIONS:,} sessions", busy, "ms",
+               1.5 * statistics.median(idle), "≤ 1.5 × idle",
+               _ratio(busy, idle, "idle") + f"; the other session's turn calls `session_search` {SEARCHES} times"),
+        Result(f"floor: select a {LONG_TURNS:,}-turn journal and write its text", floors, "s",
+               note="in the bench process, to /dev/null"),
+        Result(f"`session/load` of a {LONG_TURNS:,}-turn session", loads, "s", 2 * statistics.median(floors),
+               "≤ 2 × floor", _ratio(loads, floors, "floor") + f"; each turn a {TOOL_RESULT // 1024} KB tool result; "
+               "fresh process"),
+        Result(f"RSS growth of a `session/load` of {LONG_TURNS:,} turns", grown, "MiB", 8 * MiB, "≤ 8 MiB",
+               "VmRSS after the load less before it"),
+        Result(f"state.db of a {LONG_TURNS:,}-turn session / its text", [used / text], "ratio", 1.5, "≤ 1.5",
+               f"{used / MiB:.1f} MiB on disk (vacuumed, less the other sessions) for {text / MiB:.1f} MiB of text"),
+    ]
 
 
 async def caseCancel(b: Bench) -> list[Result]:
@@ -989,6 +1177,8 @@ CASES: dict[str, Callable[[Bench], Awaitable[list[Result]]]] = {
     "request": caseRequest,
     "concurrent": caseConcurrent,
     "cancel": caseCancel,
+    "scale": caseScale,
+    "store": caseStore,
     "load": caseLoad,
     "rss": caseRSS,
 }

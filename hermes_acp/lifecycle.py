@@ -56,6 +56,11 @@ def existingFolder(path: str, name: str = "cwd") -> str:
     return path
 
 
+#: ``session/load`` writes the replayed updates in chunks of this many, each once the editor
+#: has read what came before (issue 27: a 1,000-turn session was one write of 20 MiB).
+REPLAY_CHUNK = 100
+
+
 @attrs.define(eq=False)
 class Lifecycle:
     """The session methods of one connection."""
@@ -155,8 +160,11 @@ class Lifecycle:
                 f"({replay.omittedBytes} bytes) are not replayed.",
                 journal=False,
             )
-        for update in replay.updates:
-            self.updates.replay(state, update)
+        for start in range(0, len(replay.updates), REPLAY_CHUNK):
+            if start:  # the editor takes each chunk before the next is written: the write buffer stays small
+                await self.updates.whenWritable()
+            for update in replay.updates[start:start + REPLAY_CHUNK]:
+                self.updates.replay(state, update)
         if self.background is not None:
             self.background.loaded(state, replay.updates)
         log.debug("session {id} loaded: {n} updates replayed, {m} left out", id=state.sessionId,

@@ -2,7 +2,8 @@
 
 The reactor thread owns every ``SessionState``. Disk work runs on one
 dedicated database thread (so writes keep their order) and comes back as
-Deferreds. Updates sent to the editor are journaled in batches: buffered in
+Deferreds; what every session asked for while that thread was busy runs in
+its next batch, one transaction for all (``_inBatch``). Updates sent to the editor are journaled in batches: buffered in
 memory and flushed within ``JOURNAL_FLUSH`` seconds, and always before a
 prompt's response, so a finished turn is durable when the editor hears of it.
 
@@ -89,6 +90,10 @@ class SessionManager:
         #: The reactor's view of it: the sessions with writes kept.
         self._refused: set[str] = set()
         self._closed = False
+        #: Jobs asked for and not yet taken by the database thread, in order, with the
+        #: Deferred each fires; the thread takes them all at once (``_runBatch``).
+        self._batch: list[tuple[Callable[[SessionDB], Any], Deferred[Any]]] = []
+        self._batchLock = threading.Lock()
 
     # -- the database thread ---------------------------------------------
 
@@ -108,7 +113,8 @@ class SessionManager:
         return self._run(lambda db: getattr(db, method)(*args, **kwargs))
 
     def _run(self, f: Callable[[SessionDB], T]) -> Deferred[T]:
-        """Run ``f(db)`` on the database thread; refused (-32603) once the store is closed."""
+        """Run ``f(db)`` on the database thread (``_inBatch``); refused (-32603) once the
+        store is closed."""
         if self._closed:
             return fail(storeFailure(f"{self.dbPath} is closed: hermes-acp is stopping"))
 
@@ -116,7 +122,7 @@ class SessionManager:
             failure.trap(StoreError)
             raise storeFailure(failure.value)
 
-        return self.dbThread.run(lambda: f(self._database())).addErrback(translate)
+        return self._inBatch(f).addErrback(translate)
 
     def close(self) -> Deferred[None]:
         """On shutdown: flush every journal, try once more what the store refused (what
@@ -184,6 +190,59 @@ class SessionManager:
             if not queue:
                 del self._unsaved[sessionId]
 
+    def _inBatch(self, f: Callable[[SessionDB], T]) -> Deferred[T]:
+        """``f(db)`` in the database thread's next batch: the jobs of every session asked
+        for meanwhile share one transaction (one commit), so many sessions flushing their
+        journals, starting or ending their turns at once (200 cancelled together, say) cost
+        one commit, not one each, and a turn's end does not wait behind one commit per
+        other session (issue 27). Jobs still run one after another, in the order asked."""
+        d: Deferred[T] = Deferred()
+        with self._batchLock:
+            self._batch.append((f, d))
+            first = len(self._batch) == 1
+        if first:  # else the batch already scheduled, and not yet taken, has it
+            self.dbThread.run(self._runBatch).addCallbacks(self._deliver, self._notTaken)
+        return d
+
+    def _notTaken(self, failure: Any) -> None:
+        """The database thread is gone (stopped): the queued jobs fail as they come."""
+        with self._batchLock:
+            jobs, self._batch = self._batch, []
+        for _, d in jobs:
+            d.errback(failure)
+
+    def _runBatch(self) -> list[tuple[Deferred[Any], bool, Any]]:
+        """On the database thread: every queued job, in one transaction (each job a
+        savepoint of it, ``SessionDB.batch``); each job's outcome. When the commit fails,
+        nothing of the batch is on disk: the kept writes are put back as they were, and
+        each job runs again on its own, as without a batch."""
+        with self._batchLock:
+            jobs, self._batch = self._batch, []
+        if not jobs:
+            return []
+        kept = {sessionId: list(writes) for sessionId, writes in self._unsaved.items()}
+        try:
+            with self._database().batch():
+                outcomes = [self._attempt(f) for f, _ in jobs]
+        except Exception:
+            self._unsaved = kept
+            outcomes = [self._attempt(f) for f, _ in jobs]
+        return [(d, *outcome) for (_, d), outcome in zip(jobs, outcomes)]
+
+    def _attempt(self, f: Callable[[SessionDB], Any]) -> tuple[bool, Any]:
+        try:
+            return True, f(self._database())
+        except Exception as e:
+            return False, e
+
+    @staticmethod
+    def _deliver(outcomes: list[tuple[Deferred[Any], bool, Any]]) -> None:
+        for d, succeeded, value in outcomes:
+            if succeeded:
+                d.callback(value)
+            else:
+                d.errback(value)
+
     @staticmethod
     def _apply(db: SessionDB, sessionId: str, write: _Write) -> None:
         if write.method != "endTurn":
@@ -207,7 +266,7 @@ class SessionManager:
                      "is closed as interrupted when the session is next loaded)", id=sessionId)
             return "hermes-acp is stopping"
         try:
-            await self.dbThread.run(self._writeNow, sessionId, list(writes))
+            await self._inBatch(lambda db: self._writeNow(sessionId, list(writes)))
         except Unsaved as e:
             problem = str(e)
             if sessionId not in self._refused:

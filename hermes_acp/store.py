@@ -10,7 +10,8 @@ reactor thread must not call them; call them from worker threads (the ACP layer 
 ``deferToThreadPool`` or a single writer thread). Any number of threads may share one
 ``SessionDB``.
 
-Durability: each write method is one SQLite transaction and has committed when it returns. A
+Durability: each write method is one SQLite transaction and has committed when it returns
+(inside ``SessionDB.batch``, a savepoint that commits with the batch). A
 turn is durable once ``endTurn`` has returned, so the ACP layer waits for it before sending the
 ``session/prompt`` response.
 """
@@ -18,9 +19,11 @@ turn is durable once ``endTurn`` has returned, so the ACP layer waits for it bef
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import json
 import os
+import queue
 import re
 import sqlite3
 import threading
@@ -46,6 +49,8 @@ __all__ = [
 ]
 
 BUSY_TIMEOUT_MS = 10_000
+#: How much lower than the agent's the search thread's CPU priority is (``nice``).
+SEARCH_NICENESS = 10
 INTERRUPTED_TURN = "This turn was interrupted: hermes-acp stopped before it finished."
 INTERRUPTED_CALL = "Not completed: hermes-acp stopped before this call finished."
 LIST_PAGE_SIZE = 50
@@ -222,6 +227,18 @@ def _projectFilter(cwd: str | None) -> tuple[str, tuple[str, ...]]:
     return " AND (s.cwd_key = ? OR (s.cwd_key >= ? AND s.cwd_key < ?))", (key, below, below[:-1] + "0")
 
 
+def _searchLoop(searches: queue.SimpleQueue[Any]) -> None:
+    """The search thread: run each ``(f, future)`` until None arrives."""
+    with contextlib.suppress(OSError, AttributeError):  # lower this thread's priority only (Linux)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SEARCH_NICENESS)
+    while (job := searches.get()) is not None:
+        f, done = job
+        try:
+            done.set_result(f())
+        except BaseException as e:
+            done.set_exception(e)
+
+
 def _checkUpdates(updates: Iterable[Any]) -> list[dict[str, Any]]:
     updates = list(updates)
     for update in updates:
@@ -295,6 +312,13 @@ class SessionDB:
     really close everything (per-thread connections would outlive pool threads). WAL mode still
     lets other processes read while we write.
 
+    ``searchMessages`` is the exception: a full-text search over thousands of sessions can take
+    a second, and holding the one connection that long would stall every session's writes
+    (issue 27). Searches run on a thread of their own (``hermes-search``, started at the first
+    search, at a lower CPU priority: a search is worth less than a turn's reply) with a second,
+    read-only connection: WAL lets it read a consistent snapshot while the main connection
+    writes. Searches from several threads wait for each other there, not for the writes.
+
     ``path`` is the file; ``journalMode`` is ``"wal"`` unless the file system refused WAL.
     """
 
@@ -310,6 +334,12 @@ class SessionDB:
         """
         self.path = Path(path)
         self._lock = threading.RLock()
+        #: The searches' own connection (see the class docstring) and its lock.
+        self._searchLock = threading.Lock()
+        self._searchConnection: sqlite3.Connection | None = None
+        self._searches: queue.SimpleQueue[Any] | None = None
+        self._closed = False
+        self._batching = False  # inside ``batch`` (read and written under ``_lock``)
         try:
             privateFolder(self.path.parent)
         except OSError as e:
@@ -393,6 +423,9 @@ class SessionDB:
     def _transaction(self, begin: str) -> Iterator[sqlite3.Cursor]:
         with self._lock, self._translated():
             cursor = self._connection.cursor()
+            if self._batching:
+                yield from self._savepoint(cursor)
+                return
             cursor.execute(begin)
             try:
                 yield cursor
@@ -403,9 +436,81 @@ class SessionDB:
                 raise
             cursor.execute("COMMIT")
 
+    def _savepoint(self, cursor: sqlite3.Cursor) -> Iterator[sqlite3.Cursor]:
+        """Inside ``batch``: one method's writes as a savepoint of the batch's transaction,
+        so a method that fails undoes only its own."""
+        if not self._connection.in_transaction:
+            # SQLite rolled the whole batch back (a full disk, say): nothing more may commit
+            # on its own, the caller redoes the batch one write at a time.
+            raise sqlite3.OperationalError("the batch's transaction was rolled back")
+        cursor.execute("SAVEPOINT write")
+        try:
+            yield cursor
+        except BaseException:
+            if self._connection.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    cursor.execute("ROLLBACK TO write")
+                    cursor.execute("RELEASE write")
+            raise
+        cursor.execute("RELEASE write")
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Many write methods in ONE transaction (a group commit), from one thread: each
+        method inside is a savepoint, so one that fails (raises) leaves the others. When
+        the commit itself fails none of it is on disk, and StoreError is raised. Other
+        threads wait for the whole batch (it holds the lock)."""
+        with self._lock, self._translated():
+            cursor = self._connection.cursor()
+            cursor.execute("BEGIN IMMEDIATE")
+            self._batching = True
+            try:
+                yield
+                self._batching = False
+                cursor.execute("COMMIT")
+            except BaseException:
+                self._batching = False
+                if self._connection.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        cursor.execute("ROLLBACK")
+                raise
+
     def _read(self) -> contextlib.AbstractContextManager[sqlite3.Cursor]:
         """One consistent snapshot (a read transaction), under the lock."""
         return self._transaction("BEGIN")
+
+    def _searchThread(self, f: Callable[[], Any]) -> Any:
+        """``f()`` on the search thread, waiting for its result (or its exception)."""
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._searchLock:
+            queued = not self._closed
+            if queued:
+                if self._searches is None:
+                    self._searches = queue.SimpleQueue()
+                    threading.Thread(target=_searchLoop, args=(self._searches,), name="hermes-search",
+                                     daemon=True).start()
+                self._searches.put((f, done))
+        return done.result() if queued else f()  # closed: f raises StoreError, as any method would
+
+    @contextlib.contextmanager
+    def _searching(self) -> Iterator[sqlite3.Cursor]:
+        """One read transaction on the searches' own connection (opened on first use), so a
+        long search never holds the lock every other method needs."""
+        with self._searchLock, self._translated():
+            if self._closed:  # (closed while this search waited)
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            if self._searchConnection is None:
+                connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                connection.execute("PRAGMA query_only = ON")
+                self._searchConnection = connection
+            cursor = self._searchConnection.cursor()
+            cursor.execute("BEGIN")
+            try:
+                yield cursor
+            finally:
+                if self._searchConnection.in_transaction:
+                    cursor.execute("COMMIT")
 
     def _write(self) -> contextlib.AbstractContextManager[sqlite3.Cursor]:
         """One write transaction, under the lock; it takes SQLite's write lock at once, so it
@@ -725,7 +830,10 @@ class SessionDB:
             return []
         match = " ".join(f'"{word}"' for word in words)  # \w has no quote to escape
         where, params = _projectFilter(cwd)
-        with self._read() as cursor:
+        return self._searchThread(lambda: self._search(match, where, params, limit))
+
+    def _search(self, match: str, where: str, params: tuple[str, ...], limit: int) -> list[dict[str, Any]]:
+        with self._searching() as cursor:
             rows = cursor.execute(
                 "SELECT m.session_id, s.title, s.cwd, m.role, m.seq, "
                 "snippet(acp_messages_fts, 0, '**', '**', '…', 16), s.updated_at "
@@ -923,9 +1031,17 @@ class SessionDB:
     # -- lifetime ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection; later calls raise StoreError. Closing twice is harmless."""
+        """Close the connections; later calls raise StoreError. Closing twice is harmless."""
         with self._lock:
             self._connection.close()
+        with self._searchLock:
+            self._closed = True
+            if self._searches is not None:
+                self._searches.put(None)  # the thread ends once its search in hand is done
+                self._searches = None
+            if self._searchConnection is not None:
+                self._searchConnection.close()
+                self._searchConnection = None
 
     def __enter__(self) -> SessionDB:
         return self

@@ -386,3 +386,34 @@ async def test_replayedEditorTerminalIsText(scriptedServer, tmp_path) -> None:
     [card] = [c for c in toolCalls(replayed).values() if c["kind"] == "execute"]
     assert card["status"] == "completed"
     assert "from the editor terminal" in json.dumps(card["content"])
+
+
+@pytest_twisted.ensureDeferred
+async def test_longReplayArrivesWholeAndInOrder(scriptedServer, tmp_path) -> None:
+    """A journal of many updates (more than one replay chunk, and more than the pipe holds)
+    is replayed whole, in order, before the load's answer: the chunks wait for the editor
+    to read, and none is lost or reordered."""
+    from hermes_acp.lifecycle import REPLAY_CHUNK
+    from hermes_acp.store import SessionDB, SessionRecord
+
+    _, url = scriptedServer
+    home = tempfile.mkdtemp()
+    count, filler = 3 * REPLAY_CHUNK + 7, "x" * 20_000  # about 6 MB in all
+    with SessionDB(Path(home) / "state.db") as db:
+        db.createSession(SessionRecord(sessionId="long", cwd=str(tmp_path)))
+        db.appendUpdates("long", 1, [{"sessionUpdate": "agent_message_chunk", "messageId": "m",
+                                      "content": {"type": "text", "text": f"[{n}]{filler}"}} for n in range(count)])
+
+    async def load():
+        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+            await initialized(conn)
+            await conn.load_session(cwd=str(tmp_path), session_id="long", mcp_servers=[])
+            answered = next(i for i, f in enumerate(wire.received) if "modes" in f.get("result", {}))
+            before = [f["params"]["update"] for f in wire.received[:answered] if f.get("method") == "session/update"]
+            return before, wire.problems()
+
+    before, problems = await onLoop(load())
+    assert problems == []
+    texts = [u["content"]["text"] for u in before if u["sessionUpdate"] == "agent_message_chunk"]
+    assert [t.split("]")[0] + "]" for t in texts] == [f"[{n}]" for n in range(count)]
+    assert all(t.endswith(filler) for t in texts)

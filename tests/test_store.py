@@ -1109,3 +1109,80 @@ class ThreadTests(StoreTestCase):
                              (turns, "idle", 2 * turns))  # fmt: skip
             self.assertEqual(len(shared.loadJournal(f"w{n}").updates), 3 * turns)
             self.assertEqual(len(shared.searchMessages(f"word{n}", limit=100)), turns)
+
+
+class SearchConnectionTests(StoreTestCase):
+    def test_writesGoOnDuringASearch(self) -> None:
+        """A search runs on a connection of its own: while one is in the middle of its query,
+        another thread's writes and reads of the store finish (issue 27: a search over
+        10,000 sessions held the one connection, and every turn waited for it)."""
+        db = self.openStore()
+        self.newSession(db, "s1")
+        db.appendMessages("s1", [{"role": "user", "content": "needle in a haystack"}])
+        self.assertEqual(len(db.searchMessages("needle")), 1)  # opens the search connection
+        inQuery, written = threading.Event(), threading.Event()
+
+        def pause() -> int:
+            inQuery.set()
+            written.wait(10)  # bounded: a regression fails below, it does not hang
+            return 0
+
+        assert db._searchConnection is not None
+        db._searchConnection.set_progress_handler(pause, 1)
+        found: list[list[dict]] = []
+        searcher = threading.Thread(target=lambda: found.append(db.searchMessages("needle")))
+        searcher.start()
+        self.assertTrue(inQuery.wait(10))
+
+        def write() -> None:
+            db.appendMessages("s1", [{"role": "assistant", "content": "another needle"}])
+            db.getSession("s1")
+            written.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        writer.join(5)
+        finishedDuringSearch = written.is_set()
+        written.set()
+        searcher.join(10)
+        self.assertTrue(finishedDuringSearch)
+        self.assertEqual(len(found), 1)
+        db._searchConnection.set_progress_handler(None, 1)
+        self.assertEqual(len(db.searchMessages("needle")), 2)
+
+    def test_closeClosesTheSearchConnection(self) -> None:
+        db = self.openStore()
+        self.newSession(db, "s1")
+        db.searchMessages("anything")
+        db.close()
+        with self.assertRaises(StoreError):
+            db.searchMessages("anything")
+
+
+class BatchTests(StoreTestCase):
+    def test_oneCommitForMany(self) -> None:
+        """Every write method inside ``batch`` shares its transaction; one that fails undoes
+        only its own writes."""
+        db = self.openStore()
+        for n in range(3):
+            self.newSession(db, f"s{n}")
+        with db.batch():
+            db.appendMessages("s0", [{"role": "user", "content": "one"}])
+            with self.assertRaises(UnknownSession):
+                db.appendMessages("missing", [{"role": "user", "content": "lost"}])
+            with self.assertRaises(ValueError):
+                db.endTurn("s1", 1, [{"role": "user", "content": "not running"}])
+            db.appendMessages("s2", [{"role": "user", "content": "two"}])
+            self.assertTrue(db._connection.in_transaction)
+        self.assertFalse(db._connection.in_transaction)
+        self.assertEqual([len(db.loadMessages(f"s{n}")) for n in range(3)], [1, 0, 1])
+
+    def test_anExceptionUndoesTheBatch(self) -> None:
+        db = self.openStore()
+        self.newSession(db, "s0")
+        with self.assertRaises(RuntimeError), db.batch():
+            db.appendMessages("s0", [{"role": "user", "content": "one"}])
+            raise RuntimeError("the caller failed")
+        self.assertEqual(db.loadMessages("s0"), [])
+        db.appendMessages("s0", [{"role": "user", "content": "after"}])
+        self.assertEqual(len(db.loadMessages("s0")), 1)

@@ -51,3 +51,40 @@ async def test_stopDoesNotHangOnStuckWorker() -> None:
     await pool.stopService()
     assert time.monotonic() - started < JOIN_TIMEOUT + 1.0
     release.set()
+
+
+@pytest_twisted.ensureDeferred
+async def test_manyWorkersStartWithoutHoldingTheCaller() -> None:
+    """Handing work to 64 new workers does not wait for each to start (issue 27), and every
+    piece of work runs, each on a thread of its own, all at once."""
+    width = 64
+    pool = WorkerPool(reactor, width)
+    pool.startService()
+    try:
+        barrier = threading.Barrier(width, timeout=20)  # bounded: a regression fails, it does not hang
+        results = [pool.run(lambda: (barrier.wait(), threading.get_ident())[1]) for _ in range(width)]
+        idents = [await d for d in results]
+        assert len(set(idents)) == width
+    finally:
+        await pool.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_noThreadLeftTheHelperDoesTheWork(monkeypatch) -> None:
+    """When the process can have no more threads, the work still runs (on the helper that
+    tried to start the worker) instead of waiting for a worker that never comes."""
+    pool = WorkerPool(reactor, 2)
+    pool.startService()
+    original = threading.Thread.start
+
+    def refuse(self: threading.Thread) -> None:
+        if "hermes-agent" in self.name:
+            raise RuntimeError("can't start new thread")
+        original(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    try:
+        assert await pool.run(lambda: 42) == 42
+    finally:
+        monkeypatch.undo()
+        await pool.stopService()

@@ -1,0 +1,89 @@
+"""The database thread's group commit (issue 27): the writes of many sessions asked for
+together share one transaction; when its commit fails, each is done again on its own,
+once."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.defer import gatherResults
+
+from hermes_acp.sessions import SessionManager
+from hermes_acp.store import SessionDB, StoreError
+
+SESSIONS = 40
+
+
+async def _manager() -> SessionManager:
+    manager = SessionManager(reactor, Path(tempfile.mkdtemp()) / "state.db")
+    manager.dbThread.startService()
+    return manager
+
+
+async def _journalEverySession(manager: SessionManager, created=lambda: None) -> list:
+    states = [await manager.create("/tmp", []) for _ in range(SESSIONS)]
+    created()
+    for n, state in enumerate(states):
+        manager.journalUpdate(state, {"sessionUpdate": "agent_message_chunk",
+                                      "content": {"type": "text", "text": f"update {n}"}})
+    problems = await gatherResults([manager.flush(state) for state in states])
+    return states, problems
+
+
+def _eachJournaledOnce(manager: SessionManager, states: list) -> None:
+    db = manager._database()
+    for n, state in enumerate(states):
+        assert [u["content"]["text"] for u in db.loadJournal(state.sessionId).updates] == [f"update {n}"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_manySessionsShareACommit(monkeypatch) -> None:
+    batches: list[int] = []
+    original = SessionDB.batch
+
+    @contextlib.contextmanager
+    def counted(self: SessionDB) -> Iterator[None]:
+        batches.append(1)
+        with original(self):
+            yield
+
+    monkeypatch.setattr(SessionDB, "batch", counted)
+    manager = await _manager()
+    try:
+        states, problems = await _journalEverySession(manager, batches.clear)
+        assert problems == [None] * SESSIONS
+        assert 1 <= len(batches) <= 3  # one per session before
+        _eachJournaledOnce(manager, states)
+    finally:
+        await manager.close()
+        await manager.dbThread.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_aFailedCommitIsDoneAgainOnceEach(monkeypatch) -> None:
+    original = SessionDB.batch
+    failures = [1]
+
+    @contextlib.contextmanager
+    def failing(self: SessionDB) -> Iterator[None]:
+        with original(self):
+            yield
+            if failures:
+                failures.pop()
+                raise StoreError("the disk is full (a test)")  # the batch's transaction rolls back
+
+    monkeypatch.setattr(SessionDB, "batch", failing)
+    manager = await _manager()
+    try:
+        states, problems = await _journalEverySession(manager)
+        assert failures == []
+        assert problems == [None] * SESSIONS
+        _eachJournaledOnce(manager, states)
+    finally:
+        await manager.close()
+        await manager.dbThread.stopService()
