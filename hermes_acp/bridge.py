@@ -63,6 +63,9 @@ class EventBridge:
         self._parts: list[str] = []
         self._size = 0
         self._armed = False
+        #: Batches a worker took and has not yet handed to the reactor (``_send``): a drain
+        #: waits for them, or text added since would overtake them.
+        self._inFlight = 0
         #: When the last batch went out (``_drain``): at most one a ``COALESCE_SECONDS``.
         self._sent = float("-inf")
 
@@ -85,7 +88,9 @@ class EventBridge:
             return
         with self._lock:
             pending = self._take() if self._kind not in (None, kind) else None
-            if not pending:
+            if pending:
+                self._inFlight += 1
+            else:
                 self._kind = kind
                 self._parts.append(text)
                 self._size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
@@ -121,7 +126,8 @@ class EventBridge:
         next delta asks for a new one)."""
         paused = self.paused()
         with self._lock:
-            holding = paused and bool(self._parts)
+            # Paused with text, or a worker's batch still on its way: this batch must follow it.
+            holding = bool(self._parts) and (paused or self._inFlight > 0)
             self._armed = holding
             batch = [] if holding else self._take()
         if holding:
@@ -140,6 +146,8 @@ class EventBridge:
         """Send the batch now (from a worker thread) and wait for the editor."""
         with self._lock:
             batch = self._take()
+            if batch:
+                self._inFlight += 1
         if batch:
             self._send(batch)
 
@@ -147,6 +155,7 @@ class EventBridge:
         """Send the batch, then ``handler(*args)``; returns what ``deliver`` returned."""
         with self._lock:
             batch = self._take()
+            self._inFlight += 1
         return self._send(batch + [("event", (handler, args))])
 
     def call(self, f: Callable[..., Any], *args: Any) -> Any:
@@ -155,7 +164,14 @@ class EventBridge:
         return callInReactor(self.reactor, f, *args)
 
     def _send(self, events: list[tuple[str, Any]]) -> Any:
-        return callInReactor(self.reactor, self.deliver, events)
+        """Hand a batch taken by a worker (counted in ``_inFlight``) to the reactor, in order."""
+
+        def deliver() -> Any:
+            with self._lock:
+                self._inFlight -= 1
+            return self.deliver(events)
+
+        return callInReactor(self.reactor, deliver)
 
 
 class TurnEvents(Protocol):

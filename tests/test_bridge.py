@@ -368,3 +368,50 @@ def merged(events: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         else:
             out.append((kind, payload))
     return out
+
+
+class _QueueReactor:
+    """callFromThread and callLater as one FIFO queue, run by hand: an interleaving of
+    threads replayed step by step."""
+
+    def __init__(self) -> None:
+        self.queue: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def seconds(self) -> float:
+        return 100.0
+
+    def callFromThread(self, f: Any, *args: Any) -> None:
+        self.queue.append((f, args))
+
+    def callLater(self, delay: float, f: Any, *args: Any) -> None:
+        self.queue.append((f, args))
+
+    def run(self) -> None:
+        while self.queue:
+            f, args = self.queue.pop(0)
+            f(*args)
+
+
+class ParallelTextTests(SynchronousTestCase):
+    def test_aBatchTakenByAnotherThreadIsNotOvertaken(self) -> None:
+        """Children stream at once through one bridge: when one child's tool call makes the
+        other's batch go out, text the other adds before that batch reaches the reactor follows it,
+        never overtakes it (the drain queued for the first delta waits for the batch)."""
+        import hermes_acp.bridge as bridge
+
+        reactor, sent = _QueueReactor(), []
+        self.patch(bridge, "callInReactor", lambda r, f, *args: r.callFromThread(f, *args))
+        shared = EventBridge(reactor, sent.extend)
+        first, second = "subagent_chunk\tc\t1", "subagent_chunk\tc\t2"
+        send = shared._send
+
+        def sendingLate(events: list[tuple[str, Any]]) -> Any:
+            self.patch(shared, "_send", send)  # once
+            shared._text(first, "a2 ")  # child 1 streams on while child 2 hands over its batch
+            return send(events)
+
+        shared._text(first, "a1 ")  # a drain is queued
+        self.patch(shared, "_send", sendingLate)
+        shared.event(note, "child 2 calls a tool")  # child 2's thread takes child 1's batch
+        reactor.run()
+        self.assertEqual([text for kind, text in sent if kind == first], ["a1 ", "a2 "])

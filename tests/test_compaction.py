@@ -469,6 +469,28 @@ class ReviewedTests(SynchronousTestCase):
         self.assertEqual(measured, history)
         self.assertEqual(sizes.total([]), charCount([]))
 
+    def test_an_image_replaced_by_a_line_is_not_held_by_the_sizes(self) -> None:
+        """``_keepNewestImages`` swaps an older image for a line so that memory need not hold its
+        bytes: the sizes' cache lets go of the entry and of its request form too."""
+        import gc
+        import weakref
+
+        from hermes_acp.engine.agent import _Sizes
+
+        class Entry(dict):  # a dict that takes weak references
+            pass
+
+        old = Entry(role="user", content=[{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}])
+        sizes, live = _Sizes(), [Entry(role="user", content="hi"), old]
+        sizes.scan(live)
+        held = weakref.ref(old)
+        live[1] = Entry(role="user", content="(an older image)")
+        sizes.forget(old)
+        del old
+        gc.collect()
+        self.assertIsNone(held())
+        self.assertEqual(sizes.total(live), sizes.total(list(live)))
+
     def test_images_count_as_a_fixed_size(self) -> None:
         from hermes_acp.engine.agent import IMAGE_CHARS, _hasImages, _sentChars
 

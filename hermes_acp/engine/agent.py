@@ -180,6 +180,12 @@ class _Sizes:
         entry = self._known.get(id(message))
         return (entry if entry is not None and entry[0] is message else self.of(message))[4]
 
+    def forget(self, message: dict[str, Any]) -> None:
+        """The entry left the history (an image replaced by a line): its bytes go with it."""
+        entry = self._known.get(id(message))
+        if entry is not None and entry[0] is message:
+            del self._known[id(message)]
+
     def keep(self, messages: Sequence[dict[str, Any]]) -> None:
         """Forget entries no longer in ``messages`` (compacted away) once they are many."""
         if len(self._known) > 2 * len(messages) + 64:
@@ -753,6 +759,7 @@ class _Conversation:
             if old is not new:
                 self.new[index] = new
                 self.live[:] = [new if message is old else message for message in self.live]
+                self.agent._sizes.forget(old)
 
     def compactNow(self, focus: str) -> TurnResult:
         """``/compact``: one compaction of the history as it is, whatever its size."""
