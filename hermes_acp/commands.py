@@ -19,7 +19,6 @@ from .catalog import ModelCatalog
 from .client import ClientInfo
 from .config import Endpoint, Settings, stateDatabase
 from .engine.access import EDIT_MODES, PLAN
-from .engine.tools.websearch import searchStatus
 from .engine.background import BackgroundError, BackgroundProcesses
 from .engine.secrets import redact, secretValues
 from .engine.skills import shortened
@@ -264,6 +263,8 @@ class Commands:
         return f"the model sees them: {sees} (HERMES_ACP_MODEL_VISION={self.settings.modelVision}); {vision}"
 
     async def _doctor(self, state: SessionState, argument: str) -> str:
+        from .engine.tools.websearch import searchStatus  # the engine's tools load with the first agent
+
         endpoint = self.endpointSource()
         key = "present" if endpoint.keyPresent else "not set"
         rows = [
