@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -21,7 +22,7 @@ from acp.schema import ClientCapabilities, Implementation
 from twisted.internet.defer import Deferred
 
 from . import acpschema
-from .agentproc import agentEnv
+from .agentproc import agentEnv, processGone
 
 T = TypeVar("T")
 LIMIT = 128 * 1024 * 1024
@@ -42,6 +43,18 @@ async def until(condition: Callable[[], bool], timeout: float = 30, what: str = 
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"waited {timeout} s for {what}")
         await asyncio.sleep(0.02)
+
+
+async def leavingNoProcess(scenario: Awaitable[None], pids: Callable[[], list[int]]) -> None:
+    """Run ``scenario``, then wait (at most 30 s) for every process ``pids()`` names to end;
+    whatever way it went, kill those still running, so a failed test leaves none behind."""
+    try:
+        await onLoop(scenario)
+        await onLoop(until(lambda: all(processGone(pid) for pid in pids()), 30, "every process to end"))
+    finally:
+        for pid in pids():
+            if not processGone(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 async def settled(d: Deferred[T], timeout: float = 30) -> T:

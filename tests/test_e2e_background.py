@@ -25,7 +25,7 @@ from hermes_acp.backgroundcards import LOST
 
 from .agentproc import processGone
 from .e2e import agentText, commandRunning, modelEnv, text, toolCalls, uniqueSleep, updates
-from .sdkclient import RecordingClient, connect, initialized, onLoop, raw, until
+from .sdkclient import RecordingClient, connect, initialized, leavingNoProcess, onLoop, raw, until
 from .test_e2e_safety import approve
 
 
@@ -315,13 +315,7 @@ async def test_backgroundProcessesDoNotStarveTurns(scriptedServer, tmp_path: Pat
             agent.stdin.close()
             await asyncio.wait_for(agent.wait(), 60)
 
-    try:
-        await onLoop(scenario())
-        await onLoop(until(lambda: all(processGone(pid) for pid in found["pids"]), 30, "every process to end"))
-    finally:
-        for pid in found.get("pids", []):
-            if not processGone(pid):
-                os.kill(pid, signal.SIGKILL)
+    await leavingNoProcess(scenario(), lambda: found.get("pids", []))
 
 
 @pytest_twisted.ensureDeferred

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import pytest_twisted
 
 from .agentproc import processGone
 from .e2e import modelEnv, text, toolCalls, uniqueSleep, updates
-from .sdkclient import RecordingClient, connect, initialized, onLoop, until
+from .sdkclient import RecordingClient, connect, initialized, leavingNoProcess
 from .test_e2e_safety import approve
 from .test_e2e_subagents import child, delegate, isChild
 
@@ -85,13 +84,7 @@ async def test_sixteenSessionsThreeChildrenTwoProcessesEachEveryTurnGetsAWorker(
             agent.stdin.close()
             await asyncio.wait_for(agent.wait(), 60)
 
-    try:
-        await onLoop(scenario())
-        await onLoop(until(lambda: all(processGone(pid) for pid in found["pids"]), 30, "every process to end"))
-    finally:
-        for pid in found.get("pids", []):
-            if not processGone(pid):
-                os.kill(pid, signal.SIGKILL)
+    await leavingNoProcess(scenario(), lambda: found.get("pids", []))
     print(f"\n{SESSIONS} sessions x ({CHILDREN} children + {PROCESSES} background processes): "
           f"{found['took']:.2f} s; agent threads idle {found['idle']}, at most {found['most']}, after {found['after']}")
     children = [b for b in server.chatRequests if isChild(b)]
