@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from hermes_acp.engine.subagents import Task
-from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText, parameters
+from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, batchItems, jsonText, parameters
 
 MAX_GOAL_CHARS = 8_000
 MAX_CONTEXT_CHARS = 64_000
@@ -43,15 +43,8 @@ def tasksOf(goal: str | None, context: str | None, role: str | None, tasks: list
             raise ToolError("give either goal (one task) or tasks (a batch), not both")
         if len(tasks) > limit:
             raise ToolError(f"at most {limit} tasks in one call (HERMES_ACP_SUBAGENT_TASKS); split the work")
-        checked = []
-        for index, task in enumerate(tasks):
-            if not isinstance(task, dict):
-                raise ToolError(f"tasks[{index}] must be an object with a goal")
-            unknown = sorted(set(task) - {"goal", "context", "role"})
-            if unknown:
-                raise ToolError(f"tasks[{index}]: unknown field(s) {', '.join(unknown)}; accepted: goal, context, role")
-            checked.append(_task(index, task.get("goal"), task.get("context"), task.get("role")))
-        return checked
+        return [_task(index, task.get("goal"), task.get("context"), task.get("role"))
+                for index, task in batchItems(tasks, "tasks", ("goal", "context", "role"), "{goal, context?, role?}")]
     if not goal:
         raise ToolError("give a goal (one task) or tasks (a batch of {goal, context})")
     return [_task(-1, goal, context, role)]

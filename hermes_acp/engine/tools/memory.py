@@ -15,7 +15,7 @@ from typing import Any
 from hermes_acp.engine.access import EditProposal
 from hermes_acp.engine.memory import ACTIONS, Operation
 from hermes_acp.engine.memoryfiles import DELIMITER, TARGETS
-from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, jsonText
+from hermes_acp.engine.tools.registry import Tool, ToolContext, ToolError, ToolOutcome, batchItems, jsonText
 
 #: The most operations one call may carry (Hermes sets none; the files hold a few dozen entries).
 MAX_OPERATIONS = 50
@@ -51,16 +51,9 @@ def parseOperations(action: str | None, content: str | None, oldText: str | None
         return [_operation(action, content, oldText, "")]
     if len(batch) > MAX_OPERATIONS:
         raise ToolError(f"operations holds {len(batch)} items; at most {MAX_OPERATIONS} in one call")
-    found = []
-    for index, item in enumerate(batch):
-        if not isinstance(item, dict):
-            raise ToolError(f"operations[{index}] must be an object {{action, content?, old_text?}}")
-        unknown = sorted(set(item) - {"action", "content", "old_text"})
-        if unknown:
-            raise ToolError(f"operations[{index}] has unknown field(s): {', '.join(unknown)}")
-        found.append(_operation(item.get("action"), item.get("content"), item.get("old_text"),
-                                f"operations[{index}]: "))
-    return found
+    return [_operation(item.get("action"), item.get("content"), item.get("old_text"), f"operations[{index}]: ")
+            for index, item in batchItems(batch, "operations", ("action", "content", "old_text"),
+                                          "{action, content?, old_text?}")]
 
 
 def remember(ctx: ToolContext, target: str, action: str | None = None, content: str | None = None,

@@ -280,6 +280,18 @@ def parseArguments(raw: str) -> Any:
         raise ToolError(f"the arguments are not valid JSON ({e}); send a JSON object") from e
 
 
+def batchItems(items: list[Any], name: str, fields: tuple[str, ...], shape: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each item of a tool's batch argument ``name`` with its index, once it is an object
+    (``shape`` says which, in the message) with no field but ``fields``."""
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ToolError(f"{name}[{index}] must be an object {shape}")
+        unknown = sorted(set(item) - set(fields))
+        if unknown:
+            raise ToolError(f"{name}[{index}] has unknown field(s): {', '.join(unknown)}; accepted: {', '.join(fields)}")
+        yield index, item
+
+
 def runTool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutcome:
     """Run one checked call; errors become a failed outcome, never an exception.
 
