@@ -325,8 +325,16 @@ def test_noSecretGoesIntoASkillOrOutOfOne(place: dict[str, Path], monkeypatch: p
     bench = SkillBench(place)
     assert "secret" in bench.error("skill_manage", action="create", name="leaky",
                                    content=skillText("leaky", body=f"Use {key}.\n"))
+    home = place["tmp"] / "hermes-home"
+    home.mkdir()
+    (home / ".env").write_text("SERVICE_TOKEN=only-in-the-dotenv-0451\n")
+    monkeypatch.setenv("HERMES_HOME", str(home))  # .env as it is now, not only what the agent started with
+    assert "secret" in bench.error("skill_manage", action="create", name="leaky",
+                                   content=skillText("leaky", body="Use only-in-the-dotenv-0451.\n"))
+    bench.ok("skill_manage", action="create", name="configured",  # a key's shape alone is not refused
+             content=skillText("configured", body="Write `token: ${GITHUB_TOKEN}` in the config.\n"))
     makeSkill(place["user"], "holder", skillText("holder", body=f"The key is {key}.\n"))
-    [skill] = bench.library.catalog(str(place["cwd"])).skills
+    [skill] = [s for s in bench.library.catalog(str(place["cwd"])).skills if s.name == "holder"]
     text = bench.library.activation(skill, "go")
     assert key not in text and "The key is [REDACTED]." in text
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from hermes_acp.engine.access import EditProposal
 from hermes_acp.engine.atomic import replaceFile
-from hermes_acp.engine.secrets import secretValues
+from hermes_acp.engine.memory import knownSecrets
 from hermes_acp.engine.sensitive import inside, secretKind
 from hermes_acp.engine.skills import (
     NAME_CHARS, NAME_PATTERN, SKILL_MD_CHARS, SUPPORT_FILE_BYTES, SUPPORT_FOLDERS, Catalog, InvalidSkill, Skill,
@@ -160,9 +160,13 @@ def _checkedDocument(content: str, name: str) -> None:
 
 
 def _noSecrets(text: str) -> None:
-    """Skills are read by later sessions and other agents: no credential of this one goes in."""
-    if any(secret in text for secret in secretValues()):
-        raise ToolError("the content holds one of the agent's secret values (an API key); skills never keep one")
+    """Skills are read by later sessions and other agents: no credential of the user's goes in
+    (the environment's, and ``$HERMES_HOME/.env``'s as it is now, as for memory). Unlike a memory
+    entry, a value merely shaped like a key is let through: a skill about configuration shows
+    ``token: ${GITHUB_TOKEN}`` and example keys."""
+    if any(secret in text for secret in knownSecrets()):
+        raise ToolError("the content holds one of your secret values (a key, token or password from the "
+                        "environment or .env); skills never keep one")
 
 
 def _owned(library: SkillLibrary, skill: Skill) -> str:
