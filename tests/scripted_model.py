@@ -452,10 +452,15 @@ class ScriptedModel(Resource):
         self._wake()
 
     @property
-    def chatRequests(self) -> list[Any]:
-        """The bodies of the chat completion requests, oldest first (compaction and title requests left out)."""
-        return [r.body for r in self.requests if r.path.endswith("/chat/completions")
+    def chatRecords(self) -> list[Recorded]:
+        """The chat completion requests, oldest first (compaction and title requests left out)."""
+        return [r for r in self.requests if r.path.endswith("/chat/completions")
                 and not isSummaryRequest(r.body) and not isTitleRequest(r.body)]
+
+    @property
+    def chatRequests(self) -> list[Any]:
+        """The bodies of the chat completion requests (``chatRecords``)."""
+        return [r.body for r in self.chatRecords]
 
     @property
     def summaryRequests(self) -> list[Any]:

@@ -14,15 +14,8 @@ import pytest_twisted
 from hermes_acp import safejson
 
 from .e2e import modelEnv, text
-from .scripted_model import ScriptedModel, isSummaryRequest, isTitleRequest
 from .sdkclient import RecordingClient, connect, initialized, onLoop
 from .test_e2e_compaction import summarised
-
-
-def chatBodies(model: ScriptedModel) -> list[tuple[bytes, dict[str, Any]]]:
-    """The raw bytes and the parsed body of each turn's chat request, oldest first."""
-    return [(r.raw, r.body) for r in model.requests if r.path.endswith("/chat/completions")
-            and not isSummaryRequest(r.body) and not isTitleRequest(r.body)]
 
 
 def assistant(words: str) -> dict[str, Any]:
@@ -31,6 +24,9 @@ def assistant(words: str) -> dict[str, Any]:
 
 @pytest_twisted.ensureDeferred
 async def test_everyBodyIsAFreshEncodingOfTheHistoryAsItIs(scriptedServer, tmp_path: Path) -> None:
+    """A read of a non-ASCII file, a turn, ``/compact``, a turn, ``/undo``, a turn, and a turn in a
+    new process after ``session/load``: each body is its own compact re-encoding, and each
+    request's history is the one before it as that change left it."""
     model, url = scriptedServer
     home, folder = str(tmp_path / "home"), tmp_path / "project"
     folder.mkdir()
@@ -59,7 +55,7 @@ async def test_everyBodyIsAFreshEncodingOfTheHistoryAsItIs(scriptedServer, tmp_p
         return sid
 
     await onLoop(scenario())
-    bodies = chatBodies(model)
+    bodies = [(r.raw, r.body) for r in model.chatRecords]
     assert len(bodies) == 6
     for raw, body in bodies:
         assert raw == safejson.encode(body)
