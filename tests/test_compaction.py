@@ -553,6 +553,28 @@ class ReviewedTests(SynchronousTestCase):
         self.assertIsNone(held())
         self.assertEqual(sizes.total(live), sizes.total(list(live)))
 
+    def test_entries_compacted_away_are_let_go(self) -> None:
+        """After a compaction the entries it replaced, and their bytes, are not held by the sizes'
+        cache once the next request's ``keep`` and ``view`` ran (64 such entries at most wait)."""
+        import gc
+        import weakref
+
+        from hermes_acp.engine.agent import _Sizes
+
+        class Entry(dict):  # a dict that takes weak references
+            pass
+
+        sizes = _Sizes()
+        old = [Entry(role="user", content=f"message {n} " + "x" * 1000) for n in range(80)]
+        sizes.view(old)
+        held = weakref.ref(old[0])
+        live = [Entry(role="user", content=f"kept {n}") for n in range(10)]
+        sizes.keep(live)
+        sizes.view(live)
+        del old
+        gc.collect()
+        self.assertIsNone(held())
+
     def test_images_count_as_a_fixed_size(self) -> None:
         from hermes_acp.engine.agent import IMAGE_CHARS, _hasImages, _sentChars
 

@@ -250,8 +250,9 @@ class _Sizes:
         self._last, self._view = [], _View(0, False, False, [])
 
     def keep(self, messages: Sequence[dict[str, Any]]) -> None:
-        """Forget entries no longer in ``messages`` (compacted away) once they are many."""
-        if len(self._known) > 2 * len(messages) + 64:
+        """Forget entries no longer in ``messages`` (compacted away, or made for one request)
+        once there may be 64 of them: their bytes go with them."""
+        if len(self._known) > len(messages) + 64:
             known = self._known
             self._known = {id(m): known[id(m)] for m in messages if id(m) in known and known[id(m)][0] is m}
 
