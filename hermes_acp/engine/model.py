@@ -389,7 +389,7 @@ class ModelClient:
         **options: Any,
     ) -> ModelReply:
         """Stream one answer; retry 429, 5xx and broken connections with backoff. A message
-        of ``messages`` may be given as its compact UTF-8 JSON (``safejson.encode``).
+        of ``messages`` may be given as its bytes in the body (``bodyJSON`` of it).
 
         Raises ``ModelError``. A cancelled request returns what arrived so far
         with ``finishReason`` "cancelled".
