@@ -84,6 +84,8 @@ class Recorded:
     path: str
     body: Any
     headers: dict[str, str]
+    #: The body as it arrived (the agent's bytes).
+    raw: bytes = b""
 
 
 @attrs.define
@@ -450,10 +452,15 @@ class ScriptedModel(Resource):
         self._wake()
 
     @property
-    def chatRequests(self) -> list[Any]:
-        """The bodies of the chat completion requests, oldest first (compaction and title requests left out)."""
-        return [r.body for r in self.requests if r.path.endswith("/chat/completions")
+    def chatRecords(self) -> list[Recorded]:
+        """The chat completion requests, oldest first (compaction and title requests left out)."""
+        return [r for r in self.requests if r.path.endswith("/chat/completions")
                 and not isSummaryRequest(r.body) and not isTitleRequest(r.body)]
+
+    @property
+    def chatRequests(self) -> list[Any]:
+        """The bodies of the chat completion requests (``chatRecords``)."""
+        return [r.body for r in self.chatRecords]
 
     @property
     def summaryRequests(self) -> list[Any]:
@@ -465,9 +472,9 @@ class ScriptedModel(Resource):
         """The bodies of the agent's title requests, oldest first."""
         return [r.body for r in self.requests if r.path.endswith("/chat/completions") and isTitleRequest(r.body)]
 
-    def _record(self, request: Request, body: Any) -> None:
+    def _record(self, request: Request, body: Any, raw: bytes = b"") -> None:
         headers = {k.decode().lower(): v[-1].decode() for k, v in request.requestHeaders.getAllRawHeaders()}
-        self.requests.append(Recorded(request.method.decode(), request.path.decode(), body, headers))
+        self.requests.append(Recorded(request.method.decode(), request.path.decode(), body, headers, raw))
         address = request.getClientAddress()
         self.peers.add(getattr(address, "port", 0))
         self._wake()
@@ -494,11 +501,12 @@ class ScriptedModel(Resource):
         return json.dumps({"object": "list", "data": data}).encode()
 
     def render_POST(self, request: Request) -> bytes | int:
+        raw = request.content.read()
         try:
-            body = json.loads(request.content.read() or b"{}")
+            body = json.loads(raw or b"{}")
         except ValueError:
             return self._refuse(request, http.BAD_REQUEST, "request body is not JSON")
-        self._record(request, body)
+        self._record(request, body, raw)
         if not request.path.rstrip(b"/").endswith(b"/chat/completions"):
             return self._refuse(request, http.NOT_FOUND, "not found")
         if not self._authorized(request):

@@ -469,6 +469,68 @@ class ReviewedTests(SynchronousTestCase):
         self.assertEqual(measured, history)
         self.assertEqual(sizes.total([]), charCount([]))
 
+    def test_the_joined_body_is_a_fresh_encoding_across_changes(self) -> None:
+        """The body a request joins from the entries' kept bytes (``_Sizes.view``, ``model._body``)
+        is byte for byte ``safejson.encode`` of the same request built afresh, as the history
+        grows, is compacted, has an image replaced by a line, is cut by a rewind, and is loaded
+        again as equal entries whose keys come in another order (only the same objects may
+        share bytes); lone surrogates repaired, a non-finite number healed to null."""
+        import copy
+
+        from hermes_acp import safejson
+        from hermes_acp.engine.agent import _request, _Sizes
+        from hermes_acp.engine.model import _body
+
+        system = {"role": "system", "content": "You are Hermes."}
+        fields = {"stream": True, "tools": [{"type": "function", "function": {"name": "t"}}], "max_tokens": 9}
+        sizes = _Sizes()
+
+        def check(live: list[dict[str, Any]]) -> None:
+            view = sizes.view(live)
+            self.assertEqual(sizes.view(live), view)  # asked again: the same view
+            fresh = copy.deepcopy({"model": "m", "messages": _request(system, live), **fields})
+            self.assertEqual(_body("m", _request(system, live, view.sent), fields),
+                             safejson.encode(safejson.healed(fresh)))
+            self.assertEqual(view.chars, sizes.scan(live)[0])
+
+        def exchange(n: int) -> list[dict[str, Any]]:
+            return [{"role": "user", "content": f"read {n} \ud800é"},
+                    {"role": "assistant", "content": "", "reasoning": "hm", "reasoning_field": "reasoning",
+                     "tool_calls": [{"id": f"c{n}", "type": "function",
+                                     "function": {"name": "read_file", "arguments": '{"path": "a"}'}}]},
+                    {"role": "tool", "tool_call_id": f"c{n}", "name": "read_file", "content": f"line {n}\n" * 50},
+                    {"role": "assistant", "content": f"done {n} ✓"}]
+
+        live: list[dict[str, Any]] = []
+        for n in range(4):  # the history grows, a turn at a time and a message at a time
+            for message in exchange(n):
+                live.append(message)
+                check(live)
+        live.append({"role": "tool", "tool_call_id": "x", "name": "t", "content": float("nan")})
+        check(live)
+        # A compaction: a summary, shortened copies of older entries, the newest ones as they were.
+        live = [summaryMessage("c1", "## Goal\nread"), {**live[2], "content": "[removed]"}, *live[4:]]
+        check(live)
+        live.append({"role": "user", "content": "next"})
+        check(live)
+        # An image replaced by a line, in place (``_keepNewestImages``).
+        image = {"role": "user", "content": [{"type": "text", "text": "see"},
+                                             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
+        live.append(image)
+        check(live)
+        live[-1] = {"role": "user", "content": "(an older image)"}
+        sizes.forget(image)
+        check(live)
+        live[:] = live[:5]  # a rewind cuts the newest turns
+        check(live)
+        # Loaded again: equal entries, new objects, the tool call's keys in another order.
+        loaded = json.loads(json.dumps(live))
+        for message in loaded:
+            for call in message.get("tool_calls") or ():
+                call["function"] = dict(reversed(call["function"].items()))
+        check(loaded)
+        check(loaded + exchange(9))
+
     def test_an_image_replaced_by_a_line_is_not_held_by_the_sizes(self) -> None:
         """``_keepNewestImages`` swaps an older image for a line so that memory need not hold its
         bytes: the sizes' cache lets go of the entry and of its request form too."""
@@ -482,7 +544,7 @@ class ReviewedTests(SynchronousTestCase):
 
         old = Entry(role="user", content=[{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}])
         sizes, live = _Sizes(), [Entry(role="user", content="hi"), old]
-        sizes.scan(live)
+        sizes.view(live)  # its request form and bytes are kept with the list seen last
         held = weakref.ref(old)
         live[1] = Entry(role="user", content="(an older image)")
         sizes.forget(old)
@@ -490,6 +552,28 @@ class ReviewedTests(SynchronousTestCase):
         gc.collect()
         self.assertIsNone(held())
         self.assertEqual(sizes.total(live), sizes.total(list(live)))
+
+    def test_entries_compacted_away_are_let_go(self) -> None:
+        """After a compaction the entries it replaced, and their bytes, are not held by the sizes'
+        cache once the next request's ``keep`` and ``view`` ran (64 such entries at most wait)."""
+        import gc
+        import weakref
+
+        from hermes_acp.engine.agent import _Sizes
+
+        class Entry(dict):  # a dict that takes weak references
+            pass
+
+        sizes = _Sizes()
+        old = [Entry(role="user", content=f"message {n} " + "x" * 1000) for n in range(80)]
+        sizes.view(old)
+        held = weakref.ref(old[0])
+        live = [Entry(role="user", content=f"kept {n}") for n in range(10)]
+        sizes.keep(live)
+        sizes.view(live)
+        del old
+        gc.collect()
+        self.assertIsNone(held())
 
     def test_images_count_as_a_fixed_size(self) -> None:
         from hermes_acp.engine.agent import IMAGE_CHARS, _hasImages, _sentChars

@@ -7,6 +7,7 @@ run's ``ITurnObserver``; ``AIAgent.interrupt`` may be called from any thread.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import queue
 import threading
@@ -14,7 +15,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 from zope.interface import implementer
@@ -33,7 +34,9 @@ from hermes_acp.engine.compaction import (
 )
 from hermes_acp.engine.instructions import projectInstructions
 from hermes_acp.engine.planning import EXIT_PLAN, NOTE, commandRefused
-from hermes_acp.engine.model import CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ReplyLimits, ToolCallRequest
+from hermes_acp.engine.model import (
+    CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ReplyLimits, ToolCallRequest, bodyJSON,
+)
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy, policyFor
 from hermes_acp.engine.secrets import redact, secretValues
@@ -137,24 +140,54 @@ def _listed(chars: int, image: bool, count: int) -> int:
     return chars if image else chars + 2 + 2 * max(0, count - 1)
 
 
+class _View(NamedTuple):
+    """History entries as the next request carries them (``_Sizes.view``): their sizes summed,
+    whether one holds an image, whether one is a message of tool images, and each entry's
+    request form (its bytes in the body: ``_requestForm``)."""
+
+    chars: int
+    image: bool
+    joinable: bool
+    sent: list[bytes | dict[str, Any]]
+
+
+def _requestForm(message: dict[str, Any]) -> bytes | dict[str, Any]:
+    """``message`` as the request body carries it (``model.bodyJSON`` of ``_forAPI`` of it),
+    which ``ModelClient.complete`` takes as is. A value JSON has no form for stays a dict, so
+    the body's encoding fails on it as it always did."""
+    sent = _forAPI(message)
+    try:
+        return bodyJSON(sent)
+    except TypeError:
+        return sent
+
+
 class _Sizes:
-    """Each history entry as the endpoint receives it (``_forAPI``) and its size, made once
-    (when it is remembered, or first seen) and known by the entry itself, so a request costs
-    one encoding of the history, its body's, and no more (at 4,000 entries one encoding
-    costs tens of ms). An entry is never changed once in the history (a compaction makes
-    new ones). Also whether an entry holds an image, or is a message of tool images
-    (``images.joined``), so a history without either is not walked again for them."""
+    """Each history entry's size as the endpoint receives it (``_forAPI``), made once (when it
+    is remembered, or first seen) and known by the entry itself; and its bytes in the request
+    body (``_requestForm``), made once when a request first carries it: a request joins the
+    history's bytes instead of encoding it (at 4,000 entries an encoding costs several ms). An
+    entry is never changed once in the history: a compaction and a load make new ones, and an
+    entry replaced in the list (an image by a line) is ``forget``'s. Also whether an entry
+    holds an image, or is a message of tool images (``images.joined``), so a history without
+    either is not walked again for them.
+
+    The list ``view`` saw last is kept with what it added up to: the next request of a turn,
+    and the next turn, carry that list and a few entries more, and cost those entries (and a
+    check at C speed that the others are the same objects)."""
 
     def __init__(self) -> None:
-        #: id -> (entry, its size, holds an image, a message of tool images, as sent)
-        self._known: dict[int, tuple[dict[str, Any], int, bool, bool, dict[str, Any]]] = {}
+        #: id -> [entry, its size, holds an image, a message of tool images, request form (None: not yet)]
+        self._known: dict[int, list[Any]] = {}
+        self._last: list[dict[str, Any]] = []
+        self._view = _View(0, False, False, [])
 
-    def of(self, message: dict[str, Any]) -> tuple[dict[str, Any], int, bool, bool, dict[str, Any]]:
+    def of(self, message: dict[str, Any]) -> list[Any]:
         entry = self._known.get(id(message))
         if entry is None or entry[0] is not message:
             chars, image = _messageChars(message)
-            entry = self._known[id(message)] = (message, chars, image, message.get(SYNTHETIC_KEY) == images.IMAGES,
-                                                _forAPI(message))
+            entry = self._known[id(message)] = [message, chars, image, message.get(SYNTHETIC_KEY) == images.IMAGES,
+                                                None]
         return entry
 
     def total(self, messages: Sequence[dict[str, Any]]) -> int:
@@ -165,7 +198,26 @@ class _Sizes:
 
     def scan(self, messages: Sequence[dict[str, Any]]) -> tuple[int, bool, bool]:
         """The entries' sizes summed, whether one holds an image, whether one is tool images."""
-        chars, image, joinable = 0, False, False
+        return self._added(messages, 0, False, False, None)
+
+    def view(self, messages: Sequence[dict[str, Any]]) -> _View:
+        """``scan`` of ``messages`` with their request forms; the entries of the list seen last
+        that begin ``messages`` (the same objects) are not looked at one by one again."""
+        last, before = self._last, self._view
+        if len(last) <= len(messages) and all(map(operator.is_, last, messages)):
+            if len(last) == len(messages):
+                return before
+            sent = before.sent[:]
+            sums = self._added(messages[len(last):], before.chars, before.image, before.joinable, sent)
+        else:
+            sent = []
+            sums = self._added(messages, 0, False, False, sent)
+        self._last, self._view = list(messages), _View(*sums, sent)
+        return self._view
+
+    def _added(self, messages: Sequence[dict[str, Any]], chars: int, image: bool, joinable: bool,
+               sent: list[bytes | dict[str, Any]] | None) -> tuple[int, bool, bool]:
+        """The sums, with ``messages``'; their request forms appended to ``sent``."""
         known = self._known
         for message in messages:
             entry = known.get(id(message))
@@ -174,21 +226,33 @@ class _Sizes:
             chars += entry[1]
             image = image or entry[2]
             joinable = joinable or entry[3]
+            if sent is not None:
+                sent.append(self._form(entry))
         return chars, image, joinable
 
-    def sent(self, message: dict[str, Any]) -> dict[str, Any]:
-        entry = self._known.get(id(message))
-        return (entry if entry is not None and entry[0] is message else self.of(message))[4]
+    def sent(self, message: dict[str, Any]) -> bytes | dict[str, Any]:
+        return self._form(self.of(message))
+
+    @staticmethod
+    def _form(entry: list[Any]) -> bytes | dict[str, Any]:
+        """The entry's request form, made once; one that holds an image keeps it as a dict (its
+        base64 is not copied into bytes: it is sent a few times before a line replaces it)."""
+        if entry[4] is None:
+            entry[4] = _forAPI(entry[0]) if entry[2] else _requestForm(entry[0])
+        return entry[4]  # type: ignore[no-any-return]
 
     def forget(self, message: dict[str, Any]) -> None:
-        """The entry left the history (an image replaced by a line): its bytes go with it."""
+        """The entry left the history (an image replaced by a line): its bytes go with it, and
+        the list seen last, which holds it."""
         entry = self._known.get(id(message))
         if entry is not None and entry[0] is message:
             del self._known[id(message)]
+        self._last, self._view = [], _View(0, False, False, [])
 
     def keep(self, messages: Sequence[dict[str, Any]]) -> None:
-        """Forget entries no longer in ``messages`` (compacted away) once they are many."""
-        if len(self._known) > 2 * len(messages) + 64:
+        """Forget entries no longer in ``messages`` (compacted away, or made for one request)
+        once there may be 64 of them: their bytes go with them."""
+        if len(self._known) > len(messages) + 64:
             known = self._known
             self._known = {id(m): known[id(m)] for m in messages if id(m) in known and known[id(m)][0] is m}
 
@@ -203,13 +267,17 @@ def _hasImages(messages: Sequence[dict[str, Any]]) -> bool:
                                                           for p in m["content"]) for m in messages)
 
 
-def _request(system: dict[str, Any], live: Sequence[dict[str, Any]], sizes: _Sizes | None = None) -> list[dict[str, Any]]:
-    """The messages of a request. A summary followed by a user message joins the system
-    prompt: strict chat templates (Mistral, Gemma, Llama 2) refuse two user turns in a row."""
+def _request(system: dict[str, Any], live: Sequence[dict[str, Any]],
+             sent: Sequence[bytes | dict[str, Any]] | None = None) -> list[bytes | dict[str, Any]]:
+    """The messages of a request (``sent``: ``live``'s request forms, when known). A summary
+    followed by a user message joins the system prompt: strict chat templates (Mistral, Gemma,
+    Llama 2) refuse two user turns in a row."""
+    if sent is None:
+        sent = [_forAPI(message) for message in live]
     if len(live) > 1 and isSummary(live[0]) and live[1].get("role") == "user":
         system = {**system, "content": f"{system['content']}\n\n{live[0]['content']}"}
-        live = live[1:]
-    return [system, *map(_forAPI if sizes is None else sizes.sent, live)]
+        sent = sent[1:]
+    return [system, *sent]
 
 
 class _Unrepeated:
@@ -641,25 +709,26 @@ class _Conversation:
         tools.update((name, tool) for name, tool in self.extraTools.items() if name not in tools)
         return tools
 
-    def _measured(self, fixed: int) -> tuple[int, bool]:
+    def _measured(self, fixed: int) -> tuple[int, _View]:
         """The next request's size in characters (``fixed``: its system prompt and tools), and
-        whether its history holds an image."""
-        chars, image, _ = self.agent._sizes.scan(self.live)
-        return fixed + _listed(chars, image, len(self.live)), image
+        its history as sent (``_Sizes.view``)."""
+        view = self.agent._sizes.view(self.live)
+        return fixed + _listed(view.chars, view.image, len(self.live)), view
 
-    def _shown(self) -> list[dict[str, Any]]:
-        """``live`` as the next request carries it: images only to a model that can see, the
-        newest ``ImageLimits.perRequest`` of them (``images.forModel``), and a message of tool
-        images joined to a user message that follows it (``images.joined``)."""
+    def _messages(self, system: dict[str, Any], view: _View) -> list[bytes | dict[str, Any]]:
+        """The next request's messages: ``live`` (``view``) after ``system``, images only to a
+        model that can see, the newest ``ImageLimits.perRequest`` of them (``images.forModel``),
+        and a message of tool images joined to a user message that follows it
+        (``images.joined``)."""
         agent, shown = self.agent, self.live
-        _, image, joinable = agent._sizes.scan(shown)
-        if not (image or joinable):
-            return shown
-        if image:
+        if not (view.image or view.joinable):
+            return _request(system, shown, view.sent)
+        if view.image:
             note = (f"(an image is not shown here: the model {agent.model} cannot see images"
                     + ("; vision_analyze can describe an image file, given its path" if agent.visionModel else "") + ")")
             shown = images.forModel(shown, agent.vision is not False, agent.imageLimits.perRequest, note)
-        return images.joined(shown, SYNTHETIC_KEY)
+        shown = images.joined(shown, SYNTHETIC_KEY)
+        return _request(system, shown, [agent._sizes.sent(message) for message in shown])
 
     def run(self) -> TurnResult:
         agent, observer = self.agent, self.observer
@@ -684,7 +753,7 @@ class _Conversation:
                 schemas = [tool.schema() for tool in tools.values()]
                 fixed = charCount([system, schemas])
             agent._sizes.keep(self.live)
-            sent, image = self._measured(fixed)
+            sent, view = self._measured(fixed)
             tokens = agent.estimator.tokens(sent)
             if agent.contextWindow and tokens > self._budget().threshold and tokens >= self.compactAgainAt:
                 status = self._compact("threshold", fixed).status
@@ -692,11 +761,11 @@ class _Conversation:
                     return self.result(CANCELLED)
                 if status == "failed":  # not again in this run until there is more that could be compacted
                     self.compactAgainAt = tokens + self._budget().limit // 10
-                sent, image = self._measured(fixed)
+                sent, view = self._measured(fixed)
             text = _Unrepeated(shown, lambda delta: _notify(observer.text, delta))
             try:
                 reply = agent.modelClient().complete(
-                    agent.model or "", _request(system, self._shown(), agent._sizes), schemas, self.cancellation, text,
+                    agent.model or "", self._messages(system, view), schemas, self.cancellation, text,
                     lambda delta: _notify(observer.thought, delta), **{**options, **retry},
                 )
             except ModelError as e:
@@ -719,7 +788,7 @@ class _Conversation:
             self.counted(reply.usage)
             if reply.usage and reply.usage.get("prompt_tokens"):
                 self.lastPromptTokens = reply.usage["prompt_tokens"]
-                if not image:  # an image's tokens are not its characters
+                if not view.image:  # an image's tokens are not its characters
                     agent.estimator.calibrate(sent, self.lastPromptTokens)
             self.finalText = (self.cutText + reply.text) or reply.refusal or self.finalText
             stop = self._stopReason(reply)

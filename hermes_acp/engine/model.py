@@ -15,7 +15,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -381,14 +381,15 @@ class ModelClient:
     def complete(
         self,
         model: str,
-        messages: list[dict[str, Any]],
+        messages: Sequence[bytes | dict[str, Any]],
         tools: list[dict[str, Any]],
         cancellation: Cancellation,
         onText: Callable[[str], None],
         onReasoning: Callable[[str], None],
         **options: Any,
     ) -> ModelReply:
-        """Stream one answer; retry 429, 5xx and broken connections with backoff.
+        """Stream one answer; retry 429, 5xx and broken connections with backoff. A message
+        of ``messages`` may be given as its bytes in the body (``bodyJSON`` of it).
 
         Raises ``ModelError``. A cancelled request returns what arrived so far
         with ``finishReason`` "cancelled".
@@ -396,12 +397,11 @@ class ModelClient:
         if not model:
             raise ModelError("no model chosen: set HERMES_MODEL or pick a model for the session")
         # Under the rule of hermes_acp.safejson: what UTF-8 cannot carry never reaches the
-        # endpoint (where it would fail every later request). One encoding of the whole
-        # history per request, which repairs as it goes: the body is the one thing that
-        # grows with the session (the agent measures each history entry once, ``_Sizes``).
-        request = _body({"model": model, "messages": messages, "stream": True,
-                         "stream_options": {"include_usage": True},
-                         **({"tools": tools} if tools else {}), **options})
+        # endpoint (where it would fail every later request). The history is the one thing
+        # that grows with the session: a message given as bytes (the agent's, made once for
+        # every request that carries it, ``_Sizes``) is not encoded again.
+        request = _body(model, messages, {"stream": True, "stream_options": {"include_usage": True},
+                                          **({"tools": tools} if tools else {}), **options})
         attempt = 0
         began = time.monotonic()
         deadline = began + self.limits.seconds
@@ -462,13 +462,25 @@ class ModelClient:
             exchange.close()
 
 
-def _body(request: dict[str, Any]) -> bytes:
-    """A request as compact UTF-8 JSON, lone surrogates as U+FFFD; a non-finite number
-    (JSON has none) is healed to null first, in place, as ``safejson.repaired`` would."""
+def _body(model: str, messages: Sequence[bytes | dict[str, Any]], fields: dict[str, Any]) -> bytes:
+    """``{"model": model, "messages": messages, **fields}`` as ``bodyJSON`` makes it, byte for
+    byte, each message on its own (one given as bytes is its JSON already, made once by the
+    agent for every request that carries it). One join makes the body: a second copy of
+    megabytes would cost as much as the rest of it."""
+    parts = [m if type(m) is bytes else bodyJSON(m) for m in messages] or [b""]
+    parts[0] = b'{"model":' + bodyJSON(model) + b',"messages":[' + parts[0]
+    parts[-1] += b"]}" if not fields else b"]," + bodyJSON(fields)[1:]
+    return b",".join(parts)
+
+
+def bodyJSON(value: Any) -> bytes:
+    """A value as a request body carries it: compact UTF-8 JSON, lone surrogates as U+FFFD; a
+    non-finite number (JSON has none) is healed to null first, in place, as
+    ``safejson.repaired`` would. TypeError for a value JSON has no form for."""
     try:
-        return safejson.encode(request)
+        return safejson.encode(value)
     except ValueError:
-        return safejson.encode(safejson.healed(request))
+        return safejson.encode(safejson.healed(value))
 
 
 def _target(endpoint: Endpoint) -> chat_http.Target:
