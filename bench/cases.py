@@ -842,7 +842,9 @@ async def caseStore(b: Bench) -> list[Result]:
     agent = await b.ready(home)
     quiet = await b.warmSession(agent)
     searcher = await b.warmSession(agent)
-    idle = [(await agent.prompt(quiet, f"[notool] idle {n}"))[0] for n in range(b.runs.turns * 2)]
+    # Idle before and after the searches: each turn adds to the session's history, and a
+    # turn costs more the longer it is, so the idle turns bracket the history of the busy ones.
+    idle = [(await agent.prompt(quiet, f"[notool] idle {n}"))[0] for n in range(b.runs.turns)]
     busy = []
     for n in range(b.runs.concurrent):
         _, searching = agent.sendPrompt(searcher, f"[searching] run {n}")
@@ -850,6 +852,7 @@ async def caseStore(b: Bench) -> list[Result]:
         while not searching.done() and len(busy) < 400:
             busy.append((await agent.prompt(quiet, f"[notool] beside the searches {n}"))[0])
         await agent.answer("session/prompt", searching, 120)
+    idle += [(await agent.prompt(quiet, f"[notool] idle after {n}"))[0] for n in range(b.runs.turns)]
     await b.close(agent)
     db = Path(home) / "state.db"
     loads, floors, grown = [], [], []

@@ -151,6 +151,20 @@ class EventBridge:
         if batch:
             self._send(batch)
 
+    def settle(self, then: Callable[[], None]) -> None:
+        """In the reactor thread: deliver what the batch holds now, then call ``then``; a batch
+        a worker took and is still handing over goes first (the hop is queued: this looks
+        again after it). A cancelled turn answers so: what came before the cancel is shown."""
+        with self._lock:
+            handing = self._inFlight > 0
+            batch = [] if handing else self._take()
+        if handing:
+            self.reactor.callLater(0, self.settle, then)
+            return
+        if batch:
+            self.deliver(batch)
+        then()
+
     def event(self, handler: Callable[..., Any], *args: Any) -> Any:
         """Send the batch, then ``handler(*args)``; returns what ``deliver`` returned."""
         with self._lock:

@@ -5,7 +5,9 @@ dedicated database thread (so writes keep their order) and comes back as
 Deferreds; what every session asked for while that thread was busy runs in
 its next batch, one transaction for all (``_inBatch``). Updates sent to the editor are journaled in batches: buffered in
 memory and flushed within ``JOURNAL_FLUSH`` seconds, and always before a
-prompt's response, so a finished turn is durable when the editor hears of it.
+prompt's response, so a finished turn is durable when the editor hears of it (but
+for a cancelled one that answers before its worker is done, ``turns``: it is saved
+after its answer, and before the session's next turn).
 
 A write the store refuses (a full disk, a lock held too long) is not dropped:
 it is kept in memory with every later write of that session, in order, and

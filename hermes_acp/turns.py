@@ -15,6 +15,13 @@ turn moves through explicit phases, in this order only::
 - *finishing*: every tool card gets a final status, the turn is saved;
 - *answered*: the prompt has its answer; anything that still arrives is dropped.
 
+A cancelled engine turn with no tool call or compaction under way answers as soon as
+the text that came before the cancel is shown (waiting or running ──▶ answered): the worker's
+unwinding and the turn's save come after the answer (with 200 sessions cancelled at
+once, they took most of the time to the last answer). The turn is *finished* only
+once it is saved, and the session's next turn, a ``session/close`` and the shutdown
+wait for that, so the history and the store see the turns in order.
+
 Engine events come back through an ``EventBridge`` and become
 ``session/update``s; each tool call's card is keyed by the engine's own call id.
 A model failure, or a turn that crashed, answers the prompt with a JSON-RPC error
@@ -80,8 +87,8 @@ CRASHED = "Internal error: the turn stopped unexpectedly; the agent's log has th
 QUEUED, WAITING, RUNNING, FINISHING, ANSWERED = "queued", "waiting", "running", "finishing", "answered"
 _MOVES = {
     QUEUED: {WAITING, ANSWERED},
-    WAITING: {RUNNING, FINISHING},
-    RUNNING: {FINISHING},
+    WAITING: {RUNNING, FINISHING, ANSWERED},
+    RUNNING: {FINISHING, ANSWERED},
     FINISHING: {ANSWERED},
     ANSWERED: set(),
 }
@@ -177,6 +184,12 @@ class Turn:
     #: What the model gets as the user's message when it is not the prompt (an MCP prompt's messages).
     modelBlocks: list[dict[str, Any]] | None = None
     _answer: OneShot[dict[str, Any]] = attrs.field(factory=OneShot)
+    #: Fires once the turn is over and saved (after its answer, or long after a cancel's).
+    _done: OneShot[None] = attrs.field(factory=OneShot)
+    #: The engine run's bridge, while the engine may be running (a cancel answers through it).
+    _bridge: EventBridge | None = None
+    #: The prompt's text when the turn may title the session (not a command's, not a compaction's).
+    _titleText: str | None = None
     _claimLock: threading.Lock = attrs.field(factory=threading.Lock)
     _claimed: bool = False  # a worker thread has started the engine
     _engineDone: Deferred[TurnResult | None] | None = None
@@ -194,6 +207,14 @@ class Turn:
         """A fresh Deferred with the turn's answer; cancelling it leaves the turn alone."""
         return self._answer.when()
 
+    def whenFinished(self) -> Deferred[None]:
+        """A fresh Deferred that fires once the turn is over and saved, however it answered."""
+        return self._done.when()
+
+    @property
+    def finished(self) -> bool:
+        return self._done.fired
+
     def cancel(self) -> None:
         """What a cancel does depends on the phase (see the module docstring)."""
         if self.phase == ANSWERED or self.cancelled:
@@ -205,6 +226,7 @@ class Turn:
             self.queue.withdraw(self)
             self._move(ANSWERED)
             self._answer.fire({"stopReason": "cancelled"})
+            self._done.fire(None)  # it never ran
         elif self.phase == WAITING and not claimed:
             if self._engineDone is not None and not self._engineDone.called:
                 self._engineDone.callback(None)  # answer now; the worker will not run the engine
@@ -215,6 +237,21 @@ class Turn:
                 self.agent.interrupt()
             for d in list(self.requests):
                 d.cancel()
+            if self._bridge is not None:  # the engine's worker unwinds, and the turn is saved, after the answer
+                self._bridge.settle(self._answerCancelled)
+
+    def _answerCancelled(self) -> None:
+        """Answer the cancelled engine turn now, once its text so far is shown
+        (``EventBridge.settle``); what its worker still sends is dropped. The rest of the turn
+        (its messages, its save) follows when the worker is done; it sends nothing more. A turn
+        with a tool call or a compaction under way answers when its worker is done, as any
+        turn does: their cards end with what the engine says of them (a command's output so far)."""
+        if self.phase not in (WAITING, RUNNING) or self.cards or self.compactions:
+            return
+        self.sweep()
+        self._showTitle()
+        self._move(ANSWERED)
+        self._answer.fire({"stopReason": "cancelled"})
 
     # -- running ------------------------------------------------------------------
 
@@ -228,10 +265,15 @@ class Turn:
             self._settle()
             self._answer.fire(Failure(InternalError(CRASHED)))
         except Exception:
+            if self._answer.fired:  # answered at its cancel: the editor has its answer, the log the rest
+                log.failure("finishing cancelled turn {turn} in session {id} failed", turn=self.turnId,
+                            id=self.session.sessionId)
             self._settle()
             self._answer.fire(Failure())
         else:
             self._answer.fire(response)
+        finally:
+            self._done.fire(None)
 
     def _settle(self) -> None:
         """Whatever happened, the turn ends answered."""
@@ -258,6 +300,8 @@ class Turn:
             found = services.mcp.promptFor(session, prompted[0])
             prompted = None if found is None else (*found, prompted[1])
         await services.store.beginTurn(session, text if command is None and compact is None else None)
+        if command is None and compact is None:
+            self._titleText = text
         for block in self.blocks:
             update = {"sessionUpdate": "user_message_chunk", "content": block, "messageId": f"{self.turnId}-user"}
             if self.echo:
@@ -303,11 +347,9 @@ class Turn:
                 services.catalog.learnWindow(session.model, result.window)
             if self.agent is not None and self.agent.vision is False:
                 services.catalog.learnBlind(session.model)  # the endpoint refused its images
-            services.updates.send(session, usageUpdate(session, services.catalog))
-        if session.title is None and text and command is None and compact is None:
-            session.title, session.autoTitle = _title(text), True
-            services.updates.send(session, {"sessionUpdate": "session_info_update", "title": session.title,
-                                            "updatedAt": timestamp()})
+            if self.phase != ANSWERED:  # (a cancelled turn answered at its cancel sends nothing more)
+                services.updates.send(session, usageUpdate(session, services.catalog))
+        if self._showTitle():
             # A better title in the background, never delaying the answer; not for a failed or cancelled turn.
             if services.namer is not None and endpoint is not None and failure is None and not self.cancelled:
                 answer = "\n".join(m["content"] for m in messages if m.get("role") == "assistant"
@@ -322,10 +364,21 @@ class Turn:
         else:
             session.history.extend(messages)
         await services.store.endTurn(session, messages, replaced, self.children.asides)
-        self._move(ANSWERED)
+        if self.phase != ANSWERED:
+            self._move(ANSWERED)
         if failure is not None:
             raise failure
         return response
+
+    def _showTitle(self) -> bool:
+        """The session's first prompt titles it (for now): True when this turn's did."""
+        session, text = self.session, self._titleText
+        if session.title is not None or not text:
+            return False
+        session.title, session.autoTitle = _title(text), True
+        self.services.updates.send(session, {"sessionUpdate": "session_info_update", "title": session.title,
+                                             "updatedAt": timestamp()})
+        return True
 
     async def _runEngine(self, compact: str | None = None, skill: tuple[Skill, str] | None = None) -> TurnResult | None:
         """The engine on a worker thread; None when the turn was cancelled before one
@@ -336,7 +389,7 @@ class Turn:
         self.agent = agent = services.options.agentFor(self.session)
         agent.contextWindow = services.catalog.window(self.session.model)
         agent.vision = services.catalog.sees(self.session.model)
-        bridge = EventBridge(services.reactor, self.deliver, paused=lambda: services.updates.paused)
+        bridge = self._bridge = EventBridge(services.reactor, self.deliver, paused=lambda: services.updates.paused)
         observer = BridgedObserver(bridge, self)
         workspace = services.workspaceFor(self.session, self.request)
         history = list(self.session.history)
@@ -375,6 +428,7 @@ class Turn:
             return services.runInWorker(work)
 
         def finished(result: Any) -> None:
+            self._bridge = None
             if done.called:
                 return
             if isinstance(result, Failure):
@@ -416,7 +470,8 @@ class Turn:
 
     def deliver(self, events: list[tuple[str, Any]]) -> Any:
         if self.phase == ANSWERED:
-            log.warn("dropping {n} late event(s) for turn {turn}", n=len(events), turn=self.turnId)
+            if not self.cancelled:  # (a cancelled turn's worker goes on for a moment after its answer)
+                log.warn("dropping {n} late event(s) for turn {turn}", n=len(events), turn=self.turnId)
             return None
         for kind, payload in events:
             if kind == "event":
@@ -552,6 +607,8 @@ class Turn:
         """Ask under the call's own card (its start always crosses first); an answer
         that changes the mode does so here, on the reactor, before the engine hears
         it and in order with the editor's own mode changes."""
+        if self._over():
+            return succeed(CANCELLED)
         toolCallId, name, arguments = self.cards[callId]
         detail = {"path": proposal.path, "oldText": proposal.oldText, "newText": proposal.newText}
         d = self._ask(self.renderer.permissionToolCall(toolCallId, name, arguments, detail), "edit")
@@ -564,11 +621,15 @@ class Turn:
         return answer
 
     def askCommand(self, callId: str, command: str, reason: str) -> Deferred[str]:
+        if self._over():
+            return succeed(CANCELLED)
         toolCallId, _, arguments = self.cards[callId]
         detail = {"command": command, "reason": reason}
         return self._ask(self.renderer.permissionToolCall(toolCallId, "terminal", arguments, detail), "execute")
 
     def askRead(self, callId: str, path: str, reason: str) -> Deferred[str]:
+        if self._over():
+            return succeed(CANCELLED)
         toolCallId, name, arguments = self.cards[callId]
         detail = {"path": path, "reason": reason}
         return self._ask(self.renderer.permissionToolCall(toolCallId, name, arguments, detail), "read")
@@ -577,6 +638,8 @@ class Turn:
         """The plan of plan mode: shown as the editor's plan and in the call's card, then
         asked about; an answer that leaves plan mode switches the mode here, at once
         (like ``_editAnswered``), before the engine hears it."""
+        if self._over():
+            return succeed(CANCELLED)
         toolCallId, name, arguments = self.cards[callId]
         send = self.services.updates.send
         send(self.session, {"sessionUpdate": "plan", "entries": planSteps(plan)})
@@ -601,7 +664,7 @@ class Turn:
 
     async def _askUser(self, callId: str, question: str, choices: list[str]) -> tuple[str, str]:
         services, sessionId, timeout = self.services, self.session.sessionId, self.services.askTimeout
-        if self.cancelled or self.phase == ANSWERED:
+        if self._over():
             return asking.NO_ANSWER, noAnswer(CANCELLED, timeout)
         toolCallId, name, arguments = self.cards[callId]
         if services.client.elicitation("form"):
@@ -631,9 +694,9 @@ class Turn:
 
     async def _callTool(self, callId: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
         mcp, session = self.services.mcp, self.session
+        if self.cancelled:  # (its card may be gone: a cancelled turn answers before its worker is done)
+            return toolset.failure("interrupted by the user before it ran")
         if name in resources.NAMES:
-            if self.cancelled:
-                return toolset.failure("interrupted by the user before it ran")
             return await resources.run(
                 mcp.resourceLinks(session), name, arguments, mcp.settings.mcpResourceBytes, self._track,
                 lambda server, uri: self._permitted(callId, name, mcp.readRoute(session, server), arguments,
@@ -704,8 +767,13 @@ class Turn:
         self.sendCard({"sessionUpdate": "tool_call_update", "toolCallId": card[0],
                        "content": [textContent(f"Progress: {text}")]})
 
+    def _over(self) -> bool:
+        """No question any more: the turn was cancelled (its cards may be gone: it answers
+        before its worker is done) or has answered."""
+        return self.cancelled or self.phase == ANSWERED
+
     def _ask(self, toolCall: dict[str, Any], kind: str) -> Deferred[str]:
-        if self.cancelled or self.phase == ANSWERED:
+        if self._over():
             return succeed(CANCELLED)  # no question after a cancel
         toolCall = self.children.tagged(toolCall, title=True)  # a child's question names it
         d = self.services.permissions.requestPermission(self.session.sessionId, toolCall, kind)
@@ -727,8 +795,8 @@ class TurnQueue:
     def submit(self, turn: Turn) -> None:
         if self.running is None and not self.waiting:
             self._start(turn)
-        else:
-            turn.echo = True
+        else:  # its prompt is shown when it starts, unless every turn before it has answered
+            turn.echo = any(t.phase != ANSWERED for t in self.turns())
             self.waiting.append(turn)
 
     def withdraw(self, turn: Turn) -> None:
@@ -749,11 +817,11 @@ class TurnQueue:
 
     def cancel(self) -> list[Turn]:
         """Cancel every turn (the queued ones first, so none starts in between);
-        those that have yet to answer."""
+        those that have yet to finish."""
         turns = self.turns()
         for turn in reversed(turns):
             turn.cancel()
-        return [turn for turn in turns if turn.phase != ANSWERED]
+        return [turn for turn in turns if not turn.finished]
 
 
 @attrs.define(eq=False)
@@ -762,6 +830,7 @@ class Prompts:
 
     services: TurnServices
     queues: dict[str, TurnQueue] = attrs.field(factory=dict)
+    _gathering: bool = attrs.field(default=False, init=False)
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {"session/prompt": self.prompt}
@@ -792,22 +861,44 @@ class Prompts:
         if queue is None:
             log.debug("session/cancel for unknown or idle session {id!r}", id=sessionId)
             return
+        if queue.running is not None and queue.running.agent is not None:
+            self._gatherAborts()
         queue.cancel()
         if self.services.namer is not None:
             self.services.namer.drop(sessionId)
 
+    def _gatherAborts(self) -> None:
+        """The model requests cancelled in this reactor turn (the editor may cancel 200 sessions
+        at once) have their sockets shut together, once the reactor has answered them: each
+        shutdown wakes the turn's worker, and 200 workers unwinding (and saving their turns)
+        while the reactor still had cancels to answer delayed the last answer by 100 ms and
+        more. The first ``callLater`` runs before the poll that writes the answers, the second
+        after it (docs/performance.md, issue 27)."""
+        if self._gathering:
+            return
+        from .engine.chat_http import DEADLINES  # (loaded with the engine that runs the turn)
+
+        def release() -> None:
+            self._gathering = False
+            DEADLINES.release()
+
+        self._gathering = True
+        DEADLINES.hold()
+        reactor = self.services.reactor
+        reactor.callLater(0, reactor.callLater, 0, release)  # type: ignore[attr-defined]
+
     async def cancelAll(self, session: SessionState) -> None:
-        """Cancel everything in the session and wait until every turn has answered
+        """Cancel everything in the session and wait until every turn has finished
         (however it answered), prompts that arrive meanwhile included."""
         while (queue := self.queues.get(session.sessionId)) is not None and (turns := queue.cancel()):
-            await _answered(turns)
+            await _finished(turns)
 
     def cancelEverything(self) -> Deferred[None]:
         """Cancel every turn of every session (stdin closed, shutdown); fires once
-        they have all answered."""
+        they have all finished (and are saved)."""
         if self.services.namer is not None:
             self.services.namer.dropAll()
-        return _answered([turn for queue in list(self.queues.values()) for turn in queue.cancel()])
+        return _finished([turn for queue in list(self.queues.values()) for turn in queue.cancel()])
 
     def forget(self, session: SessionState) -> None:
         """The session is gone: a turn still in its queue is cancelled, not orphaned."""
@@ -818,8 +909,7 @@ class Prompts:
             self.services.namer.drop(session.sessionId)
 
 
-def _answered(turns: list[Turn]) -> Deferred[None]:
-    """Fires once every turn has answered, however it answered (a failed turn's own
+def _finished(turns: list[Turn]) -> Deferred[None]:
+    """Fires once every turn has finished, however it answered (a failed turn's own
     request reported its failure)."""
-    d = gatherResults([turn.whenAnswered() for turn in turns], consumeErrors=True)
-    return d.addBoth(lambda _: None)
+    return gatherResults([turn.whenFinished() for turn in turns]).addBoth(lambda _: None)

@@ -415,3 +415,39 @@ class ParallelTextTests(SynchronousTestCase):
         shared.event(note, "child 2 calls a tool")  # child 2's thread takes child 1's batch
         reactor.run()
         self.assertEqual([text for kind, text in sent if kind == first], ["a1 ", "a2 "])
+
+
+class SettleTests(BridgeTestCase):
+    def test_settleDeliversTheBatchThenCalls(self) -> None:
+        """``settle`` (a cancel's answer) delivers the text the batch holds, then calls
+        ``then``: what came before the cancel is shown before the prompt answers."""
+        done: list[Any] = []
+
+        def work() -> None:
+            self.bridge.message("a")
+            self.onReactor(lambda: None)  # "a" went out
+            self.bridge.message("b")  # within the window: held until its timer
+            self.onReactor(self.bridge.settle, lambda: done.append(list(self.deliveries)))
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(done, [[[(MESSAGE, "a")], [(MESSAGE, "b")]]])
+
+    def test_settleWaitsForABatchBeingHandedOver(self) -> None:
+        """A batch a worker took and is still handing over goes out before ``then``."""
+        done: list[Any] = []
+        gate = threading.Event()
+
+        def work() -> None:
+            self.bridge.message("before")
+            with self.bridge._lock:  # the worker took the batch (``flush``) and has not handed it over yet
+                batch = self.bridge._take()
+                self.bridge._inFlight += 1
+            self.reactor.callFromThread(self.bridge.settle, lambda: done.append(list(self.deliveries)))
+            self.reactor.callFromThread(gate.set)
+            assert gate.wait(10)
+            self.onReactor(lambda: None)
+            self.bridge._send(batch)
+            self.onReactor(self.reactor.advance, 0)
+
+        self.reactor.runInWorker(work)
+        self.assertEqual(done, [[[(MESSAGE, "before")]]])

@@ -611,3 +611,28 @@ def test_theBoundsComeFromTheEnvironment(tmp_path) -> None:
     for name, value in (("HERMES_ACP_MODEL_MAX_EVENT", "100"), ("HERMES_ACP_MODEL_REPLY_SECONDS", "inf")):
         with pytest.raises(ConfigError, match=name):
             Settings.fromEnv({name: value})
+
+
+@pytest_twisted.ensureDeferred
+async def test_abortsWhileHeldAreShutTogetherAtTheRelease(scriptedServer, noProxies) -> None:
+    """Requests cancelled while the deadlines are held (the reactor answering a burst of
+    cancels) keep their sockets until the release, then all end at once, cancelled: their
+    readers do not take the GIL from the thread still cancelling."""
+    server, url = scriptedServer
+    server.default.responses += [[{"text": "slow"}, {"stall": True}]] * 3
+    cancels = [Cancellation() for _ in range(3)]
+    ds = [deferToThread(client(url).complete, "scripted-model", [{"role": "user", "content": "hi"}], [], cancel,
+                        lambda text: None, lambda text: None) for cancel in cancels]
+    await server.whenStalled(3).addTimeout(10, reactor)
+    await deferLater(reactor, 0.5, lambda: None)  # the watchdog is back to waiting (awake, it takes what is due)
+    chat_http.DEADLINES.hold()
+    try:
+        for cancel in cancels:
+            cancel.cancel()
+        await deferLater(reactor, 0.3, lambda: None)
+        held = [d.called for d in ds]
+    finally:
+        chat_http.DEADLINES.release()
+    replies = [await d.addTimeout(5, reactor) for d in ds]
+    assert held == [False, False, False]
+    assert [reply.finishReason for reply in replies] == ["cancelled"] * 3

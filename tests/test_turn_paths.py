@@ -399,3 +399,50 @@ async def test_noQuestionAfterTheTurnWasCancelled() -> None:
     assert response["result"]["stopReason"] == "cancelled"
     assert answers == ["cancelled", "cancelled"]
     assert not any(f.get("method") == "session/request_permission" for f in h.frames())
+
+
+@pytest_twisted.ensureDeferred
+async def test_aCancelledStreamAnswersBeforeItsWorkerIsDone() -> None:
+    """A cancel of a turn that is only streaming text answers ``cancelled`` at once, after the
+    text sent before it; what its worker sends afterwards never reaches the editor, and the
+    session's next prompt starts only once that worker is done and the turn is saved."""
+    streaming, release = threading.Event(), threading.Event()
+    runs: list[str] = []
+
+    def stream(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        runs.append(str(content))
+        if len(runs) > 1:
+            return TurnResult("next", [{"role": "user", "content": content}, {"role": "assistant", "content": "next"}],
+                              TurnUsage(), "end_turn")
+        observer.text("before the cancel")
+        streaming.set()
+        assert agent.interrupted.wait(10)
+        release.wait(10)  # the worker is slow to unwind
+        observer.text("after the cancel")
+        return TurnResult("before the cancel", [{"role": "user", "content": content},
+                                                {"role": "assistant", "content": "before the cancel"}],
+                          TurnUsage(), "cancelled")
+
+    h = Harness(stream)
+    try:
+        sessionId = await sessionOn(h)
+        first = prompt(h, sessionId, "first")
+        assert await deferToThread(streaming.wait, 10)
+        await h.transport.when(lambda: "before the cancel" in h.transport.value().decode())
+        h.connection.dataReceived(json.dumps({"jsonrpc": "2.0", "method": "session/cancel",
+                                              "params": {"sessionId": sessionId}}).encode() + b"\n")
+        answered = await h.answer(first)
+        second = prompt(h, sessionId, "second")
+        await deferLater(reactor, 0.2, lambda: None)
+        waited = list(runs)  # the second prompt waits for the first turn's worker
+        release.set()
+        answers = [answered, await h.answer(second)]
+        history = [m["content"] for m in h.sessions.sessions[sessionId].history]
+    finally:
+        release.set()
+        await h.stop()
+    assert [a["result"]["stopReason"] for a in answers] == ["cancelled", "end_turn"]
+    assert waited == ["first"] and len(runs) == 2
+    assert "after the cancel" not in h.transport.value().decode()
+    assert history == ["first", "before the cancel", "second", "next"]
+    assert h.problems() == []
