@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 # v1 — sessions, model-facing messages (with FTS5 over their text) and the update journal.
 _V1 = (
@@ -285,8 +285,7 @@ def _linkExisting(cursor: sqlite3.Cursor) -> None:
     before its message is written, so each card is matched against the next few tool
     messages not yet matched; one never found (its card was cut, say) is skipped once a
     later one matches. Memory: one batch of each at a time."""
-    sessions = cursor.execute("SELECT session_id FROM acp_sessions ORDER BY session_id").fetchall()
-    for (sessionId,) in sessions:
+    for sessionId in _sessionIds(cursor):
         messages: list[tuple[int, int, int, str]] = []  # (id, start, length, shared text), in id order
         lastMessage = -(2**63)
         lastSeq = -(2**63)
@@ -323,6 +322,19 @@ def _linkExisting(cursor: sqlite3.Cursor) -> None:
                 links,
             )
             lastSeq = cards[-1][0]
+
+
+def _sessionIds(cursor: sqlite3.Cursor) -> Iterator[str]:
+    """Every session's id, read ``MIGRATION_BATCH`` at a time."""
+    last = ""
+    while True:
+        batch = [row[0] for row in cursor.execute(
+            "SELECT session_id FROM acp_sessions WHERE session_id > ? ORDER BY session_id LIMIT ?",
+            (last, MIGRATION_BATCH)).fetchall()]
+        if not batch:
+            return
+        yield from batch
+        last = batch[-1]
 
 
 # MIGRATIONS[n] takes a file at schema version n to version n + 1.

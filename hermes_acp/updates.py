@@ -9,7 +9,6 @@ any open card, and a replay turns it into the form the *loading* editor takes.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
