@@ -201,7 +201,8 @@ def _v5ToV6(cursor: sqlite3.Cursor) -> None:
       FTS5 index is external-content over ``text`` and does not change.
     - A journal row may refer to the message holding the text it repeats: ``ref`` (the
       message's id), ``ref_start``/``ref_length`` (characters of the message's JSON text),
-      and ``HOLE`` characters in ``payload`` where that text goes (``JOURNAL_TEXT``).
+      and ``HOLE`` characters in ``payload`` where that text goes (``JOURNAL_TEXT``). The
+      journal is rebuilt with ``nbytes`` before ``payload`` and without its sizes index.
 
     Existing rows are converted here, in the migration's one transaction, ``MIGRATION_BATCH``
     rows at a time: messages whose search text equals their content (compared in SQL, so
@@ -227,10 +228,29 @@ def _v5ToV6(cursor: sqlite3.Cursor) -> None:
                 VALUES ('delete', old.id, old.text);
         END"""
     )
-    for table in ("acp_journal", "acp_journal_cut"):
-        cursor.execute(f"ALTER TABLE {table} ADD COLUMN ref INTEGER")
-        cursor.execute(f"ALTER TABLE {table} ADD COLUMN ref_start INTEGER")
-        cursor.execute(f"ALTER TABLE {table} ADD COLUMN ref_length INTEGER")
+    # The journal again, its sizes before its text: summing them reads no text, so the index
+    # that held them beside the table (``acp_journal_sizes``, a tenth of the table's size once
+    # cards refer to their output) goes. One statement copies the rows (SQLite streams them).
+    cursor.execute(
+        """CREATE TABLE acp_journal_v6 (
+            session_id TEXT NOT NULL REFERENCES acp_sessions (session_id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            turn INTEGER NOT NULL,
+            nbytes INTEGER NOT NULL,
+            ref INTEGER,
+            ref_start INTEGER,
+            ref_length INTEGER,
+            payload TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID"""
+    )
+    cursor.execute("INSERT INTO acp_journal_v6 (session_id, seq, turn, nbytes, payload) "
+                   "SELECT session_id, seq, turn, nbytes, payload FROM acp_journal")
+    cursor.execute("DROP TABLE acp_journal")
+    cursor.execute("ALTER TABLE acp_journal_v6 RENAME TO acp_journal")
+    cursor.execute("ALTER TABLE acp_journal_cut ADD COLUMN ref INTEGER")
+    cursor.execute("ALTER TABLE acp_journal_cut ADD COLUMN ref_start INTEGER")
+    cursor.execute("ALTER TABLE acp_journal_cut ADD COLUMN ref_length INTEGER")
     last = -(2**63)
     while True:  # the search text that is the content: not kept twice
         row = cursor.execute(

@@ -262,6 +262,46 @@ def _checkUpdates(updates: Iterable[Any]) -> list[dict[str, Any]]:
     return updates
 
 
+#: A chunk of the answer or the prompt shorter than this keeps its text (a reference costs
+#: about ten bytes, and some work at the turn's end).
+MIN_CHUNK = 32
+#: The updates whose text is a piece of a chat message's content, by the message's role.
+_CHUNKS = {'{"sessionUpdate":"agent_message_chunk",': "assistant", '{"sessionUpdate":"user_message_chunk",': "user"}
+
+
+def _toolLink(payload: str, tools: list[tuple[int, int, int, str]]) -> tuple[str, int, int, int] | None:
+    """(stored text, message id, start, length) for a journal row that repeats a tool result."""
+    for messageId, start, length, text in tools:
+        linked = linkedPayload(payload, text)
+        if linked is not None:
+            return linked, messageId, start, length
+    return None
+
+
+def _chatLink(payload: str, chats: list[tuple[int, str, str]]) -> tuple[str, int, int, int] | None:
+    """(stored text, message id, start, length) for a chunk of an answer or a prompt whose
+    text is in the turn's message of that role: escaped alike (one encoder), so the chunk's
+    text as the row holds it is part of the message's text as it is stored."""
+    role = next((role for head, role in _CHUNKS.items() if payload.startswith(head)), None)
+    if role is None:
+        return None
+    try:
+        content = json.loads(payload).get("content")
+    except ValueError:
+        return None
+    text = content.get("text") if isinstance(content, dict) else None
+    if not isinstance(text, str) or len(text) < MIN_CHUNK:
+        return None
+    escaped = json.dumps(text, ensure_ascii=False)[1:-1]
+    if f'"text":"{escaped}"' not in payload or HOLE in payload:
+        return None
+    for messageId, messageRole, message in chats:
+        at = message.find(escaped) if messageRole == role else -1
+        if at >= 0:
+            return payload.replace(f'"text":"{escaped}"', f'"text":"{HOLE}"'), messageId, at + 1, len(escaped)
+    return None
+
+
 @attrs.define
 class _TurnAccount:
     """What an interrupted turn's journal says happened, for the model's history."""
@@ -1089,48 +1129,45 @@ class SessionDB:
                 (sessionId,),
             )
             if history is not None:
-                count = self._compact(cursor, record, messages, history)
-            else:
-                count = self._insertMessages(cursor, sessionId, record.messageCount, messages)
-            if any(m.get("role") == "tool" for m in messages):
-                self._linkJournal(cursor, sessionId, turn, [m for m in messages if m.get("role") == "tool"])
+                return self._compact(cursor, record, messages, history)
+            count = self._insertMessages(cursor, sessionId, record.messageCount, messages)
+            self._linkJournal(cursor, sessionId, turn, record.messageCount, count)
             return count
 
     @staticmethod
-    def _linkJournal(cursor: sqlite3.Cursor, sessionId: str, turn: int, tools: list[dict[str, Any]]) -> None:
-        """The turn's journal rows that repeat a tool result of its ``tools`` messages (a
-        tool card shows it, and its ``rawOutput`` again) keep a reference to the stored
-        message in its place (``migrations.JOURNAL_TEXT`` puts it back), so the output is
-        on disk once."""
-        shared = []  # (message id, start, length, text)
-        for messageId, message in cursor.execute(
-            "SELECT id, message FROM acp_messages WHERE session_id = ? AND role = 'tool' "
-            "ORDER BY id DESC LIMIT ?", (sessionId, len(tools)),
+    def _linkJournal(cursor: sqlite3.Cursor, sessionId: str, turn: int, first: int, end: int) -> None:
+        """The turn's journal rows that repeat text of its messages (seqs ``first`` to
+        ``end - 1``, just written) keep a reference to the message in its place
+        (``migrations.JOURNAL_TEXT`` puts it back), so that text is on disk once: a tool card
+        that shows a tool's result (and its ``rawOutput`` again), a chunk of the answer or of
+        the prompt at least ``MIN_CHUNK`` characters long."""
+        tools, chats = [], []  # (message id, start, length, text); (message id, role, JSON text)
+        for messageId, role, message in cursor.execute(
+            "SELECT id, role, message FROM acp_messages WHERE session_id = ? AND seq >= ? AND seq < ?",
+            (sessionId, first, end),
         ).fetchall():
-            where = sharedText(message)
-            if where is not None:
-                shared.append((messageId, *where, message[where[0] - 1:where[0] - 1 + where[1]]))
-        if not shared:
-            return
-        links = []
-        seqs = cursor.execute("SELECT seq, turn, nbytes, ref FROM acp_journal WHERE session_id = ? ORDER BY seq DESC",
-                              (sessionId,))
-        shortest = min(length for _, _, length, _ in shared)
-        big = []
-        for seq, rowTurn, nbytes, ref in seqs:
+            if role == "tool":
+                where = sharedText(message)
+                if where is not None:
+                    tools.append((messageId, *where, message[where[0] - 1:where[0] - 1 + where[1]]))
+            elif role in ("user", "assistant"):
+                chats.append((messageId, role, message))
+        rows = []
+        for seq, rowTurn, nbytes, ref in cursor.execute(
+            "SELECT seq, turn, nbytes, ref FROM acp_journal WHERE session_id = ? ORDER BY seq DESC", (sessionId,)
+        ):
             if rowTurn != turn:
                 break  # the turn's rows are the last ones
-            if ref is None and nbytes > shortest:
-                big.append(seq)
-        for seq in big:
+            if ref is None and nbytes >= MIN_CHUNK:
+                rows.append(seq)
+        links = []
+        for seq in rows:
             (payload,) = cursor.execute(
                 "SELECT payload FROM acp_journal WHERE session_id = ? AND seq = ?", (sessionId, seq)
             ).fetchone()
-            for messageId, start, length, text in shared:
-                linked = linkedPayload(payload, text)
-                if linked is not None:
-                    links.append((linked, messageId, start, length, sessionId, seq))
-                    break
+            link = _toolLink(payload, tools) or _chatLink(payload, chats)
+            if link is not None:
+                links.append((*link, sessionId, seq))
         cursor.executemany(
             "UPDATE acp_journal SET payload = ?, ref = ?, ref_start = ?, ref_length = ? WHERE session_id = ? AND seq = ?",
             links,

@@ -90,6 +90,30 @@ class SharedTextTests(StoreTestCase):
         self.assertTrue(all(sound for _, _, sound, _ in rows))
         self.assertEqual([h["seq"] for h in db.searchMessages("parse_7")], [2, 6, 10])
 
+    def test_answerChunksReferToTheAnswer(self) -> None:
+        """Chunks of the answer (and the prompt) as long as ``MIN_CHUNK`` refer to the message
+        that holds their text; shorter ones, and a chunk the message does not hold, keep it."""
+        db = self.openStore()
+        self.newSession(db)
+        prompt = "Please explain the parser, \"quoted\", in detail: é 🙂"
+        parts = ["The parser reads tokens,\nthen the lexer ", "splits lines into words for the grammar é 🙂. ", "Done."]
+        updates = [{"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": prompt}},
+                   *({"sessionUpdate": "agent_message_chunk", "messageId": "m1",
+                      "content": {"type": "text", "text": part}} for part in parts),
+                   {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x" * 40}}]
+        messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": "".join(parts)}]
+        db.beginTurn("s1")
+        db.appendUpdates("s1", 1, encoded(updates))
+        db.endTurn("s1", 1, messages)
+        self.assertEqual(db.loadJournal("s1").updates, updates)
+        raw = self.raw(db)
+        refs = [ref is not None for (ref,) in raw.execute("SELECT ref FROM acp_journal ORDER BY seq")]
+        self.assertEqual(refs, [True, True, True, False, False])
+        tail = db.journalTail("s1")
+        rows = db.journalTexts("s1", 0, tail.last, 100, 1 << 20)
+        self.assertEqual([text for _, text, _, _ in rows], [safejson.encode(u) for u in updates])
+        self.assertTrue(all(sound for _, _, sound, _ in rows))
+
     def test_searchTextFromTheContent(self) -> None:
         """A message whose search text is its content stores it once; the index reads the
         same text back from the message, whatever the content's characters."""
