@@ -264,7 +264,7 @@ def _checkUpdates(updates: Iterable[Any]) -> list[dict[str, Any]]:
 
 #: A chunk of the answer or the prompt shorter than this keeps its text (a reference costs
 #: about ten bytes, and some work at the turn's end).
-MIN_CHUNK = 32
+MIN_CHUNK = 20
 #: The updates whose text is a piece of a chat message's content, by the message's role.
 _CHUNKS = {'{"sessionUpdate":"agent_message_chunk",': "assistant", '{"sessionUpdate":"user_message_chunk",': "user"}
 

@@ -78,7 +78,8 @@ class SharedTextTests(StoreTestCase):
         self.assertEqual(db.loadJournal("s1").updates, journal)
         self.assertEqual(db.loadMessages("s1"), history)
         raw = self.raw(db)
-        cards = raw.execute("SELECT payload, nbytes FROM acp_journal WHERE ref IS NOT NULL ORDER BY seq").fetchall()
+        cards = raw.execute("SELECT payload, nbytes FROM acp_journal WHERE ref IS NOT NULL "
+                            "AND payload LIKE '%tool_call_update%' ORDER BY seq").fetchall()
         self.assertEqual(len(cards), 3)
         for payload, nbytes in cards:
             self.assertEqual(payload.count(migrations.HOLE), 2)  # the card's content and its rawOutput
