@@ -821,6 +821,8 @@ def fillStore(home: str, workspace: str) -> tuple[str, int]:
             db.beginTurn(longId)
             db.appendUpdates(longId, turn, [safejson.Encoded(u, safejson.encode(u)) for u in updates])
             db.endTurn(longId, turn, messages)
+            while getattr(db, "linkChunks", lambda: False)():  # what the agent does once idle
+                pass
     return longId, text
 
 

@@ -45,6 +45,8 @@ JOURNAL_FLUSH = 0.2
 #: Replay at most this much of a session's journal on session/load.
 REPLAY_MAX_UPDATES = 20_000
 REPLAY_MAX_BYTES = 32 * 1024 * 1024
+#: How long the database thread must have been idle before it links ended turns' chunks.
+LINK_DELAY = 1.0
 #: A session/load reads the journal this many rows, or about this many bytes, at a time.
 REPLAY_BATCH_ROWS, REPLAY_BATCH_BYTES = 500, 512 * 1024
 #: The titles of the notices about writes the store refused.
@@ -96,6 +98,7 @@ class SessionManager:
         #: Deferred each fires; the thread takes them all at once (``_runBatch``).
         self._batch: list[tuple[Callable[[SessionDB], Any], Deferred[Any]]] = []
         self._batchLock = threading.Lock()
+        self._linkCall: Any = None  # ``_whenIdle``
 
     # -- the database thread ---------------------------------------------
 
@@ -134,6 +137,8 @@ class SessionManager:
         line in the log."""
         d = self.flushAll()
         self._closed = True
+        if self._linkCall is not None and self._linkCall.active():
+            self._linkCall.cancel()
 
         def lost(problems: dict[str, str]) -> None:
             for sessionId, problem in problems.items():
@@ -203,8 +208,27 @@ class SessionManager:
             self._batch.append((f, d))
             first = len(self._batch) == 1
         if first:  # else the batch already scheduled, and not yet taken, has it
-            self.dbThread.run(self._runBatch).addCallbacks(self._deliver, self._notTaken)
+            self.dbThread.run(self._runBatch).addCallbacks(self._deliver, self._notTaken).addCallback(self._whenIdle)
         return d
+
+    def _whenIdle(self, _: object = None) -> None:
+        """Once the database thread has had nothing to do for ``LINK_DELAY`` seconds, link
+        the chunks of the turns ended meanwhile, a turn per job (``SessionDB.linkChunks``):
+        disk space no answer waits for."""
+        if self._linkCall is not None and self._linkCall.active():
+            self._linkCall.reset(LINK_DELAY)
+        elif not self._closed:
+            self._linkCall = self.reactor.callLater(LINK_DELAY, self._linkChunks)
+
+    def _linkChunks(self) -> None:
+        self._linkCall = None
+        if self._closed or self._db is None:
+            return
+        if self._batch:  # busy again: the batch's end asks again
+            return
+        self.dbThread.run(self._db.linkChunks).addCallbacks(
+            lambda more: self._whenIdle() if more else None,
+            lambda f: log.failure("linking journal rows to their messages failed", f))
 
     def _notTaken(self, failure: Any) -> None:
         """The database thread is gone (stopped): the queued jobs fail as they come."""

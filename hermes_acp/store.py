@@ -19,6 +19,7 @@ turn is durable once ``endTurn`` has returned, so the ACP layer waits for it bef
 from __future__ import annotations
 
 import base64
+import collections
 import concurrent.futures
 import contextlib
 import json
@@ -265,6 +266,8 @@ def _checkUpdates(updates: Iterable[Any]) -> list[dict[str, Any]]:
 #: A chunk of the answer or the prompt shorter than this keeps its text (a reference costs
 #: about ten bytes, and some work at the turn's end).
 MIN_CHUNK = 20
+#: At most this many ended turns wait for ``linkChunks`` (the oldest are left as they are).
+UNLINKED_TURNS = 4096
 #: The updates whose text is a piece of a chat message's content, by the message's role.
 _CHUNKS = {'{"sessionUpdate":"agent_message_chunk",': "assistant", '{"sessionUpdate":"user_message_chunk",': "user"}
 
@@ -395,6 +398,9 @@ class SessionDB:
         self._searches: queue.SimpleQueue[Any] | None = None
         self._closed = False
         self._batching = False  # inside ``batch`` (read and written under ``_lock``)
+        #: Turns whose chunks ``linkChunks`` has yet to link (session, turn, first and end seq).
+        self._unlinked: collections.deque[tuple[str, int, int, int]] = collections.deque(maxlen=UNLINKED_TURNS)
+        self._pendingLock = threading.Lock()
         try:
             privateFolder(self.path.parent)
         except OSError as e:
@@ -1131,41 +1137,65 @@ class SessionDB:
             if history is not None:
                 return self._compact(cursor, record, messages, history)
             count = self._insertMessages(cursor, sessionId, record.messageCount, messages)
-            self._linkJournal(cursor, sessionId, turn, record.messageCount, count)
+            if any(message.get("role") == "tool" for message in messages):
+                self._linkJournal(cursor, sessionId, turn, record.messageCount, count, chats=False)
+            with self._pendingLock:
+                self._unlinked.append((sessionId, turn, record.messageCount, count))
             return count
 
+    def linkChunks(self) -> bool:
+        """Link the answer and prompt chunks of one turn ended since (``_linkJournal``), in a
+        transaction of its own; whether turns are left. It is work no answer waits for: the
+        ACP layer calls it when the database thread has nothing else to do (a turn's end
+        only queues it), so 200 turns ending at once are not slower for it."""
+        with self._pendingLock:
+            if not self._unlinked:
+                return False
+            sessionId, turn, first, end = self._unlinked.popleft()
+        with self._write() as cursor:
+            if self._find(cursor, sessionId) is not None:
+                self._linkJournal(cursor, sessionId, turn, first, end, tools=False)
+        with self._pendingLock:
+            return bool(self._unlinked)
+
     @staticmethod
-    def _linkJournal(cursor: sqlite3.Cursor, sessionId: str, turn: int, first: int, end: int) -> None:
+    def _linkJournal(
+        cursor: sqlite3.Cursor, sessionId: str, turn: int, first: int, end: int, tools: bool = True, chats: bool = True
+    ) -> None:
         """The turn's journal rows that repeat text of its messages (seqs ``first`` to
-        ``end - 1``, just written) keep a reference to the message in its place
-        (``migrations.JOURNAL_TEXT`` puts it back), so that text is on disk once: a tool card
-        that shows a tool's result (and its ``rawOutput`` again), a chunk of the answer or of
-        the prompt at least ``MIN_CHUNK`` characters long."""
-        tools, chats = [], []  # (message id, start, length, text); (message id, role, JSON text)
+        ``end - 1``) keep a reference to the message in its place (``migrations.JOURNAL_TEXT``
+        puts it back), so that text is on disk once: a tool card that shows a tool's result
+        (and its ``rawOutput`` again; ``tools``), a chunk of the answer or of the prompt at
+        least ``MIN_CHUNK`` characters long (``chats``). Any message holding the text will
+        do (rows are matched by the text itself, and a message's text never changes), so a
+        rewind or compaction since the turn ended changes nothing here."""
+        shared, said = [], []  # (message id, start, length, text); (message id, role, JSON text)
         for messageId, role, message in cursor.execute(
             "SELECT id, role, message FROM acp_messages WHERE session_id = ? AND seq >= ? AND seq < ?",
             (sessionId, first, end),
         ).fetchall():
-            if role == "tool":
+            if role == "tool" and tools:
                 where = sharedText(message)
                 if where is not None:
-                    tools.append((messageId, *where, message[where[0] - 1:where[0] - 1 + where[1]]))
-            elif role in ("user", "assistant"):
-                chats.append((messageId, role, message))
+                    shared.append((messageId, *where, message[where[0] - 1:where[0] - 1 + where[1]]))
+            elif role in ("user", "assistant") and chats:
+                said.append((messageId, role, message))
+        if not (shared or said):
+            return
         rows = []
         for seq, rowTurn, nbytes, ref in cursor.execute(
             "SELECT seq, turn, nbytes, ref FROM acp_journal WHERE session_id = ? ORDER BY seq DESC", (sessionId,)
         ):
-            if rowTurn != turn:
-                break  # the turn's rows are the last ones
-            if ref is None and nbytes >= MIN_CHUNK:
+            if rowTurn < turn:
+                break  # the turn's rows are among the last ones
+            if rowTurn == turn and ref is None and nbytes >= MIN_CHUNK:
                 rows.append(seq)
         links = []
         for seq in rows:
             (payload,) = cursor.execute(
                 "SELECT payload FROM acp_journal WHERE session_id = ? AND seq = ?", (sessionId, seq)
             ).fetchone()
-            link = _toolLink(payload, tools) or _chatLink(payload, chats)
+            link = _toolLink(payload, shared) or _chatLink(payload, said)
             if link is not None:
                 links.append((*link, sessionId, seq))
         cursor.executemany(
