@@ -1186,8 +1186,8 @@ class SessionDB:
         for seq, rowTurn, nbytes, ref in cursor.execute(
             "SELECT seq, turn, nbytes, ref FROM acp_journal WHERE session_id = ? ORDER BY seq DESC", (sessionId,)
         ):
-            if rowTurn < turn:
-                break  # the turn's rows are among the last ones
+            if 0 < rowTurn < turn:
+                break  # the turn's rows are among the last ones (rows of no turn, 0, may follow them)
             if rowTurn == turn and ref is None and nbytes >= MIN_CHUNK:
                 rows.append(seq)
         links = []
