@@ -778,12 +778,18 @@ async def caseScale(b: Bench) -> list[Result]:
 
 def fillStore(home: str, workspace: str) -> tuple[str, int]:
     """In the bench process: ``STORE_SESSIONS`` short sessions, and one of ``LONG_TURNS``
-    turns written as the agent writes them (prompt, a ``read_file`` call of TOOL_RESULT
-    bytes, an answer; their updates). The long session's id and the bytes of its text."""
+    turns written as the agent writes them, through the store's and the renderer's own code:
+    a prompt, a ``read_file`` call whose result (TOOL_RESULT bytes of numbered lines, as the
+    tool gives them) goes to the model and into the card (its content and ``rawOutput``), an
+    answer; their six updates, each journaled as the text it was sent as. The long session's
+    id and the bytes of its text."""
+    from hermes_acp import safejson
+    from hermes_acp.render import Renderer
     from hermes_acp.store import SessionDB, SessionRecord
 
     words = "the parser reads tokens and the lexer splits lines into words for the grammar"
-    result = ("".join(f"line {n}: {words}\n" for n in range(200)))[:TOOL_RESULT]
+    result = "\n".join(f"{n:6d}|line {n}: {words}" for n in range(1, 200))[:TOOL_RESULT]
+    renderer = Renderer(workspace)
     longId, text = "long-session", 0
     with SessionDB(Path(home) / "state.db") as db:
         with db.batch():
@@ -794,40 +800,48 @@ def fillStore(home: str, workspace: str) -> tuple[str, int]:
                                               {"role": "assistant", "content": f"answer {n}: parser tokens {words}"}])
         db.createSession(SessionRecord(sessionId=longId, cwd=workspace))
         for turn in range(1, LONG_TURNS + 1):
-            call = f"call{turn}"
+            call, args = f"call{turn}", {"path": "notes.txt", "offset": 1, "limit": 500}
             messages = [
                 {"role": "user", "content": f"turn {turn}: read the notes again"},
                 {"role": "assistant", "content": None, "tool_calls": [{"id": call, "type": "function", "function": {
                     "name": "read_file", "arguments": json.dumps({"path": "notes.txt"})}}]},
-                {"role": "tool", "tool_call_id": call, "content": result},
+                {"role": "tool", "tool_call_id": call, "name": "read_file", "content": result},
                 {"role": "assistant", "content": f"The notes say the same as before, turn {turn}."},
             ]
+            extras = {"path": f"{workspace}/notes.txt", "totalLines": 199, "startLine": 1, "endLine": 199}
             updates = [
                 {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": messages[0]["content"]}},
-                {"sessionUpdate": "tool_call", "toolCallId": call, "title": "Read notes.txt", "kind": "read",
-                 "status": "pending", "rawInput": {"path": "notes.txt"}},
-                {"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "completed",
-                 "content": [{"type": "content", "content": {"type": "text", "text": result}}]},
+                renderer.toolStarted(f"card{turn}", "read_file", args),
+                {"sessionUpdate": "tool_call_update", "toolCallId": f"card{turn}", "status": "in_progress"},
+                renderer.toolFinished(f"card{turn}", "read_file", args, result, False, extras),
                 {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": messages[3]["content"]}},
                 {"sessionUpdate": "usage_update", "used": 1000 + turn, "size": 128000},
             ]
             text += sum(len(m["content"] or "") for m in messages) + len(json.dumps(messages[1]["tool_calls"]))
             db.beginTurn(longId)
-            db.appendUpdates(longId, turn, updates)
+            db.appendUpdates(longId, turn, [safejson.Encoded(u, safejson.encode(u)) for u in updates])
             db.endTurn(longId, turn, messages)
+            while getattr(db, "linkChunks", lambda: False)():  # what the agent does once idle
+                pass
     return longId, text
 
 
 def replayFloor(path: Path, sessionId: str) -> float:
     """Select a session's journal and write each row's text in a frame, to /dev/null: the
-    least a ``session/load`` can do."""
+    least a ``session/load`` can do. The rows' text as the schema gives it: a row that
+    refers to the message holding the tool output it shows gets it back in SQL."""
     import sqlite3
+
+    try:
+        from hermes_acp.migrations import JOURNAL_TEXT
+    except ImportError:  # a store from before the references (to compare with)
+        JOURNAL_TEXT = "j.payload"
 
     started = time.perf_counter()
     connection = sqlite3.connect(path)
     with open("/dev/null", "w") as out:
         for (payload,) in connection.execute(
-                "SELECT payload FROM acp_journal WHERE session_id = ? ORDER BY seq", (sessionId,)):
+                f"SELECT {JOURNAL_TEXT} FROM acp_journal AS j WHERE j.session_id = ? ORDER BY j.seq", (sessionId,)):
             out.write(f'{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{sessionId}",'
                       f'"update":{payload}}}}}\n')
     connection.close()

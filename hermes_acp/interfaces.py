@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # for annotations only; none of these imports this module
     from .engine.tools.registry import Tool
     from .engine.workspace import Workspace
     from .session_state import SessionState
-    from .store import Replay, SessionRecord
+    from .store import JournalTail, SessionRecord
 
 # -- between the engine and the ACP layer -----------------------------------------------
 
@@ -213,6 +213,11 @@ class IUpdateChannel(Interface):
     def replay(state: SessionState, update: dict[str, Any]) -> None:
         """Send a journaled update again (``session/load``), in the form this editor takes."""
 
+    def replayRows(state: SessionState, rows: list[tuple[int, bytes, bool, bool]]) -> list[dict[str, Any]]:
+        """Send journal rows again from their stored text ((seq, text, sound, marked) as
+        ``ISessionStore.replayRows`` gives them, marked by ``REPLAY_MARKS``); the updates
+        that had to be decoded."""
+
     def whenWritable() -> Deferred[None]:
         """A Deferred that fires once the editor has caught up (at once if it has)."""
 
@@ -286,8 +291,15 @@ class ISessionStore(Interface):
     def journalUpdate(state: SessionState, update: dict[str, Any]) -> None:
         """Remember an update sent to the editor, for replay on ``session/load``."""
 
-    def replay(state: SessionState) -> Awaitable[Replay]:
-        """The journal to replay."""
+    def replay(state: SessionState) -> Awaitable[tuple[JournalTail, list[dict[str, Any]]]]:
+        """The journal rows to replay, and the updates kept in memory that follow them."""
+
+    def replayRows(
+        state: SessionState, after: int, last: int, marks: tuple[str, ...] = ()
+    ) -> Awaitable[list[tuple[int, bytes, bool, bool]]]:
+        """The journal's next rows after seq ``after`` up to ``last``, a batch: (seq, the
+        update's JSON text, whether it is sound as stored, whether its structure holds one
+        of ``marks``; ``SessionDB.journalTexts``)."""
 
     def warm() -> None:
         """Open the store in the background, before the first session needs it."""

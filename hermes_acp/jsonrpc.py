@@ -448,6 +448,19 @@ class JSONRPCConnection(LineProtocol):
         if debugging():
             log.debug("sent notification {method} ({size} bytes)", method=method, size=len(line))
 
+    def writeLines(self, data: bytes, count: int) -> None:
+        """Write ``count`` whole frames already encoded, each ending in a line break, in
+        one write (a ``session/load`` replays stored updates as they are, a batch at a time)."""
+        if self._closed or self.transport is None:
+            log.debug("connection closed; dropping {count} frames", count=count)
+            return
+        if self.trace is not None:
+            for line in data.split(self.delimiter)[:-1]:
+                self._trace("out", line, json.loads(line))
+        self.transport.write(data)
+        if debugging():
+            log.debug("sent {count} frames ({size} bytes)", count=count, size=len(data))
+
     def failOutgoing(self, requestId: Any, error: Exception) -> None:
         """Fail our request ``requestId`` from below: the transport knows no answer
         will come (an HTTP error, say). Nothing happens if it was answered."""

@@ -26,7 +26,7 @@ from .options import checkMode, modeState
 from .params import field
 from .session_state import SessionState
 from .skillcommands import SkillCommands
-from .updates import usageUpdate
+from .updates import REPLAY_MARKS, usageUpdate
 
 log = Logger()
 
@@ -54,11 +54,6 @@ def existingFolder(path: str, name: str = "cwd") -> str:
     if not os.path.isdir(path):
         raise InvalidParams(f"Invalid params: {name} {path!r} is not an existing folder", {"field": name})
     return path
-
-
-#: ``session/load`` writes the replayed updates in chunks of this many, each once the editor
-#: has read what came before (issue 27: a 1,000-turn session was one write of 20 MiB).
-REPLAY_CHUNK = 100
 
 
 @attrs.define(eq=False)
@@ -150,25 +145,36 @@ class Lifecycle:
     async def load(self, params: dict[str, Any]) -> Reply:
         servers = self.servers(params)
         state = await self.restored(params)
-        replay = await self.store.replay(state)
-        if replay.truncated:
+        tail, kept = await self.store.replay(state)
+        if tail.omittedCount:
             self.updates.notice(
                 state,
                 "info",
                 "Earlier history not shown",
-                f"This session is long: the first {replay.omittedCount} updates "
-                f"({replay.omittedBytes} bytes) are not replayed.",
+                f"This session is long: the first {tail.omittedCount} updates "
+                f"({tail.omittedBytes} bytes) are not replayed.",
                 journal=False,
             )
-        for start in range(0, len(replay.updates), REPLAY_CHUNK):
-            if start:  # the editor takes each chunk before the next is written: the write buffer stays small
-                await self.updates.whenWritable()
-            for update in replay.updates[start:start + REPLAY_CHUNK]:
-                self.updates.replay(state, update)
+        # The journal a batch of rows at a time, each row's stored text written as it is where it
+        # can be: the next batch is read while the editor takes this one, so neither the rows
+        # nor their frames pile up here. The background cards look only at updates with a
+        # ``_meta``, which are decoded anyway.
+        decoded: list[dict[str, Any]] = []
+        count, after = 0, tail.first - 1
+        rows = await self.store.replayRows(state, after, tail.last, REPLAY_MARKS)
+        while rows:
+            following = self.store.replayRows(state, rows[-1][0], tail.last, REPLAY_MARKS)
+            decoded += [update for update in self.updates.replayRows(state, rows) if "_meta" in update]
+            count += len(rows)
+            del rows
+            await self.updates.whenWritable()
+            rows = await following
+        for update in kept:
+            self.updates.replay(state, update)
         if self.background is not None:
-            self.background.loaded(state, replay.updates)
+            self.background.loaded(state, decoded + kept)
         log.debug("session {id} loaded: {n} updates replayed, {m} left out", id=state.sessionId,
-                  n=len(replay.updates), m=replay.omittedCount)
+                  n=count + len(kept), m=tail.omittedCount)
         return await self.setupResult(state, servers)
 
     async def resume(self, params: dict[str, Any]) -> Reply:

@@ -32,6 +32,9 @@ class SessionState:
     createdAt: str = attrs.field(factory=timestamp)
     updatedAt: str = attrs.field(default=attrs.Factory(lambda self: self.createdAt, takes_self=True))
     history: list[dict[str, Any]] = attrs.field(factory=list)
+    #: False after a load or resume until a turn (or a fork) needs the history: reading
+    #: and decoding a long one is most of a load's work, and an editor may only look.
+    historyLoaded: bool = True
     turnNumber: int = 0  # the number of the last turn begun (the store's count)
     contextUsed: int = 0
     usageTotals: dict[str, int] = attrs.field(factory=dict)

@@ -36,7 +36,7 @@ from .jsonrpc import InternalError, ResourceNotFound
 from .lease import describeOwner, ownerAlive, ownerToken
 from .oneshot import OneShot
 from .session_state import SessionState
-from .store import Replay, SessionDB, SessionRecord, StoreError, UnknownSession, timestamp
+from .store import JournalTail, SessionDB, SessionRecord, StoreError, UnknownSession, timestamp
 from .threads import WorkerPool
 
 log = Logger()
@@ -47,6 +47,10 @@ JOURNAL_FLUSH = 0.2
 #: Replay at most this much of a session's journal on session/load.
 REPLAY_MAX_UPDATES = 20_000
 REPLAY_MAX_BYTES = 32 * 1024 * 1024
+#: How long the database thread must have been idle before it links ended turns' chunks.
+LINK_DELAY = 1.0
+#: A session/load reads the journal this many rows, or about this many bytes, at a time.
+REPLAY_BATCH_ROWS, REPLAY_BATCH_BYTES = 500, 512 * 1024
 #: The titles of the notices about writes the store refused.
 NOT_SAVED, SAVED = "Not saved yet", "Saved"
 
@@ -96,6 +100,7 @@ class SessionManager:
         #: Deferred each fires; the thread takes them all at once (``_runBatch``).
         self._batch: list[tuple[Callable[[SessionDB], Any], Deferred[Any]]] = []
         self._batchLock = threading.Lock()
+        self._linkCall: Any = None  # ``_whenIdle``
 
     # -- the database thread ---------------------------------------------
 
@@ -134,6 +139,8 @@ class SessionManager:
         line in the log."""
         d = self.flushAll()
         self._closed = True
+        if self._linkCall is not None and self._linkCall.active():
+            self._linkCall.cancel()
 
         def lost(problems: dict[str, str]) -> None:
             for sessionId, problem in problems.items():
@@ -203,8 +210,27 @@ class SessionManager:
             self._batch.append((f, d))
             first = len(self._batch) == 1
         if first:  # else the batch already scheduled, and not yet taken, has it
-            self.dbThread.run(self._runBatch).addCallbacks(self._deliver, self._notTaken)
+            self.dbThread.run(self._runBatch).addCallbacks(self._deliver, self._notTaken).addCallback(self._whenIdle)
         return d
+
+    def _whenIdle(self, _: object = None) -> None:
+        """Once the database thread has had nothing to do for ``LINK_DELAY`` seconds, link
+        the chunks of the turns ended meanwhile, a turn per job (``SessionDB.linkChunks``):
+        disk space no answer waits for."""
+        if self._linkCall is not None and self._linkCall.active():
+            self._linkCall.reset(LINK_DELAY)
+        elif not self._closed:
+            self._linkCall = self.reactor.callLater(LINK_DELAY, self._linkChunks)
+
+    def _linkChunks(self) -> None:
+        self._linkCall = None
+        if self._closed or self._db is None:
+            return
+        if self._batch:  # busy again: the batch's end asks again
+            return
+        self.dbThread.run(self._db.linkChunks).addCallbacks(
+            lambda more: self._whenIdle() if more else None,
+            lambda f: log.failure("linking journal rows to their messages failed", f))
 
     def _notTaken(self, failure: Any) -> None:
         """The database thread is gone (stopped): the queued jobs fail as they come."""
@@ -336,25 +362,34 @@ class SessionManager:
                          id=sessionId, owner=describeOwner(record.turnOwner))
             else:
                 log.info("session {id} was interrupted mid-turn; closed it ({n} updates)", id=sessionId, n=len(recovered))
-        history = await self.call("loadMessages", sessionId)
-        state = SessionState.fromRecord(record, history)
+        # The history is read when a turn (or a fork) first needs it (``history``).
+        state = SessionState.fromRecord(record, [])
+        state.historyLoaded = False
         # What the editor last heard of the context and the cost (the journal's usage_update),
         # so /context agrees with it in a new process too, and the cost goes on adding up.
         state.contextUsed, state.cost = await self.call("lastUsage", sessionId)
         self.sessions[sessionId] = state
         return state
 
-    async def replay(self, state: SessionState) -> Replay:
-        """The journal on disk, and after it the updates still kept in memory."""
+    async def replay(self, state: SessionState) -> tuple[JournalTail, list[dict[str, Any]]]:
+        """What ``session/load`` replays: the rows of the journal on disk (read with
+        ``replayRows``, a batch at a time), and after them the updates still kept in memory."""
         await self.flush(state)
 
-        def load(db: SessionDB) -> Replay:
-            replay = db.loadJournal(state.sessionId, REPLAY_MAX_UPDATES, REPLAY_MAX_BYTES)
+        def load(db: SessionDB) -> tuple[JournalTail, list[dict[str, Any]]]:
+            tail = db.journalTail(state.sessionId, REPLAY_MAX_UPDATES, REPLAY_MAX_BYTES)
             kept = [update for write in self._unsaved.get(state.sessionId, ()) if write.method == "appendUpdates"
                     for update in write.args[1]]
-            return attrs.evolve(replay, updates=replay.updates + kept) if kept else replay
+            return tail, kept
 
         return await self._run(load)
+
+    def replayRows(
+        self, state: SessionState, after: int, last: int, marks: tuple[str, ...] = ()
+    ) -> Deferred[list[tuple[int, bytes, bool, bool]]]:
+        """The journal's next rows after seq ``after`` up to ``last``: at most
+        ``REPLAY_BATCH_ROWS`` rows and about ``REPLAY_BATCH_BYTES`` (``SessionDB.journalTexts``)."""
+        return self.call("journalTexts", state.sessionId, after, last, REPLAY_BATCH_ROWS, REPLAY_BATCH_BYTES, marks)
 
     async def remove(self, sessionId: str) -> None:
         state = self.sessions.get(sessionId)
@@ -370,6 +405,7 @@ class SessionManager:
 
     async def fork(self, sessionId: str, cwd: str, additionalDirectories: list[str]) -> SessionState:
         source = await self.get(sessionId)
+        await self.history(source)
         problem = await self.flush(source)
         if problem is not None:  # the copy would lack what is kept in memory
             raise storeFailure(problem)
@@ -476,9 +512,10 @@ class SessionManager:
             recovered = await self.call("recoverInterrupted", state.sessionId, ownerAlive)
         else:
             record = await self.call("getSession", state.sessionId)
-            if record is not None and record.messageCount != len(state.history):
-                # Another process (another editor window) ran turns since this one loaded it.
-                state.history = await self.call("loadMessages", state.sessionId)
+            if not state.historyLoaded or (record is not None and record.messageCount != len(state.history)):
+                # Not read since the load, or another process (another editor window) ran
+                # turns since this one read it.
+                await self._readHistory(state)
             return
         if recovered is None:
             record = await self.call("getSession", state.sessionId)
@@ -488,7 +525,7 @@ class SessionManager:
                 "the same state.db; wait for that turn to end, or cancel it there",
                 {"sessionId": state.sessionId},
             )
-        state.history = await self.call("loadMessages", state.sessionId)  # with the closed turn
+        await self._readHistory(state)  # with the closed turn
         state.turnNumber = await self.call("beginTurn", state.sessionId, ownerToken(), prompt)
 
     async def turns(self, state: SessionState) -> list[tuple[int, int | None, str, str]]:
@@ -503,11 +540,22 @@ class SessionManager:
         if problem is not None:
             raise storeFailure(problem)
         cut = await self.call("rewindTo", state.sessionId, turn, state.turnNumber)
-        state.history = await self.call("loadMessages", state.sessionId)
+        await self._readHistory(state)
         return cut
+
+    async def history(self, state: SessionState) -> list[dict[str, Any]]:
+        """The model's history of ``state``, read from the store if a load left it unread."""
+        if not state.historyLoaded:
+            await self._readHistory(state)
+        return state.history
+
+    async def _readHistory(self, state: SessionState) -> None:
+        state.history = await self.call("loadMessages", state.sessionId)
+        state.historyLoaded = True
 
     async def replaceHistory(self, state: SessionState, messages: list[dict[str, Any]]) -> None:
         state.history = list(messages)
+        state.historyLoaded = True
         await self._write(state, _Write("replaceMessages", (list(messages),)))
 
     def searchNow(self, query: str, limit: int, cwd: str | None = None) -> list[dict[str, Any]]:

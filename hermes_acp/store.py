@@ -19,6 +19,7 @@ turn is durable once ``endTurn`` has returned, so the ACP layer waits for it bef
 from __future__ import annotations
 
 import base64
+import collections
 import concurrent.futures
 import contextlib
 import json
@@ -36,9 +37,10 @@ import attrs
 
 from hermes_acp import migrations, safejson
 from hermes_acp.config import privateFile, privateFolder, tightenIfShared
-from hermes_acp.migrations import cwdKey
+from hermes_acp.migrations import HOLE, JOURNAL_TEXT, cwdKey, linkedPayload, sharedText
 
 __all__ = [
+    "JournalTail",
     "Replay",
     "SessionDB",
     "SessionRecord",
@@ -58,6 +60,10 @@ FINAL_TOOL_STATUSES = frozenset({"completed", "failed"})
 INDEXED_ROLES = frozenset({"user", "assistant", "tool"})
 _FTS_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
 _NO_CAP = 2**63 - 1  # SQLite's largest integer: "no limit" in a LIMIT-style comparison
+_HOLE = HOLE.encode("ascii")
+#: An escaped lone surrogate (``\\ud800``) in a journal row: written before ``safejson``'s
+#: rule (or by someone else); a valid pair or an escaped backslash only costs a decode.
+_SURROGATE_MARKS = (b"\\ud", b"\\uD")
 
 _SESSION_COLUMNS = (
     "session_id, cwd, additional_directories, title, model, mode, config, "
@@ -137,6 +143,16 @@ class Replay:
     @property
     def truncated(self) -> bool:
         return self.omittedCount > 0
+
+
+@attrs.frozen
+class JournalTail:
+    """The rows of a journal to replay (``first <= seq <= last``), and what the caps left out."""
+
+    first: int
+    last: int
+    omittedCount: int = 0
+    omittedBytes: int = 0
 
 
 def searchableText(message: Mapping[str, Any]) -> str | None:
@@ -247,6 +263,48 @@ def _checkUpdates(updates: Iterable[Any]) -> list[dict[str, Any]]:
     return updates
 
 
+#: A chunk of the answer or the prompt shorter than this keeps its text (a reference costs
+#: about ten bytes, and some work at the turn's end).
+MIN_CHUNK = 20
+#: At most this many ended turns wait for ``linkChunks`` (the oldest are left as they are).
+UNLINKED_TURNS = 4096
+#: The updates whose text is a piece of a chat message's content, by the message's role.
+_CHUNKS = {'{"sessionUpdate":"agent_message_chunk",': "assistant", '{"sessionUpdate":"user_message_chunk",': "user"}
+
+
+def _toolLink(payload: str, tools: list[tuple[int, int, int, str]]) -> tuple[str, int, int, int] | None:
+    """(stored text, message id, start, length) for a journal row that repeats a tool result."""
+    for messageId, start, length, text in tools:
+        linked = linkedPayload(payload, text)
+        if linked is not None:
+            return linked, messageId, start, length
+    return None
+
+
+def _chatLink(payload: str, chats: list[tuple[int, str, str]]) -> tuple[str, int, int, int] | None:
+    """(stored text, message id, start, length) for a chunk of an answer or a prompt whose
+    text is in the turn's message of that role: escaped alike (one encoder), so the chunk's
+    text as the row holds it is part of the message's text as it is stored."""
+    role = next((role for head, role in _CHUNKS.items() if payload.startswith(head)), None)
+    if role is None:
+        return None
+    try:
+        content = json.loads(payload).get("content")
+    except ValueError:
+        return None
+    text = content.get("text") if isinstance(content, dict) else None
+    if not isinstance(text, str) or len(text) < MIN_CHUNK:
+        return None
+    escaped = json.dumps(text, ensure_ascii=False)[1:-1]
+    if f'"text":"{escaped}"' not in payload or HOLE in payload:
+        return None
+    for messageId, messageRole, message in chats:
+        at = message.find(escaped) if messageRole == role else -1
+        if at >= 0:
+            return payload.replace(f'"text":"{escaped}"', f'"text":"{HOLE}"'), messageId, at + 1, len(escaped)
+    return None
+
+
 @attrs.define
 class _TurnAccount:
     """What an interrupted turn's journal says happened, for the model's history."""
@@ -340,6 +398,9 @@ class SessionDB:
         self._searches: queue.SimpleQueue[Any] | None = None
         self._closed = False
         self._batching = False  # inside ``batch`` (read and written under ``_lock``)
+        #: Turns whose chunks ``linkChunks`` has yet to link (session, turn, first and end seq).
+        self._unlinked: collections.deque[tuple[str, int, int, int]] = collections.deque(maxlen=UNLINKED_TURNS)
+        self._pendingLock = threading.Lock()
         try:
             privateFolder(self.path.parent)
         except OSError as e:
@@ -542,11 +603,15 @@ class SessionDB:
         rows = []
         for seq, message in enumerate(messages, first):
             payload, _ = _encode(message)
+            text = searchableText(message) if indexed else None
+            # The search text is most often the content itself: then the index reads it from the
+            # message (the ``text`` column computes it) instead of a second copy.
+            isContent = text is not None and text == message.get("content") and "\x00" not in text
             rows.append((sessionId, seq, str(message.get("role", "")), payload,
-                         searchableText(message) if indexed else None, int(archived)))  # fmt: skip
+                         None if isContent else text, int(isContent), int(archived)))  # fmt: skip
         cursor.executemany(
-            "INSERT INTO acp_messages (session_id, seq, role, message, text, archived) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO acp_messages (session_id, seq, role, message, stored_text, text_is_content, archived) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
         count = first + len(rows)
@@ -613,7 +678,7 @@ class SessionDB:
         give the model's history the same account (the user's words, the answer so far, the
         calls and how they ended), and mark it interrupted. Returns the journaled updates."""
         rows = cursor.execute(
-            "SELECT payload FROM acp_journal WHERE session_id = ? AND turn = ? ORDER BY seq",
+            f"SELECT {JOURNAL_TEXT} FROM acp_journal AS j WHERE j.session_id = ? AND j.turn = ? ORDER BY j.seq",
             (sessionId, turn),
         ).fetchall()
         account = _TurnAccount()
@@ -761,15 +826,18 @@ class SessionDB:
                  sourceId),
             )  # fmt: skip
             cursor.execute(
-                "INSERT INTO acp_messages (session_id, seq, role, message, text, archived) "
-                "SELECT ?, seq, role, message, text, archived FROM acp_messages "
+                "INSERT INTO acp_messages (session_id, seq, role, message, stored_text, text_is_content, archived) "
+                "SELECT ?, seq, role, message, stored_text, text_is_content, archived FROM acp_messages "
                 "WHERE session_id = ? ORDER BY seq",
                 (newId, sourceId),
             )
+            # A row that refers to a message of the source refers to the copy's (same seq).
             cursor.execute(
-                "INSERT INTO acp_journal (session_id, seq, turn, payload, nbytes) "
-                "SELECT ?, seq, turn, payload, nbytes FROM acp_journal WHERE session_id = ?",
-                (newId, sourceId),
+                "INSERT INTO acp_journal (session_id, seq, turn, payload, nbytes, ref, ref_start, ref_length) "
+                "SELECT ?, j.seq, j.turn, j.payload, j.nbytes, (SELECT copy.id FROM acp_messages AS m "
+                "JOIN acp_messages AS copy ON copy.session_id = ? AND copy.seq = m.seq WHERE m.id = j.ref), "
+                "j.ref_start, j.ref_length FROM acp_journal AS j WHERE j.session_id = ?",
+                (newId, newId, sourceId),
             )
             if source.turnState == "running":
                 self._interrupt(cursor, newId, source.turn)
@@ -868,39 +936,97 @@ class SessionDB:
         Whole updates are left out, oldest first; an update is never cut.
         """
         with self._read() as cursor:
-            self._require(cursor, sessionId)
-            (first,) = cursor.execute(
-                "SELECT min(seq) FROM ("
-                " SELECT seq, row_number() OVER tail AS n, sum(nbytes) OVER tail AS size"
-                " FROM acp_journal WHERE session_id = ?"
-                " WINDOW tail AS (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING)"
-                ") WHERE n <= ? AND size <= ?",
-                (sessionId, _NO_CAP if maxCount is None else maxCount,
-                 _NO_CAP if maxBytes is None else maxBytes),
-            ).fetchone()  # fmt: skip
-            totalCount, totalBytes = cursor.execute(
-                "SELECT count(*), coalesce(sum(nbytes), 0) FROM acp_journal "
-                "WHERE session_id = ?",
-                (sessionId,),
-            ).fetchone()
+            tail = self._tail(cursor, sessionId, maxCount, maxBytes)
             rows = cursor.execute(
-                "SELECT payload, nbytes FROM acp_journal "
-                "WHERE session_id = ? AND seq >= ? ORDER BY seq",
-                (sessionId, _NO_CAP if first is None else first),
+                f"SELECT {JOURNAL_TEXT} FROM acp_journal AS j WHERE j.session_id = ? AND j.seq >= ? ORDER BY j.seq",
+                (sessionId, tail.first),
             ).fetchall()
-        return Replay(
-            updates=[safejson.loads(payload) for payload, _ in rows],
-            omittedCount=totalCount - len(rows),
-            omittedBytes=totalBytes - sum(size for _, size in rows),
-        )
+        return Replay(updates=[safejson.loads(payload) for (payload,) in rows],
+                      omittedCount=tail.omittedCount, omittedBytes=tail.omittedBytes)
+
+    def journalTail(self, sessionId: str, maxCount: int | None = None, maxBytes: int | None = None) -> JournalTail:
+        """Which rows ``loadJournal`` would return, without reading them: a ``session/load``
+        then reads them a batch at a time (``journalTexts``)."""
+        with self._read() as cursor:
+            return self._tail(cursor, sessionId, maxCount, maxBytes)
+
+    def journalTexts(
+        self, sessionId: str, after: int, last: int, maxCount: int, maxBytes: int, marks: Iterable[str] = ()
+    ) -> list[tuple[int, bytes, bool, bool]]:
+        """The next journal rows to replay (``after < seq <= last``, in order): as many as
+        fit ``maxCount`` rows and ``maxBytes`` bytes (at least one), each as (seq, the
+        update's JSON text as UTF-8 bytes, whether it is sound, whether it holds one of
+        ``marks``). Read from the cursor as they come: rows past the caps are never read.
+
+        A sound row can go to the editor as it is; one that is not must be decoded and
+        healed (``safejson.loads``) first, or dropped. Sound means: the stored text is valid
+        JSON (``json_valid``, in C, on the text less what it shares with a message, a tenth of
+        the bytes for a tool card: the shared part is the inside of a string, taken from the
+        message as it was when the row was linked), the whole text has the size it was written
+        with (``nbytes``), and no escaped lone surrogate is in it. That is what a row not
+        written through ``_encode`` could break (one an older version wrote with a ``NaN``, a
+        torn or edited one), at a fraction of a decode's cost.
+
+        ``marks`` are looked for in the stored text too: every key and structure of the
+        update is there. (A mark such as ``"_meta"``, with both its quotes, cannot be inside a
+        string: its quotes would be escaped there.)"""
+        wanted = [mark.encode("utf-8") for mark in marks]
+        rows: list[tuple[int, bytes, bool, bool]] = []
+        size = 0
+        with self._read() as cursor:
+            cursor.execute(
+                "SELECT j.seq, CAST(j.payload AS BLOB), CAST(substr(m.message, j.ref_start, j.ref_length) AS BLOB), "
+                "j.nbytes, json_valid(CASE WHEN j.ref IS NULL THEN j.payload ELSE replace(j.payload, char(1), '') END) "
+                "FROM acp_journal AS j LEFT JOIN acp_messages AS m ON m.id = j.ref "
+                "WHERE j.session_id = ? AND j.seq > ? AND j.seq <= ? ORDER BY j.seq",
+                (sessionId, after, last),
+            )
+            while len(rows) < maxCount and size < maxBytes:
+                more = cursor.fetchmany(min(64, maxCount - len(rows)))
+                if not more:
+                    break
+                # One scan of the stored texts together: most batches hold no mark at all.
+                together = b"\x00".join(stored for _, stored, *_ in more)
+                suspect = any(mark in together for mark in _SURROGATE_MARKS)
+                marked = any(mark in together for mark in wanted)
+                for seq, stored, shared, nbytes, valid in more:
+                    text = stored if shared is None else stored.replace(_HOLE, shared)
+                    sound = bool(valid) and len(text) == nbytes and not (
+                        suspect and any(mark in text for mark in _SURROGATE_MARKS))
+                    rows.append((seq, text, sound, marked and any(mark in stored for mark in wanted)))
+                    size += len(text)
+        return rows
+
+    @classmethod
+    def _tail(cls, cursor: sqlite3.Cursor, sessionId: str, maxCount: int | None, maxBytes: int | None) -> JournalTail:
+        cls._require(cursor, sessionId)
+        maxCount = _NO_CAP if maxCount is None else maxCount
+        maxBytes = _NO_CAP if maxBytes is None else maxBytes
+        totalCount, totalBytes, first, last = cursor.execute(
+            "SELECT count(*), coalesce(sum(nbytes), 0), coalesce(min(seq), 0), coalesce(max(seq), 0) "
+            "FROM acp_journal WHERE session_id = ?",
+            (sessionId,),
+        ).fetchone()
+        if totalCount <= maxCount and totalBytes <= maxBytes:  # all of it (most sessions): no window to sum
+            return JournalTail(first=first, last=last)
+        first, kept, size = cursor.execute(
+            "SELECT min(seq), count(*), coalesce(max(size), 0) FROM ("
+            " SELECT seq, row_number() OVER tail AS n, sum(nbytes) OVER tail AS size"
+            " FROM acp_journal WHERE session_id = ?"
+            " WINDOW tail AS (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING)"
+            ") WHERE n <= ? AND size <= ?",
+            (sessionId, maxCount, maxBytes),
+        ).fetchone()  # fmt: skip
+        return JournalTail(first=_NO_CAP if first is None else first, last=last,
+                           omittedCount=totalCount - kept, omittedBytes=totalBytes - size)
 
     def lastUsage(self, sessionId: str) -> tuple[int, float | None]:
         """``used`` and ``cost.amount`` of the newest ``usage_update`` journaled (0 and None
         when there is none, or it has no cost)."""
         with self._read() as cursor:
             row = cursor.execute(
-                "SELECT payload FROM acp_journal WHERE session_id = ? "
-                "AND instr(payload, '\"sessionUpdate\":\"usage_update\"') > 0 ORDER BY seq DESC LIMIT 1",
+                f"SELECT {JOURNAL_TEXT} FROM acp_journal AS j WHERE j.session_id = ? "
+                "AND instr(j.payload, '\"sessionUpdate\":\"usage_update\"') > 0 ORDER BY j.seq DESC LIMIT 1",
                 (sessionId,),
             ).fetchone()
         update = safejson.loads(row[0]) if row else {}
@@ -970,8 +1096,8 @@ class SessionDB:
             cursor.execute("UPDATE acp_sessions SET message_count = ?, updated_at = ? WHERE session_id = ?",
                            (first, timestamp(), sessionId))
             cursor.execute(
-                "INSERT INTO acp_journal_cut (session_id, seq, turn, payload, nbytes, cut_at) "
-                "SELECT session_id, seq, turn, payload, nbytes, ? FROM acp_journal "
+                "INSERT INTO acp_journal_cut (session_id, seq, turn, payload, nbytes, ref, ref_start, ref_length, cut_at) "
+                "SELECT session_id, seq, turn, payload, nbytes, ref, ref_start, ref_length, ? FROM acp_journal "
                 "WHERE session_id = ? AND turn >= ? AND turn < ?",
                 (timestamp(), sessionId, turn, current),
             )
@@ -1010,7 +1136,72 @@ class SessionDB:
             )
             if history is not None:
                 return self._compact(cursor, record, messages, history)
-            return self._insertMessages(cursor, sessionId, record.messageCount, messages)
+            count = self._insertMessages(cursor, sessionId, record.messageCount, messages)
+            if any(message.get("role") == "tool" for message in messages):
+                self._linkJournal(cursor, sessionId, turn, record.messageCount, count, chats=False)
+            with self._pendingLock:
+                self._unlinked.append((sessionId, turn, record.messageCount, count))
+            return count
+
+    def linkChunks(self) -> bool:
+        """Link the answer and prompt chunks of one turn ended since (``_linkJournal``), in a
+        transaction of its own; whether turns are left. It is work no answer waits for: the
+        ACP layer calls it when the database thread has nothing else to do (a turn's end
+        only queues it), so 200 turns ending at once are not slower for it."""
+        with self._pendingLock:
+            if not self._unlinked:
+                return False
+            sessionId, turn, first, end = self._unlinked.popleft()
+        with self._write() as cursor:
+            if self._find(cursor, sessionId) is not None:
+                self._linkJournal(cursor, sessionId, turn, first, end, tools=False)
+        with self._pendingLock:
+            return bool(self._unlinked)
+
+    @staticmethod
+    def _linkJournal(
+        cursor: sqlite3.Cursor, sessionId: str, turn: int, first: int, end: int, tools: bool = True, chats: bool = True
+    ) -> None:
+        """The turn's journal rows that repeat text of its messages (seqs ``first`` to
+        ``end - 1``) keep a reference to the message in its place (``migrations.JOURNAL_TEXT``
+        puts it back), so that text is on disk once: a tool card that shows a tool's result
+        (and its ``rawOutput`` again; ``tools``), a chunk of the answer or of the prompt at
+        least ``MIN_CHUNK`` characters long (``chats``). Any message holding the text will
+        do (rows are matched by the text itself, and a message's text never changes), so a
+        rewind or compaction since the turn ended changes nothing here."""
+        shared, said = [], []  # (message id, start, length, text); (message id, role, JSON text)
+        for messageId, role, message in cursor.execute(
+            "SELECT id, role, message FROM acp_messages WHERE session_id = ? AND seq >= ? AND seq < ?",
+            (sessionId, first, end),
+        ).fetchall():
+            if role == "tool" and tools:
+                where = sharedText(message)
+                if where is not None:
+                    shared.append((messageId, *where, message[where[0] - 1:where[0] - 1 + where[1]]))
+            elif role in ("user", "assistant") and chats:
+                said.append((messageId, role, message))
+        if not (shared or said):
+            return
+        rows = []
+        for seq, rowTurn, nbytes, ref in cursor.execute(
+            "SELECT seq, turn, nbytes, ref FROM acp_journal WHERE session_id = ? ORDER BY seq DESC", (sessionId,)
+        ):
+            if 0 < rowTurn < turn:
+                break  # the turn's rows are among the last ones (rows of no turn, 0, may follow them)
+            if rowTurn == turn and ref is None and nbytes >= MIN_CHUNK:
+                rows.append(seq)
+        links = []
+        for seq in rows:
+            (payload,) = cursor.execute(
+                "SELECT payload FROM acp_journal WHERE session_id = ? AND seq = ?", (sessionId, seq)
+            ).fetchone()
+            link = _toolLink(payload, shared) or _chatLink(payload, said)
+            if link is not None:
+                links.append((*link, sessionId, seq))
+        cursor.executemany(
+            "UPDATE acp_journal SET payload = ?, ref = ?, ref_start = ?, ref_length = ? WHERE session_id = ? AND seq = ?",
+            links,
+        )
 
     def recoverInterrupted(
         self, sessionId: str, ownerAlive: Callable[[str | None], bool] = lambda owner: False

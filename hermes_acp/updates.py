@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from . import safejson
@@ -23,6 +24,8 @@ from .interfaces import ISessionStore, IUpdateChannel
 from .jsonrpc import JSONRPCConnection
 from .session_state import SessionState
 from .subagents import SubagentView
+
+log = Logger()
 
 
 @implementer(IUpdateChannel)
@@ -58,11 +61,7 @@ class UpdateChannel:
             encoded = safejson.Encoded(update, safejson.encode(update))
         except (TypeError, ValueError, RecursionError):
             return None
-        head = self._heads.get(state.sessionId)
-        if head is None:
-            if len(self._heads) > 1024:
-                self._heads.clear()
-            head = self._heads[state.sessionId] = b'{"sessionId":' + safejson.encode(state.sessionId) + b',"update":'
+        head = self._head(state)
         self.connection.notifyEncoded("session/update", head + encoded.data + b"}",
                                       lambda: {"sessionId": state.sessionId, "update": update})
         return encoded
@@ -89,11 +88,57 @@ class UpdateChannel:
             self.send(state, update, journal=False)
 
     def replay(self, state: SessionState, update: dict[str, Any]) -> None:
-        update = withoutEditorTerminals(update)
-        if update.keys() <= {"sessionUpdate", "toolCallId"}:
+        shown = withoutEditorTerminals(update)
+        if shown is not update and shown.keys() <= {"sessionUpdate", "toolCallId"}:
             return  # it only showed a terminal
-        self._show(state, compactionUpdate(update) if self.client.compaction and isCompactionCard(update) else update,
+        self._show(state, compactionUpdate(shown) if self.client.compaction and isCompactionCard(shown) else shown,
                    replaying=True)
+
+    def replayRows(self, state: SessionState, rows: list[tuple[int, bytes, bool, bool]]) -> list[dict[str, Any]]:
+        """Send journal rows again (``session/load``), from their stored text: (seq, the
+        update's JSON text, whether the row is sound, whether it holds one of
+        ``REPLAY_MARKS``; ``SessionDB.journalTexts``). A sound row without a mark is one
+        ``replay`` would not change: it goes out as it is, in a frame built around it, with
+        no decoding and no encoding (the text is what the update was first sent as), a
+        batch of such frames in one write. Any other row is decoded (healed) and sent
+        through ``replay``; a row that is not an update at all is logged and left out.
+        Returns the updates decoded."""
+        prefix = _REPLAY_HEAD + self._head(state)
+        if all(sound and not marked for _, _, sound, marked in rows):  # the common case: the batch as it is
+            self.connection.writeLines(prefix + (b"}}\n" + prefix).join(text for _, text, _, _ in rows) + b"}}\n",
+                                       len(rows))
+            return []
+        decoded: list[dict[str, Any]] = []
+        kept: list[bytes] = []
+        for _, text, sound, marked in rows:
+            if sound and not marked:
+                kept.append(text)
+                continue
+            if kept:
+                self.connection.writeLines(prefix + (b"}}\n" + prefix).join(kept) + b"}}\n", len(kept))
+                kept = []
+            try:
+                update = safejson.loads(text.decode("utf-8", "replace"))
+            except ValueError:
+                update = None
+            if not (isinstance(update, dict) and isinstance(update.get("sessionUpdate"), str)):
+                log.warn("session {id}: a damaged journal row is not replayed: {text!r:.200}",
+                         id=state.sessionId, text=text)
+                continue
+            self.replay(state, update)
+            decoded.append(update)
+        if kept:
+            self.connection.writeLines(prefix + (b"}}\n" + prefix).join(kept) + b"}}\n", len(kept))
+        return decoded
+
+    def _head(self, state: SessionState) -> bytes:
+        """The start of a ``session/update``'s params for ``state``'s session, up to its update."""
+        head = self._heads.get(state.sessionId)
+        if head is None:
+            if len(self._heads) > 1024:
+                self._heads.clear()
+            head = self._heads[state.sessionId] = b'{"sessionId":' + safejson.encode(state.sessionId) + b',"update":'
+        return head
 
     def _show(self, state: SessionState, update: dict[str, Any], replaying: bool = False) -> None:
         if self.client.subagents and "_meta" in update:  # a child's, maybe: in its session's form
@@ -105,6 +150,16 @@ class UpdateChannel:
     def whenWritable(self) -> Deferred[None]:
         return self.connection.whenWritable()
 
+
+
+#: A ``session/update`` frame up to its params (``JSONRPCConnection.notifyEncoded``'s).
+_REPLAY_HEAD = b'{"jsonrpc":"2.0","method":' + safejson.encode("session/update") + b',"params":'
+#: What ``replay`` may change in a stored update, as it shows in the update's text: a
+#: child's or a background card's ``_meta``, an editor terminal, a compaction card. A row
+#: with none of them can be replayed as it is (``replayRows``). (A lone surrogate, which
+#: ``safejson`` repairs, is never in a stored text: every row is written through
+#: ``safejson``, and the store's migration to v6 healed older rows.)
+REPLAY_MARKS = ('"_meta"', '"terminal"', '"compaction-')
 
 
 def withoutEditorTerminals(update: dict[str, Any]) -> dict[str, Any]:

@@ -390,15 +390,16 @@ async def test_replayedEditorTerminalIsText(scriptedServer, tmp_path) -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_longReplayArrivesWholeAndInOrder(scriptedServer, tmp_path) -> None:
-    """A journal of many updates (more than one replay chunk, and more than the pipe holds)
-    is replayed whole, in order, before the load's answer: the chunks wait for the editor
+    """A journal of many updates (more than one replay batch, and more than the pipe holds)
+    is replayed whole, in order, before the load's answer: the batches wait for the editor
     to read, and none is lost or reordered."""
-    from hermes_acp.lifecycle import REPLAY_CHUNK
+    from hermes_acp.sessions import REPLAY_BATCH_BYTES
     from hermes_acp.store import SessionDB, SessionRecord
 
     _, url = scriptedServer
     home = tempfile.mkdtemp()
-    count, filler = 3 * REPLAY_CHUNK + 7, "x" * 20_000  # about 6 MB in all
+    filler = "x" * 20_000
+    count = 3 * REPLAY_BATCH_BYTES // len(filler) + 7  # about 1.6 MB in all
     with SessionDB(Path(home) / "state.db") as db:
         db.createSession(SessionRecord(sessionId="long", cwd=str(tmp_path)))
         db.appendUpdates("long", 1, [{"sessionUpdate": "agent_message_chunk", "messageId": "m",

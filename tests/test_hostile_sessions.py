@@ -124,7 +124,8 @@ def poisonedStore(home: str, cwd: str) -> str:
         raw.executemany("INSERT INTO acp_journal (session_id, seq, turn, payload, nbytes) VALUES ('old-session', ?, 1, ?, ?)",
                         [(n + 1, payload, len(payload)) for n, payload in enumerate(journal)])
         messages = ['{"role":"user","content":"hi \\ud800 there"}', '{"role":"assistant","content":"bad \\ud800 reply"}']
-        raw.executemany("INSERT INTO acp_messages (session_id, seq, role, message, text) VALUES ('old-session', ?, ?, ?, '')",
+        raw.executemany("INSERT INTO acp_messages (session_id, seq, role, message, stored_text) "
+                        "VALUES ('old-session', ?, ?, ?, '')",
                         [(n, ("user", "assistant")[n], message) for n, message in enumerate(messages)])
         raw.execute("UPDATE acp_sessions SET message_count = 2, turn = 1 WHERE session_id = 'old-session'")
     raw.close()

@@ -87,3 +87,41 @@ async def test_aFailedCommitIsDoneAgainOnceEach(monkeypatch) -> None:
     finally:
         await manager.close()
         await manager.dbThread.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_chunksAreLinkedOnceIdle(monkeypatch) -> None:
+    """A turn's end only queues the linking of its answer's chunks to the answer; the
+    database thread does it once it has been idle for ``LINK_DELAY``, and a replay is the
+    same before and after."""
+    from twisted.internet import task
+
+    import hermes_acp.sessions as sessions
+
+    monkeypatch.setattr(sessions, "LINK_DELAY", 0.05)
+    manager = await _manager()
+    try:
+        state = await manager.create("/tmp", [])
+        await manager.beginTurn(state, "explain the parser")
+        answer = "The parser reads tokens, then the lexer splits lines into words."
+        update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": answer}}
+        manager.journalUpdate(state, update)
+        await manager.endTurn(state, [{"role": "user", "content": "explain the parser"},
+                                      {"role": "assistant", "content": answer}])
+        db = manager._database()
+
+        def refs() -> list:
+            with db._read() as cursor:
+                return [ref for (ref,) in cursor.execute(
+                    "SELECT ref FROM acp_journal WHERE session_id = ?", (state.sessionId,))]
+
+        assert refs() == [None]
+        for _ in range(100):  # bounded: 5 s at most
+            if refs() != [None]:
+                break
+            await task.deferLater(reactor, 0.05, lambda: None)
+        assert refs() != [None]
+        assert db.loadJournal(state.sessionId).updates == [update]
+    finally:
+        await manager.close()
+        await manager.dbThread.stopService()
