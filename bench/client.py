@@ -112,10 +112,12 @@ class AgentProcess:
         self._reader = asyncio.ensure_future(self._read())
 
     @classmethod
-    async def spawn(cls, env: dict[str, str], stderr: Any = None, args: tuple[str, ...] = ()) -> AgentProcess:
+    async def spawn(cls, env: dict[str, str], stderr: Any = None, args: tuple[str, ...] = (),
+                    command: list[str] = AGENT) -> AgentProcess:
+        """``command`` (the agent by default) with ``args``."""
         spawnedAt = time.perf_counter()
         process = await asyncio.create_subprocess_exec(
-            *AGENT, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            *command, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=stderr if stderr is not None else asyncio.subprocess.DEVNULL,
             env=env, cwd=tempfile.gettempdir(), limit=LIMIT,
         )
