@@ -594,6 +594,49 @@ def frameFloor(runs: int = 2000) -> list[float]:
     return samples
 
 
+def pacedFrameFloor(count: int = PACED_DELTAS, pace: float = PACE) -> list[float]:
+    """CPU seconds of ``frameFloor``'s work for each event of a stream paced as the row's is
+    (one every ``pace`` seconds), in one thread that waits for each: a blocking ``recv`` of
+    the event, parse, encode, write (to /dev/null). ``frameFloor`` runs its work back to
+    back, warm; a paced stream pays a thread's wake-up and cold caches for every event,
+    whatever the design, and this says how much that costs on the machine at hand."""
+    import os
+    import socket
+    import threading
+
+    from hermes_acp import safejson
+
+    event = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}).encode() + b"\n\n"
+    ours, theirs = socket.socketpair()
+    fd = os.open(os.devnull, os.O_WRONLY)
+
+    def send() -> None:
+        for _ in range(count):
+            theirs.sendall(event)
+            time.sleep(pace)
+
+    sender = threading.Thread(target=send, daemon=True)
+    samples = []
+    try:
+        ours.settimeout(10)
+        sender.start()
+        for n in range(count):
+            started = time.thread_time()
+            data = ours.recv(65536)
+            text = json.loads(data[6:])["choices"][0]["delta"]["content"]
+            frame = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "0" * 32, "update": {
+                "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text},
+                "messageId": f"turn-{n}-1"}}}
+            os.write(fd, safejson.encode(frame) + b"\n")
+            samples.append(time.thread_time() - started)
+    finally:
+        sender.join(10)
+        ours.close()
+        theirs.close()
+        os.close(fd)
+    return samples
+
+
 async def caseFrames(b: Bench) -> list[Result]:
     """What one streamed ``session/update`` frame costs the agent in CPU: a turn whose model
     streams ``PACED_DELTAS`` deltas at a steady pace (each its own frame), less a no-tool turn,
@@ -617,6 +660,7 @@ async def caseFrames(b: Bench) -> list[Result]:
     await b.close(agent)
     floor = await asyncio.to_thread(frameFloor)
     ratio = [sample / statistics.median(floor) for sample in perFrame]
+    paced = await asyncio.to_thread(pacedFrameFloor)
     return [
         Result("floor of a frame: parse an SSE event, encode its update, write it", floor, "µs",
                note="in the bench process; the 1,000-character delta of the row below"),
@@ -624,6 +668,11 @@ async def caseFrames(b: Bench) -> list[Result]:
                note=f"{PACED_DELTAS:,} deltas of 1,000 characters, one every {PACE * 1000:g} ms, arrived as "
                     f"{min(frames)}–{max(frames)} frames; process CPU of the turn less a no-tool turn's, per frame"),
         Result("agent CPU per frame ÷ the floor", ratio, "ratio", 5.0, "≤ 5", "issue 27 §2"),
+        Result("the floor's work paced as the stream: one thread waits for each event", paced, "µs",
+               note=f"in the bench process; one event every {PACE * 1000:g} ms, CPU of the thread per event "
+                    "(the wake-ups and cold caches any design pays); context for the rows above"),
+        Result("agent CPU per frame ÷ the paced floor", [sample / statistics.median(paced) for sample in perFrame],
+               "ratio"),
     ]
 
 
