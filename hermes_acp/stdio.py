@@ -73,15 +73,18 @@ def directStandardIO() -> type:
     frames"). While the editor keeps up, its pipe takes a frame at once: one ``write``. What
     the pipe does not take (a partial write, ``EAGAIN``), and every write while anything is
     buffered, goes through Twisted's buffer as before, so frames keep their order and the
-    buffer still pauses the producer (the editor is behind: we stop reading its requests).
-    Any other error is left for Twisted's own write to meet and report (the editor is gone)."""
+    buffer still pauses the producer (the editor is behind: we stop reading its requests). So
+    does a frame bigger than the buffer (a batch of a fast stream): Twisted pauses the producer
+    for it at once, until the pipe took it, and the turn's text waits meanwhile; written
+    directly, it would leave that much more queued ahead of a cancel's answer. Any other error
+    is left for Twisted's own write to meet and report (the editor is gone)."""
 
     from twisted.internet.stdio import StandardIO
 
     class DirectStandardIO(StandardIO):
         def write(self, data: bytes) -> None:
             writer = getattr(self, "_writer", None)  # (posix: a ProcessWriter)
-            if writer is not None and data and _idle(writer):
+            if writer is not None and data and len(data) <= writer.bufferSize and _idle(writer):
                 try:
                     written = os.write(writer.fd, data)
                 except OSError as e:  # (BlockingIOError: the pipe is full)

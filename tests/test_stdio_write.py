@@ -103,6 +103,20 @@ class DirectWriteTests(SynchronousTestCase):
         self.assertGreaterEqual(producer.paused, 1)  # (Twisted tells it again at each write past the size)
         self.assertIn(self.writer, self.reactor.getWriters())
 
+    def test_aFrameBiggerThanTheBufferPausesTheProducerAsBefore(self) -> None:
+        """A frame over Twisted's buffer size goes through that buffer, even to an empty pipe:
+        the producer is paused until the pipe took it, as without the direct path."""
+        producer = Producer()
+        self.transport.registerProducer(producer, True)
+        frame = b"b" * self.writer.bufferSize + b"\n"
+        self.transport.write(frame)
+        self.assertEqual(producer.paused, 1)
+        received = b""
+        while self.writer in self.reactor.getWriters():
+            self.assertIsNone(self.writer.doWrite())
+            received += self.drain()
+        self.assertEqual((received, producer.paused), (frame, 0))
+
     def test_aGoneEditorEndsTheConnectionAsBefore(self) -> None:
         """EPIPE is not swallowed: Twisted's own write meets it and reports the loss."""
         os.close(self.outRead)

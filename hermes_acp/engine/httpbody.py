@@ -3,10 +3,10 @@ to the connection's close (no Twisted).
 
 ``http.client`` reads a chunked body through five Python layers per chunk (``read1``,
 ``_read1_chunked``, ``_get_chunk_left``, ``_read_next_chunk_size``, a ``readline`` on a
-``SocketIO``), and a model streams one chunk per event: that was most of the model thread's
-time per streamed frame (docs/performance.md, "Streamed frames"). Here a chunk that arrives in
-one piece costs one ``recv`` and a few slices. ``http.client`` still sends the request and
-reads the status line and headers; this reads what follows them.
+``SocketIO``), and a model streams one chunk per event. Here a chunk that arrives in one
+piece costs one ``recv`` and a few slices (docs/performance.md, "Streamed frames").
+``http.client`` still sends the request and reads the status line and headers; this reads
+what follows them.
 """
 
 from __future__ import annotations
