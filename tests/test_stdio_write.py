@@ -8,11 +8,11 @@ import os
 from typing import Any
 
 from twisted.internet import main
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.internet.testing import MemoryReactor
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
-from twisted.internet.interfaces import IPushProducer
 
 from hermes_acp.stdio import directStandardIO
 
