@@ -41,7 +41,9 @@ _COMPACTED = re.compile(r"compaction \w+ \((\w+)\): completed \((\w+)\), (\d+) -
 #: slower than the agent's batching window (``bridge.COALESCE_SECONDS``), so each is a frame of
 #: its own; and the size of each such event of ``scripted_model``'s flood.
 PACED_DELTAS, PACE = 400, 0.006
-FLOOD_EVENT = len(b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}).encode() + b"\n\n")
+#: One event of the flood and of the paced stream (``tests/scripted_model.py`` sends these).
+PACED_EVENT = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}).encode() + b"\n\n"
+FLOOD_EVENT = len(PACED_EVENT)
 #: The history sizes of the request case: 4 messages a turn (a request, a read, its result, an answer).
 HISTORY_SIZES = (1000, 4000)
 MCP_SETTLE = 0.3  # between a session/new with servers and its close
@@ -570,28 +572,58 @@ def _cpuSeconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def frameFloor(runs: int = 2000) -> list[float]:
+def frameFloor(runs: int = 2000, receive: Callable[[], bytes] | None = None,
+               clock: Callable[[], float] = time.perf_counter) -> list[float]:
     """Seconds of the floor of one streamed frame, in this process: parse one SSE event of
-    the paced stream, encode the ``session/update`` it becomes, and write it (to /dev/null)."""
+    the paced stream, encode the ``session/update`` it becomes, and write it (to /dev/null).
+    With ``receive``, each event is what it returns, and its wait counts (``pacedFrameFloor``)."""
     import os
 
     from hermes_acp import safejson
 
-    event = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}).encode()
+    warm = PACED_EVENT.rstrip()
     fd = os.open(os.devnull, os.O_WRONLY)
     samples = []
     try:
         for n in range(runs):
-            started = time.perf_counter()
+            started = clock()
+            event = warm if receive is None else receive()
             text = json.loads(event[6:])["choices"][0]["delta"]["content"]
             frame = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "0" * 32, "update": {
                 "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text},
                 "messageId": f"turn-{n}-1"}}}
             os.write(fd, safejson.encode(frame) + b"\n")
-            samples.append(time.perf_counter() - started)
+            samples.append(clock() - started)
     finally:
         os.close(fd)
     return samples
+
+
+def pacedFrameFloor(count: int = PACED_DELTAS, pace: float = PACE) -> list[float]:
+    """CPU seconds of ``frameFloor``'s work for each event of a stream paced as the row's is
+    (one every ``pace`` seconds), in one thread that waits for each with a blocking ``recv``
+    (``time.thread_time``: that thread's CPU). ``frameFloor`` runs its work back to back,
+    warm; a paced stream pays a thread's wake-up and cold caches for every event, whatever
+    the design, and this says how much that costs on the machine at hand."""
+    import socket
+    import threading
+
+    ours, theirs = socket.socketpair()
+
+    def send() -> None:
+        for _ in range(count):
+            theirs.sendall(PACED_EVENT)
+            time.sleep(pace)
+
+    sender = threading.Thread(target=send, daemon=True)
+    try:
+        ours.settimeout(10)
+        sender.start()
+        return frameFloor(count, lambda: ours.recv(65536), time.thread_time)
+    finally:
+        sender.join(10)
+        ours.close()
+        theirs.close()
 
 
 async def caseFrames(b: Bench) -> list[Result]:
@@ -617,6 +649,7 @@ async def caseFrames(b: Bench) -> list[Result]:
     await b.close(agent)
     floor = await asyncio.to_thread(frameFloor)
     ratio = [sample / statistics.median(floor) for sample in perFrame]
+    paced = await asyncio.to_thread(pacedFrameFloor)
     return [
         Result("floor of a frame: parse an SSE event, encode its update, write it", floor, "µs",
                note="in the bench process; the 1,000-character delta of the row below"),
@@ -624,6 +657,11 @@ async def caseFrames(b: Bench) -> list[Result]:
                note=f"{PACED_DELTAS:,} deltas of 1,000 characters, one every {PACE * 1000:g} ms, arrived as "
                     f"{min(frames)}–{max(frames)} frames; process CPU of the turn less a no-tool turn's, per frame"),
         Result("agent CPU per frame ÷ the floor", ratio, "ratio", 5.0, "≤ 5", "issue 27 §2"),
+        Result("the floor's work paced as the stream: one thread waits for each event", paced, "µs",
+               note=f"in the bench process; one event every {PACE * 1000:g} ms, CPU of the thread per event "
+                    "(the wake-ups and cold caches any design pays); context for the rows above"),
+        Result("agent CPU per frame ÷ the paced floor", [sample / statistics.median(paced) for sample in perFrame],
+               "ratio"),
     ]
 
 

@@ -139,7 +139,7 @@ class EventBridge:
             except Exception:
                 log.failure("delivering coalesced text failed")
             else:
-                if isinstance(sent, Deferred):
+                if sent is not None and isinstance(sent, Deferred):  # (an ABC check: not per frame)
                     sent.addErrback(lambda f: log.failure("delivering coalesced text failed", f))
 
     def flush(self) -> None:

@@ -64,9 +64,14 @@ def repairText(text: str) -> str:
     return text
 
 
+#: ``json.dumps`` with these options builds this encoder anew at each call (a streamed frame
+#: is one call); its ``encode`` keeps no state between calls, so one serves every thread.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def dumps(value: Any) -> str:
     """Compact JSON text; ValueError for non-finite numbers."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 def encode(value: Any) -> bytes:

@@ -9,10 +9,13 @@ stdout.
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
 import select
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 from twisted.application.service import Service
@@ -60,6 +63,58 @@ def hungUp(fd: int) -> bool:
     return any(events & _HANGUP for _, events in poller.poll(0))
 
 
+@functools.cache
+def directStandardIO() -> type:
+    """``StandardIO`` whose writes go straight to stdout while nothing is buffered.
+
+    Twisted buffers every write and registers stdout with the reactor for it, then writes in
+    the reactor's next iteration and unregisters: two ``epoll_ctl`` calls and a whole extra
+    iteration for each streamed ``session/update`` frame (docs/performance.md, "Streamed
+    frames"). While the editor keeps up, its pipe takes a frame at once: one ``write``. What
+    the pipe does not take (a partial write, ``EAGAIN``), and every write while anything is
+    buffered, goes through Twisted's buffer as before, so frames keep their order and the
+    buffer still pauses the producer (the editor is behind: we stop reading its requests). So
+    does a frame bigger than the buffer (a batch of a fast stream): Twisted pauses the producer
+    for it at once, until the pipe took it, and the turn's text waits meanwhile; written
+    directly, it would leave that much more queued ahead of a cancel's answer. Any other error
+    is left for Twisted's own write to meet and report (the editor is gone)."""
+
+    from twisted.internet.stdio import StandardIO
+
+    class DirectStandardIO(StandardIO):
+        def write(self, data: bytes) -> None:
+            writer = getattr(self, "_writer", None)  # (posix: a ProcessWriter)
+            if writer is not None and data and len(data) <= writer.bufferSize and _idle(writer):
+                try:
+                    written = os.write(writer.fd, data)
+                except OSError as e:  # (BlockingIOError: the pipe is full)
+                    if e.errno not in (errno.EAGAIN, errno.EINTR):
+                        writer.write(data)  # its own write meets the error and ends the connection
+                        return
+                    written = 0
+                if written == len(data):
+                    return
+                data = data[written:]
+            super().write(data)
+
+        def writeSequence(self, data: Iterable[bytes]) -> None:
+            self.write(b"".join(data))
+
+    return DirectStandardIO
+
+
+def _idle(writer: Any) -> bool:
+    """Whether a Twisted ``FileDescriptor`` writer holds nothing to write and takes writes
+    (not closing): then a write of ours cannot overtake one of its. Its buffer is private
+    state; a Twisted without it is always treated as busy (every write buffered, as before)."""
+    try:
+        return (writer.connected and not writer.disconnecting and not writer._writeDisconnecting
+                and not writer._writeDisconnected and not writer._tempDataLen
+                and writer.offset >= len(writer.dataBuffer))
+    except AttributeError:
+        return False
+
+
 class StdioService(Service):
     """Connects one protocol to the claimed stdio when the service starts.
 
@@ -79,14 +134,12 @@ class StdioService(Service):
         self.protocol: Protocol | None = None
 
     def startService(self) -> None:
-        from twisted.internet.stdio import StandardIO
-
         fds = claimStdio()
         Service.startService(self)
         self.protocol = self.protocolFactory()
         if hasattr(self.protocol, "inputHungUp"):
             self.protocol.inputHungUp = lambda: hungUp(fds.stdin)
-        StandardIO(self.protocol, stdin=fds.stdin, stdout=fds.stdout, reactor=self.reactor)
+        directStandardIO()(self.protocol, stdin=fds.stdin, stdout=fds.stdout, reactor=self.reactor)
         done: Deferred[None] = self.protocol.whenDone()  # type: ignore[attr-defined]
         done.addCallback(lambda _: self.onDone())
 

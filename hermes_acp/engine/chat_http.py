@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 
 from hermes_acp import __version__
-from hermes_acp.engine import sse
+from hermes_acp.engine import httpbody, sse
 from hermes_acp.engine.secrets import redactURL
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,6 @@ USER_AGENT = f"hermes-acp/{__version__}"
 #: reused, and how long (and how many bytes) draining the end of a stream may take before its
 #: connection is dropped rather than kept: a finished answer never waits longer for its connection.
 IDLE_CONNECTIONS, IDLE_SECONDS, DRAIN_SECONDS, DRAIN_BYTES = 8, 30.0, 0.2, 64 * 1024
-#: The most read from the socket at once.
-READ_SIZE = 64 * 1024
 _NOT_SENT = (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected, http.client.BadStatusLine)
 
 
@@ -332,6 +330,7 @@ class Exchange:
         self.completed = False
         self.seconds = seconds
         self._sock: socket.socket | None = None
+        self._body: httpbody.Body | None = None
         self._released = False
         #: The connection was closed (``_drop``): its socket is not to be shut any more.
         self._dropped = False
@@ -480,7 +479,7 @@ class Exchange:
                 connection.close()
                 headers = {k.lower(): v for k, v in response.getheaders()}
                 raise HTTPStatus(response.status, raw, headers)
-            self.target, self.response = target, response
+            self.target, self.response, self._body = target, response, None
             return
 
     def events(self, limit: int) -> Iterator[Any]:
@@ -493,38 +492,51 @@ class Exchange:
         kind = (response.getheader("content-type") or "").lower()
         if response.getheader("content-encoding", "identity").lower() not in ("identity", ""):
             raise NotAStream(f"a {response.getheader('content-encoding')}-encoded body (none was asked for)")
-        start = response.peek(64)[:64].lstrip(b"\xef\xbb\xbf \r\n")
+        body = self._reader()
+        first = body.read()
+        start = first[:64].lstrip(b"\xef\xbb\xbf \r\n")
         looksLikeEvents = start.startswith((b"data:", b":", b"event:"))  # whatever its content type says
         if "json" in kind and not looksLikeEvents:
-            yield json.loads(self._whole(limit))
+            yield json.loads(self._whole(limit, first))
             self.completed = True
             self._finished()
             return
         if "event-stream" not in kind and not looksLikeEvents:
-            snippet = " ".join(response.read(300).decode("utf-8", "replace").split())[:200]
+            while len(first) < 300 and (more := body.read(300 - len(first))):
+                first += more
+            snippet = " ".join(first[:300].decode("utf-8", "replace").split())[:200]
             raise NotAStream(f"content type {kind or 'unknown'!r}: {snippet}")
         decoder = sse.EventDecoder(limit)
-        while chunk := response.read1(READ_SIZE):
-            for data in decoder.feed(chunk):
+        feed, read, chunk, loads = decoder.feed, body.read, first, json.loads
+        while chunk:
+            for data in feed(chunk):
                 if data.strip() == b"[DONE]":
                     self.completed = True
                     self._finished()
                     return
-                yield json.loads(data.decode("utf-8", "replace"))
+                yield loads(data.decode("utf-8", "replace"))
+            chunk = read()
         last = decoder.end()
         if last is not None and last.strip() == b"[DONE]":
             self.completed = True
         self._finished()
 
-    def _whole(self, limit: int) -> bytes:
+    def _reader(self) -> httpbody.Body:
+        """The response's body, read from the socket from now on (``httpbody``)."""
+        assert self.response is not None and self._sock is not None
+        if self._body is None:
+            self._body = httpbody.Body(self.response, self._sock)
+        return self._body
+
+    def _whole(self, limit: int, first: bytes = b"") -> bytes:
         """The rest of the body, at most ``limit`` bytes (``sse.EventTooBig`` beyond: it is one event)."""
-        assert self.response is not None
-        parts, size = [], 0
-        while chunk := self.response.read1(READ_SIZE):
+        body = self._reader()
+        parts, size = [first], len(first)
+        while size <= limit and (chunk := body.read()):
             size += len(chunk)
-            if size > limit:
-                raise sse.EventTooBig(limit)
             parts.append(chunk)
+        if size > limit:
+            raise sse.EventTooBig(limit)
         return b"".join(parts)
 
     def _finished(self) -> None:
@@ -534,21 +546,23 @@ class Exchange:
         ``[DONE]``, the caller goes on at once."""
         connection, response = self.connection, self.response
         assert connection is not None and response is not None
+        body = self._reader()
         keep = False
         if not response.will_close and not self.aborted:
             self._watch(DRAIN_SECONDS, self.abort)  # a timer, not a read timeout: a trickle cannot stretch it
             try:
                 budget = DRAIN_BYTES
-                while budget > 0 and not response.isclosed() and (chunk := response.read1(budget)):
+                while budget > 0 and not body.done and (chunk := body.read(budget)):
                     budget -= len(chunk)
             except (OSError, http.client.HTTPException, ValueError):
                 pass
             self._unwatch()
             with self._lock:
-                keep = self._released = response.isclosed() and not self.aborted
+                keep = self._released = body.done and not body.extra and not self.aborted
         else:
             self._unwatch()
         if keep:
+            response.close()  # (http.client's own end of a body: the connection takes a request again)
             POOL.give(self.target, connection)
             return
         self._drop()
