@@ -912,4 +912,4 @@ class Prompts:
 def _finished(turns: list[Turn]) -> Deferred[None]:
     """Fires once every turn has finished, however it answered (a failed turn's own
     request reported its failure)."""
-    return gatherResults([turn.whenFinished() for turn in turns]).addBoth(lambda _: None)
+    return gatherResults([turn.whenFinished() for turn in turns], consumeErrors=True).addBoth(lambda _: None)
