@@ -100,8 +100,9 @@ class ModelFailed(InternalError):
 
 
 def estimateTokens(messages: list[dict[str, Any]]) -> int:
-    """The context a history takes when the endpoint reported none (the engine's measure;
-    imported here, after a turn, to keep it off the start-up path)."""
+    """The context a history takes when the endpoint reported none (the engine's measure,
+    imported when first needed to keep it off the start-up path). In the turn's worker: a long
+    history's measure would hold up every session's frames on the reactor."""
     from .engine.compaction import CHARS_PER_TOKEN, charCount
 
     return sum(charCount(m) for m in messages) // CHARS_PER_TOKEN
@@ -328,8 +329,7 @@ class Turn:
                     session.cost = (session.cost or 0.0) + result.cost
                 if result.failure is not None:
                     failure = modelFailure(result.failure)
-                history = session.history + messages if result.history is None else result.history
-                session.contextUsed = result.last_prompt_tokens or estimateTokens(history)
+                session.contextUsed = result.last_prompt_tokens
         except Exception as e:
             log.failure("turn {turn} in session {id} crashed", turn=self.turnId, id=session.sessionId)
             ranOut = exhausted.describe(e)
@@ -407,16 +407,25 @@ class Turn:
                     return None  # cancelled while waiting for a worker; already answered
                 self._claimed = True
             services.reactor.callFromThread(self._workerStarted)
+            before = len(history)
             try:
                 if compact is not None:
-                    return agent.compact(history, observer, compact, self.cancelEvent, tools)
-                if skill is not None and services.skills is not None:
-                    content: Any = services.skills.library.activation(*skill)
+                    result = agent.compact(history, observer, compact, self.cancelEvent, tools)
                 else:
-                    content = toModelContent(self.modelBlocks or self.blocks, self.cancelEvent)
-                return agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools, checkpoint)
+                    if skill is not None and services.skills is not None:
+                        content: Any = services.skills.library.activation(*skill)
+                    else:
+                        content = toModelContent(self.modelBlocks or self.blocks, self.cancelEvent)
+                    result = agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools,
+                                                    checkpoint)
             finally:
                 bridge.flush()
+            if result is None or result.last_prompt_tokens:
+                return result
+            # The endpoint reported no usage: the history's measure, here rather than on the
+            # reactor, where a long history's would hold up every session's frames.
+            after = history[:before] + result.messages if result.history is None else result.history
+            return attrs.evolve(result, last_prompt_tokens=estimateTokens(after))
 
         def serversSettled(_: object) -> Deferred[TurnResult | None] | None:
             """The session's MCP handshakes are over (or out of time): run with the tools there are."""
