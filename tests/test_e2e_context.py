@@ -10,7 +10,7 @@ import pytest
 import pytest_twisted
 
 from .e2e import agentText, modelEnv, text, updates
-from .sdkclient import RecordingClient, connect, initialized, onLoop
+from .sdkclient import RecordingClient, connect, initialized, onLoop, until
 
 
 @pytest_twisted.ensureDeferred
@@ -92,6 +92,9 @@ async def test_usageAfterEverySessionSetup(scriptedServer, tmp_path) -> None:
             await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
             await conn.resume_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
             forked = (await conn.fork_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])).session_id
+            # (a session's updates follow its answer, written once the answer is: a moment later)
+            await until(lambda: any(u["sessionUpdate"] == "usage_update" for u in updates(wire, forked)), 10,
+                        "the fork's usage_update")
             return updates(wire, sid), updates(wire, forked), wire.problems()
 
     original, forked, problems = await onLoop(scenario())
