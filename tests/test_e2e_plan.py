@@ -10,7 +10,7 @@ import pytest
 import pytest_twisted
 
 from .e2e import answers, modelEnv, text, toolCalls, updates
-from .sdkclient import RecordingClient, connect, initialized, onLoop
+from .sdkclient import RecordingClient, connect, initialized, onLoop, until
 
 PLAN = "1. Write a.txt\n2. Report"
 PLANNING = [
@@ -52,6 +52,8 @@ async def planTurn(tmp_path, url, client, enter: str) -> tuple[Any, Updates, lis
                 await conn.set_config_option(session_id=sid, config_id="mode", value="plan")
             else:
                 await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("/plan")]), 30)
+            # (set_mode's and the option's current_mode_update follow their answer, a moment later)
+            await until(lambda: "plan" in modeUpdates(updates(wire, sid)), 10, "the mode's update")
             before = len(updates(wire, sid))
             response = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("add a.txt")]), 60)
             found = updates(wire, sid)

@@ -200,8 +200,9 @@ async def test_modesAndConfigOptions(scriptedServer, tmp_path) -> None:
             assert ids == ["model", "mode", "thought_level"]
             await conn.set_session_mode(session_id=sid, mode_id="dont_ask")
             answer = [i for i, f in enumerate(wire.received) if "result" in f][-1]
-            assert any(f.get("method") == "session/update" and f["params"]["update"]["sessionUpdate"] == "current_mode_update"
-                       for f in wire.received[answer + 1:])
+            await until(lambda: any(f.get("method") == "session/update"
+                                    and f["params"]["update"]["sessionUpdate"] == "current_mode_update"
+                                    for f in wire.received[answer + 1:]), 10, "current_mode_update after the answer")
             await conn.prompt(session_id=sid, prompt=[text("before switch")])
             result = await conn.set_config_option(session_id=sid, config_id="model", value="other-model")
             options = {o.id: o.current_value for o in result.config_options}
