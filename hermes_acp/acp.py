@@ -124,7 +124,8 @@ class ACPServer:
             checkpoints=self.checkpointStore,
         ))  # fmt: skip
         lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp,
-                              background=background, skills=skills, forgetFiles=rewinds.forgetSession)
+                              background=background, skills=skills, forgetFiles=rewinds.forgetSession,
+                              turnsSaved=prompts.saved)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)
