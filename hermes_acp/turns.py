@@ -894,11 +894,12 @@ class Prompts:
         while (queue := self.queues.get(session.sessionId)) is not None and (turns := queue.cancel()):
             await _finished(turns)
 
-    def saved(self, session: SessionState) -> Deferred[None]:
-        """Fires once the session's turns that have answered are saved too (a cancelled one
-        answers before it is): a copy of the session (``session/fork``) has them whole."""
-        queue = self.queues.get(session.sessionId)
-        return _finished([] if queue is None else [t for t in queue.turns() if t.phase == ANSWERED])
+    def saved(self, session: SessionState | None) -> Deferred[None]:
+        """Fires once the session's turns that have answered (every session's, for None) are
+        saved too (a cancelled one answers before it is): a copy of the session
+        (``session/fork``) has them whole, a ``session/list`` sees them."""
+        queues = list(self.queues.values()) if session is None else [self.queues.get(session.sessionId)]
+        return _finished([t for queue in queues if queue is not None for t in queue.turns() if t.phase == ANSWERED])
 
     def cancelEverything(self) -> Deferred[None]:
         """Cancel every turn of every session (stdin closed, shutdown); fires once

@@ -529,3 +529,23 @@ async def test_aModelChosenAfterACancelIsNotTakenForTheCancelledTurnsModel() -> 
     assert [vision for _, vision in runs] == [None, None]
     assert catalog.sees("m") is False and catalog.sees("m2") is None
     assert h.problems() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_aListAfterACancelledFirstPromptHasTheSession() -> None:
+    """A session whose first prompt was cancelled (answered, its worker still unwinding) is
+    listed at once, with the title the editor was told: the list waits for the turn's save."""
+    release = threading.Event()
+    h = Harness(slowToUnwind(release, []))
+    try:
+        sessionId = await sessionOn(h)
+        await cancelledEarly(h, sessionId)
+        listing = h.send("session/list", {})
+        await deferLater(reactor, 0.2, lambda: None)
+        release.set()
+        listed = (await h.answer(listing))["result"]["sessions"]
+    finally:
+        release.set()
+        await h.stop()
+    assert [(s["sessionId"], s.get("title")) for s in listed] == [(sessionId, "first")]
+    assert h.problems() == []
