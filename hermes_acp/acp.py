@@ -44,7 +44,7 @@ from .session_state import SessionState
 from .sight import Sight
 from .skillcommands import SkillCommands, skillLibrary
 from .threads import WorkerPool
-from .turns import Prompts, TurnServices
+from .turns import ANSWERED, Prompts, TurnServices
 from .updates import UpdateChannel
 
 if TYPE_CHECKING:
@@ -124,7 +124,8 @@ class ACPServer:
             checkpoints=self.checkpointStore,
         ))  # fmt: skip
         lifecycle = Lifecycle(store, options, updates, catalog, prompts.cancelAll, self.requireAuthenticated, mcp,
-                              background=background, skills=skills, forgetFiles=rewinds.forgetSession)
+                              background=background, skills=skills, forgetFiles=rewinds.forgetSession,
+                              turnsSaved=prompts.saved)
 
         def forgotten(state: SessionState) -> None:
             options.forget(state)
@@ -135,9 +136,11 @@ class ACPServer:
 
         def storage(state: SessionState, severity: str, title: str, description: str) -> None:
             """Whether the session's work is saved: a notice, for an editor that knows the
-            session; as text only in a turn (outside one, a prompt's answer tells it)."""
+            session; as text only in a turn (outside one, a prompt's answer tells it), and not
+            after its answer (a cancelled one is saved after it)."""
             queue = prompts.queues.get(state.sessionId)
-            if (client.notices and state.announced) or (queue is not None and queue.running is not None):
+            inTurn = queue is not None and queue.running is not None and queue.running.phase != ANSWERED
+            if (client.notices and state.announced) or inTurn:
                 updates.notice(state, severity, title, description, journal=False)
 
         store.onForget = forgotten

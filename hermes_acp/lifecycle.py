@@ -76,6 +76,9 @@ class Lifecycle:
     skills: SkillCommands | None = None
     #: What else a deleted session leaves behind (its checkpoints), removed by session id.
     forgetFiles: Callable[[str], Awaitable[None]] | None = None
+    #: Wait until the session's turns that have answered (every session's, for None) are saved
+    #: (a cancelled one answers first).
+    turnsSaved: Callable[[SessionState | None], Awaitable[None]] | None = None
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {
@@ -188,6 +191,8 @@ class Lifecycle:
         cwd = existingFolder(absolutePath(params, "cwd"))
         extra = directories(params)
         servers = self.servers(params)
+        if self.turnsSaved is not None:
+            await self.turnsSaved(await self.store.get(sessionId))
         state = await self.store.fork(sessionId, cwd, extra)
         log.debug("session {id} forked from {source} into {cwd}", id=state.sessionId, source=sessionId, cwd=cwd)
         return await self.setupResult(state, servers, sessionId=True)
@@ -195,6 +200,8 @@ class Lifecycle:
     async def list(self, params: dict[str, Any]) -> dict[str, Any]:
         cwd = absolutePath(params, "cwd", required=False)
         cursor = field(params, "cursor", str, default=None)
+        if self.turnsSaved is not None:
+            await self.turnsSaved(None)
         try:
             records, nextCursor = await self.store.list(cwd, cursor)
         except ValueError:

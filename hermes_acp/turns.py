@@ -294,6 +294,7 @@ class Turn:
         if compact is not None:
             command = None  # a turn of the engine, with its own kind of run
         endpoint = services.requireEndpoint() if command is None else None
+        model = session.model  # (the user may pick another before a cancelled turn, answered, is saved)
         textOnly = all(block.get("type") == "text" for block in self.blocks)
         prompted = prompts.split(text) if command is None and compact is None and textOnly else None
         if prompted is not None:  # /mcp__SERVER__PROMPT, once the servers are up (else text for the model)
@@ -344,9 +345,9 @@ class Turn:
             response["stopReason"], failure = "cancelled", None
         if command is None:
             if result is not None and result.window:
-                services.catalog.learnWindow(session.model, result.window)
+                services.catalog.learnWindow(model, result.window)
             if self.agent is not None and self.agent.vision is False:
-                services.catalog.learnBlind(session.model)  # the endpoint refused its images
+                services.catalog.learnBlind(model)  # the endpoint refused its images
             if self.phase != ANSWERED:  # (a cancelled turn answered at its cancel sends nothing more)
                 services.updates.send(session, usageUpdate(session, services.catalog))
         if self._showTitle():
@@ -901,6 +902,13 @@ class Prompts:
         (however it answered), prompts that arrive meanwhile included."""
         while (queue := self.queues.get(session.sessionId)) is not None and (turns := queue.cancel()):
             await _finished(turns)
+
+    def saved(self, session: SessionState | None) -> Deferred[None]:
+        """Fires once the session's turns that have answered (every session's, for None) are
+        saved too (a cancelled one answers before it is): a copy of the session
+        (``session/fork``) has them whole, a ``session/list`` sees them."""
+        queues = list(self.queues.values()) if session is None else [self.queues.get(session.sessionId)]
+        return _finished([t for queue in queues if queue is not None for t in queue.turns() if t.phase == ANSWERED])
 
     def cancelEverything(self) -> Deferred[None]:
         """Cancel every turn of every session (stdin closed, shutdown); fires once

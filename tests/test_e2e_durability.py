@@ -24,7 +24,7 @@ import pytest_twisted
 from hermes_acp.sessions import NOT_SAVED, SAVED
 
 from .e2e import agentText, journaled, modelEnv, text, updates
-from .sdkclient import RecordingClient, connect, initialized, onLoop, raw, settled
+from .sdkclient import RecordingClient, connect, initialized, onLoop, raw, settled, until
 
 
 @pytest.fixture
@@ -272,3 +272,49 @@ async def test_listOffersOnlySessionsWithAConversation(scriptedServer, tmp_path)
     assert problems == []
     assert listed == [(prompted, "hello there"), (named, "Named chat")]
     assert filtered == [prompted, named]
+
+
+@pytest_twisted.ensureDeferred
+async def test_aCancelledTurnNotSavedSaysNothingAfterItsAnswer(scriptedServer, tmp_path) -> None:
+    """A turn cancelled while its text streams answers "cancelled" before it is saved. When
+    the store refuses that save (another process holds state.db's write lock past the busy
+    timeout, twice: about 20 s), an editor that takes no notices gets no line of text about
+    it after that answer (it would read as part of no turn); the next prompt saves the kept
+    turn (and says so, in its turn), and the model sees it."""
+    server, url = scriptedServer
+    home = tempfile.mkdtemp()
+    server.addRule("first", [[{"text": "one"}]])
+    server.addRule("second", [[{"text": "two, "}, {"stall": True}]])
+    server.addRule("third", [[{"text": "three"}]])
+    log = tmp_path / "agent.log"
+
+    async def life():
+        with open(log, "wb") as stderr:
+            async with connect(RecordingClient(), env=modelEnv(url, home), stderr=stderr) as (conn, client, wire, process):
+                await initialized(conn)
+                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+                assert (await conn.prompt(session_id=sid, prompt=[text("first")])).stop_reason == "end_turn"
+                second = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("second")]))
+                await settled(server.whenStalled())
+                await journaled(home, sid, "two, ")  # what it showed is saved: its end is what is refused
+                other = sqlite3.connect(Path(home) / "state.db", isolation_level=None)
+                try:
+                    other.execute("BEGIN IMMEDIATE")
+                    await conn.cancel(session_id=sid)
+                    answered = await asyncio.wait_for(second, 30)
+                    await until(lambda: b"not saved yet" in log.read_bytes(), 40, "the turn's save refused")
+                    other.execute("COMMIT")
+                finally:
+                    other.close()
+                third = await conn.prompt(session_id=sid, prompt=[text("third")])
+                answerAt = next(i for i, f in enumerate(wire.received)
+                                if isinstance(f.get("result"), dict) and f["result"].get("stopReason") == "cancelled")
+                afterAnswer = [f["params"]["update"] for f in wire.received[answerAt:] if f.get("method") == "session/update"]
+                return answered, third, afterAnswer, told(wire, sid), said(server), wire.problems()
+
+    answered, third, afterAnswer, allTold, seen, problems = await onLoop(life())
+    assert problems == []
+    assert answered.stop_reason == "cancelled" and third.stop_reason == "end_turn"
+    assert [u["content"]["text"] for u in afterAnswer if NOT_SAVED in u.get("content", {}).get("text", "")] == []
+    assert [title for title, _ in allTold] == [SAVED]  # by the next prompt, in its turn
+    assert seen == ["first", "one", "second", "two, ", "third"]

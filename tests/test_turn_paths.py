@@ -100,13 +100,13 @@ class WatchedTransport(StringTransport):
 
 
 class Harness:
-    def __init__(self, behaviour: Any) -> None:
+    def __init__(self, behaviour: Any, models: tuple[str, ...] = ()) -> None:
         home = Path(tempfile.mkdtemp())
         self.sessions = SessionManager(reactor, home / "state.db")
         self.workers = WorkerPool(reactor, 4)
         self.sessions.dbThread.startService()
         self.workers.startService()
-        endpoint = Endpoint("custom", "http://127.0.0.1:9/v1", "k", "m")
+        endpoint = Endpoint("custom", "http://127.0.0.1:9/v1", "k", "m", models)
         self.server = ACPServer(reactor, Settings(), self.sessions, self.workers, lambda: endpoint, ScriptedFactory(behaviour))
         self.connection = self.server.buildProtocol()
         self.transport = WatchedTransport()
@@ -445,4 +445,107 @@ async def test_aCancelledStreamAnswersBeforeItsWorkerIsDone() -> None:
     assert waited == ["first"] and len(runs) == 2
     assert "after the cancel" not in h.transport.value().decode()
     assert history == ["first", "before the cancel", "second", "next"]
+    assert h.problems() == []
+
+
+def slowToUnwind(release: threading.Event, runs: list[Any], first: Callable[[ScriptedAgent], None] = lambda agent: None
+                 ) -> Callable[[ScriptedAgent, Any, Any], TurnResult]:
+    """An engine whose first run streams, is cancelled, and unwinds only once ``release`` is
+    set (its turn answers ``cancelled`` before that); the next runs answer at once."""
+
+    def stream(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        runs.append((str(content), agent.vision))
+        if len(runs) > 1:
+            return TurnResult("next", [{"role": "user", "content": content}, {"role": "assistant", "content": "next"}],
+                              TurnUsage(), "end_turn")
+        first(agent)
+        observer.text("before the cancel")
+        assert agent.interrupted.wait(10)
+        release.wait(10)
+        return TurnResult("before the cancel", [{"role": "user", "content": content},
+                                                {"role": "assistant", "content": "before the cancel"}],
+                          TurnUsage(), "cancelled")
+
+    return stream
+
+
+async def cancelledEarly(h: Harness, sessionId: str) -> dict[str, Any]:
+    """Prompt "first", cancel it once its text is shown: its answer (its worker still runs)."""
+    first = prompt(h, sessionId, "first")
+    await h.transport.when(lambda: "before the cancel" in h.transport.value().decode())
+    h.connection.dataReceived(json.dumps({"jsonrpc": "2.0", "method": "session/cancel",
+                                          "params": {"sessionId": sessionId}}).encode() + b"\n")
+    return await h.answer(first)
+
+
+@pytest_twisted.ensureDeferred
+async def test_aForkAfterACancelHasTheCancelledTurn() -> None:
+    """A fork asked for once a cancelled turn has answered (its worker still unwinding) has
+    that turn's prompt and answer so far in its history, as it would once the turn is saved:
+    the copy waits for the save, rather than copying a turn cut off as interrupted."""
+    release = threading.Event()
+    runs: list[Any] = []
+    h = Harness(slowToUnwind(release, runs))
+    try:
+        sessionId = await sessionOn(h)
+        answered = await cancelledEarly(h, sessionId)
+        fork = h.send("session/fork", {"sessionId": sessionId, "cwd": tempfile.gettempdir(), "mcpServers": []})
+        await deferLater(reactor, 0.2, lambda: None)
+        release.set()
+        forked = await h.answer(fork)
+        history = [m["content"] for m in h.sessions.sessions[forked["result"]["sessionId"]].history]
+    finally:
+        release.set()
+        await h.stop()
+    assert answered["result"]["stopReason"] == "cancelled"
+    assert history == ["first", "before the cancel"]
+    assert h.problems() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_aModelChosenAfterACancelIsNotTakenForTheCancelledTurnsModel() -> None:
+    """What a cancelled turn learned of its model (it takes no images) is its model's, also
+    when the user picks another model before its worker is done: the next turn's model is
+    still shown images."""
+    release = threading.Event()
+    runs: list[Any] = []
+
+    def blind(agent: ScriptedAgent) -> None:
+        agent.vision = False  # the endpoint refused the images of model "m"
+
+    h = Harness(slowToUnwind(release, runs, blind), models=("m", "m2"))
+    try:
+        sessionId = await sessionOn(h)
+        await cancelledEarly(h, sessionId)
+        chosen = await h.answer(h.send("session/set_config_option",
+                                       {"sessionId": sessionId, "configId": "model", "value": "m2"}))
+        release.set()
+        answered = await h.answer(prompt(h, sessionId, "second"))
+        catalog = h.server._prompts.services.catalog
+    finally:
+        release.set()
+        await h.stop()
+    assert "result" in chosen and answered["result"]["stopReason"] == "end_turn"
+    assert [vision for _, vision in runs] == [None, None]
+    assert catalog.sees("m") is False and catalog.sees("m2") is None
+    assert h.problems() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_aListAfterACancelledFirstPromptHasTheSession() -> None:
+    """A session whose first prompt was cancelled (answered, its worker still unwinding) is
+    listed at once, with the title the editor was told: the list waits for the turn's save."""
+    release = threading.Event()
+    h = Harness(slowToUnwind(release, []))
+    try:
+        sessionId = await sessionOn(h)
+        await cancelledEarly(h, sessionId)
+        listing = h.send("session/list", {})
+        await deferLater(reactor, 0.2, lambda: None)
+        release.set()
+        listed = (await h.answer(listing))["result"]["sessions"]
+    finally:
+        release.set()
+        await h.stop()
+    assert [(s["sessionId"], s.get("title")) for s in listed] == [(sessionId, "first")]
     assert h.problems() == []
