@@ -118,6 +118,8 @@ async def test_forkListCloseDeleteResume(scriptedServer, tmp_path) -> None:
 
             before = len(updates(wire, b))
             await conn.resume_session(session_id=b, cwd=str(other), mcp_servers=[])
+            # (a session's updates follow its answer, a moment later; none is a replay)
+            await until(lambda: len(updates(wire, b)) >= before + 2, 10, "the resumed session's updates")
             after = updates(wire, b)[before:]
             assert [u["sessionUpdate"] for u in after] == ["available_commands_update", "usage_update"]
 
