@@ -982,19 +982,26 @@ class SessionDB:
                 (sessionId, after, last),
             )
             while len(rows) < maxCount and size < maxBytes:
-                more = cursor.fetchmany(min(64, maxCount - len(rows)))
+                # Up to 64 rows, read one at a time (SQLite steps one anyway) so the batch stops
+                # at the row that reaches ``maxBytes`` whatever the rows' sizes (64 large tool
+                # cards were 8 times as much).
+                more = []
+                for seq, stored, shared, nbytes, valid in cursor:
+                    text = stored if shared is None else stored.replace(_HOLE, shared)
+                    more.append((seq, stored, text, nbytes, valid))
+                    size += len(text)
+                    if len(more) == 64 or len(rows) + len(more) >= maxCount or size >= maxBytes:
+                        break
                 if not more:
                     break
                 # One scan of the stored texts together: most batches hold no mark at all.
                 together = b"\x00".join(stored for _, stored, *_ in more)
                 suspect = any(mark in together for mark in _SURROGATE_MARKS)
                 marked = any(mark in together for mark in wanted)
-                for seq, stored, shared, nbytes, valid in more:
-                    text = stored if shared is None else stored.replace(_HOLE, shared)
+                for seq, stored, text, nbytes, valid in more:
                     sound = bool(valid) and len(text) == nbytes and not (
                         suspect and any(mark in text for mark in _SURROGATE_MARKS))
                     rows.append((seq, text, sound, marked and any(mark in stored for mark in wanted)))
-                    size += len(text)
         return rows
 
     @classmethod

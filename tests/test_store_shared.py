@@ -297,3 +297,25 @@ class SoundRowTests(StoreTestCase):
 
     def setUp(self) -> None:
         self.db = self.openStore()
+
+    def test_aBatchOfLargeRowsKeepsToItsBytes(self) -> None:
+        """A load's batch holds about ``maxBytes`` even when every row is a large tool card:
+        at most one row more than fits, not a fixed number of rows whatever their size."""
+        self.newSession(self.db, "big")
+        renderer = Renderer("/work")
+        for turn in range(1, 41):
+            output = (f"line {turn} " * 6000)[:50_000]
+            self.db.beginTurn("big")
+            self.db.appendUpdates("big", turn, encoded([renderer.toolFinished(f"k{turn}", "read_file", {}, output,
+                                                                              False, {"path": "/work/notes.txt"})]))
+            self.db.endTurn("big", turn, [{"role": "tool", "tool_call_id": f"k{turn}", "content": output}])
+        tail = self.db.journalTail("big")
+        rows = self.db.journalTexts("big", tail.first - 1, tail.last, 500, 256 * 1024)
+        largest = max(len(text) for _, text, _, _ in rows)
+        self.assertLess(sum(len(text) for _, text, _, _ in rows), 256 * 1024 + largest)
+        after, seen = tail.first - 1, []
+        while batch := self.db.journalTexts("big", after, tail.last, 500, 256 * 1024):
+            seen += batch
+            after = batch[-1][0]
+        self.assertEqual([json.loads(text) for _, text, _, _ in seen], self.db.loadJournal("big").updates)
+        self.assertTrue(all(sound for _, _, sound, _ in seen))
