@@ -272,6 +272,11 @@ UNLINKED_TURNS = 4096
 _CHUNKS = {'{"sessionUpdate":"agent_message_chunk",': "assistant", '{"sessionUpdate":"user_message_chunk",': "user"}
 
 
+#: Where a finished tool card's output starts (``Renderer.toolFinished``), and how much of an
+#: output's start ``_linkJournal`` looks it up by.
+_RAW_OUTPUT, _START = '"rawOutput":{"output":"', 64
+
+
 def _toolLink(payload: str, tools: list[tuple[int, int, int, str]]) -> tuple[str, int, int, int] | None:
     """(stored text, message id, start, length) for a journal row that repeats a tool result."""
     for messageId, start, length, text in tools:
@@ -982,19 +987,26 @@ class SessionDB:
                 (sessionId, after, last),
             )
             while len(rows) < maxCount and size < maxBytes:
-                more = cursor.fetchmany(min(64, maxCount - len(rows)))
+                # Up to 64 rows, read one at a time (SQLite steps one anyway) so the batch stops
+                # at the row that reaches ``maxBytes`` whatever the rows' sizes (64 large tool
+                # cards were 8 times as much).
+                more = []
+                for seq, stored, shared, nbytes, valid in cursor:
+                    text = stored if shared is None else stored.replace(_HOLE, shared)
+                    more.append((seq, stored, text, nbytes, valid))
+                    size += len(text)
+                    if len(more) == 64 or len(rows) + len(more) >= maxCount or size >= maxBytes:
+                        break
                 if not more:
                     break
                 # One scan of the stored texts together: most batches hold no mark at all.
                 together = b"\x00".join(stored for _, stored, *_ in more)
                 suspect = any(mark in together for mark in _SURROGATE_MARKS)
                 marked = any(mark in together for mark in wanted)
-                for seq, stored, shared, nbytes, valid in more:
-                    text = stored if shared is None else stored.replace(_HOLE, shared)
+                for seq, stored, text, nbytes, valid in more:
                     sound = bool(valid) and len(text) == nbytes and not (
                         suspect and any(mark in text for mark in _SURROGATE_MARKS))
                     rows.append((seq, text, sound, marked and any(mark in stored for mark in wanted)))
-                    size += len(text)
         return rows
 
     @classmethod
@@ -1190,12 +1202,22 @@ class SessionDB:
                 break  # the turn's rows are among the last ones (rows of no turn, 0, may follow them)
             if rowTurn == turn and ref is None and nbytes >= MIN_CHUNK:
                 rows.append(seq)
+        # A finished card's ``rawOutput`` starts with its output: the outputs are looked up by
+        # their start (a card searched for every output of a turn of 200 calls took seconds).
+        byStart: dict[str, list[tuple[int, int, int, str]]] = {}
+        for entry in shared:
+            byStart.setdefault(entry[3][:_START], []).append(entry)
         links = []
         for seq in rows:
             (payload,) = cursor.execute(
                 "SELECT payload FROM acp_journal WHERE session_id = ? AND seq = ?", (sessionId, seq)
             ).fetchone()
-            link = _toolLink(payload, shared) or _chatLink(payload, said)
+            at = payload.find(_RAW_OUTPUT) + len(_RAW_OUTPUT)
+            if at >= len(_RAW_OUTPUT):
+                tools = byStart.get(payload[at:at + _START], [])
+            else:  # (a row shorter than any output worth sharing holds none)
+                tools = shared if len(payload) >= migrations.MIN_SHARED else []
+            link = _toolLink(payload, tools) or (_chatLink(payload, said) if said else None)
             if link is not None:
                 links.append((*link, sessionId, seq))
         cursor.executemany(

@@ -297,3 +297,52 @@ class SoundRowTests(StoreTestCase):
 
     def setUp(self) -> None:
         self.db = self.openStore()
+
+    def test_aBatchOfLargeRowsKeepsToItsBytes(self) -> None:
+        """A load's batch holds about ``maxBytes`` even when every row is a large tool card:
+        at most one row more than fits, not a fixed number of rows whatever their size."""
+        self.newSession(self.db, "big")
+        renderer = Renderer("/work")
+        for turn in range(1, 41):
+            output = (f"line {turn} " * 6000)[:50_000]
+            self.db.beginTurn("big")
+            self.db.appendUpdates("big", turn, encoded([renderer.toolFinished(f"k{turn}", "read_file", {}, output,
+                                                                              False, {"path": "/work/notes.txt"})]))
+            self.db.endTurn("big", turn, [{"role": "tool", "tool_call_id": f"k{turn}", "content": output}])
+        tail = self.db.journalTail("big")
+        rows = self.db.journalTexts("big", tail.first - 1, tail.last, 500, 256 * 1024)
+        largest = max(len(text) for _, text, _, _ in rows)
+        self.assertLess(sum(len(text) for _, text, _, _ in rows), 256 * 1024 + largest)
+        after, seen = tail.first - 1, []
+        while batch := self.db.journalTexts("big", after, tail.last, 500, 256 * 1024):
+            seen += batch
+            after = batch[-1][0]
+        self.assertEqual([json.loads(text) for _, text, _, _ in seen], self.db.loadJournal("big").updates)
+        self.assertTrue(all(sound for _, _, sound, _ in seen))
+
+    def test_aTurnOfManyToolCallsEndsInLinearTime(self) -> None:
+        """Linking a turn's tool cards to their messages looks at each card once, not once
+        for every tool message of the turn: a turn of 200 calls of 50 KB each took seconds
+        of the database thread at its end (every card searched for every output)."""
+        from hermes_acp import store
+
+        calls = []
+        self.patch(store, "linkedPayload", lambda payload, shared: calls.append(1) or migrations.linkedPayload(
+            payload, shared))
+        self.newSession(self.db, "many")
+        renderer, messages, updates = Renderer("/work"), [{"role": "user", "content": "read them all"}], []
+        for n in range(200):
+            output = (f"file {n} line " * 400)[:4000]
+            messages += [{"role": "assistant", "content": None, "tool_calls": [
+                             {"id": f"c{n}", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]},
+                         {"role": "tool", "tool_call_id": f"c{n}", "name": "read_file", "content": output}]
+            updates += [renderer.toolStarted(f"t-c{n}", "read_file", {}),
+                        renderer.toolFinished(f"t-c{n}", "read_file", {}, output, False, {"path": "/work/f"})]
+        self.db.beginTurn("many")
+        self.db.appendUpdates("many", 1, encoded(updates))
+        self.db.endTurn("many", 1, messages)
+        self.assertLessEqual(len(calls), 2 * len(updates))
+        self.assertEqual(self.db.loadJournal("many").updates, updates)
+        raw = sqlite3.connect(self.db.path, isolation_level=None)
+        self.addCleanup(raw.close)
+        self.assertEqual(raw.execute("SELECT count(*) FROM acp_journal WHERE ref IS NOT NULL").fetchone(), (200,))
