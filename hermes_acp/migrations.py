@@ -364,6 +364,10 @@ MIGRATIONS: tuple[Callable[[sqlite3.Cursor], None], ...] = (
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+#: The oldest SQLite the schema works with: version 6 keeps search text as a generated column.
+MIN_SQLITE = (3, 31, 0)
+
+
 class NewerSchemaError(Exception):
     """The file was written by a newer hermes-acp than this one."""
 

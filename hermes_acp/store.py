@@ -428,6 +428,12 @@ class SessionDB:
             tightenIfShared(self.path.with_name(self.path.name + companion))
 
     def _open(self) -> None:
+        if sqlite3.sqlite_version_info < migrations.MIN_SQLITE:
+            raise StoreError(
+                f"state.db needs SQLite {'.'.join(map(str, migrations.MIN_SQLITE))} or newer (its generated "
+                f"columns); this Python uses SQLite {sqlite3.sqlite_version}. Use a Python built with a newer "
+                "SQLite (python.org's builds, uv's and pyenv's bundle one)."
+            )
         with self._translated():
             cursor = self._connection.cursor()
             cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

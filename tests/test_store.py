@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from hermes_acp import migrations
+from hermes_acp import migrations, store
 from hermes_acp.store import (
     INTERRUPTED_CALL,
     INTERRUPTED_TURN,
@@ -1053,6 +1053,21 @@ class MigrationTests(StoreTestCase):
         self.assertIn("99", message)
         self.assertIn(str(path), message)
         self.assertEqual(storedVersion(path), "99")
+
+
+    def test_anSQLiteTooOldIsSaidPlainly(self) -> None:
+        """A Python whose SQLite cannot keep the schema's generated columns is refused with
+        the versions in words, before any table is made."""
+        path = self.tempDir() / "state.db"
+        self.patch(store.sqlite3, "sqlite_version_info", (3, 22, 0))
+        self.patch(store.sqlite3, "sqlite_version", "3.22.0")
+        with self.assertRaises(StoreError) as caught:
+            SessionDB(path)
+        self.assertIn("SQLite 3.31.0 or newer", str(caught.exception))
+        self.assertIn("3.22.0", str(caught.exception))
+        raw = sqlite3.connect(path)
+        self.addCleanup(raw.close)
+        self.assertEqual(raw.execute("SELECT count(*) FROM sqlite_master").fetchone(), (0,))
 
 
 class ThreadTests(StoreTestCase):
