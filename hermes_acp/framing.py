@@ -8,6 +8,9 @@ connection stays up.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import Protocol
@@ -34,6 +37,7 @@ class LineProtocol(Protocol):
         self._scanned = 0  # bytes of _buffer already known to hold no newline
         self._discarding = False
         self._inputPaused = False
+        self._gathered: list[bytes] | None = None
 
     def dataReceived(self, data: bytes) -> None:
         if self._discarding:
@@ -89,7 +93,26 @@ class LineProtocol(Protocol):
         self._deliverBuffered()
 
     def sendLine(self, line: bytes) -> None:
+        if self._gathered is not None:
+            self._gathered += (line, self.delimiter)
+            return
         self.transport.writeSequence((line, self.delimiter))
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """The lines sent meanwhile leave in one write, at the end: an answer and the updates
+        that follow it (``jsonrpc.Reply``) reach the peer in one read, as when every write
+        waited for the reactor's next turn (stdout is now written at once, ``stdio``)."""
+        if self._gathered is not None:
+            yield
+            return
+        self._gathered = []
+        try:
+            yield
+        finally:
+            lines, self._gathered = self._gathered, None
+            if lines:
+                self.transport.write(b"".join(lines))
 
     def readConnectionLost(self) -> None:
         """stdin reached EOF: the lines held back and a final unterminated line

@@ -406,11 +406,11 @@ class JSONRPCConnection(LineProtocol):
         afterSent = None
         if isinstance(result, Reply):
             result, afterSent = result.result, result.afterSent
-        if not self._write({"jsonrpc": "2.0", "id": requestId, "result": result}):
-            self._sendError(requestId, InternalError("Internal error: result is not JSON"))
-            return
-        if afterSent is not None:
-            afterSent()
+        with self.together():  # (with what follows the answer)
+            if not self._write({"jsonrpc": "2.0", "id": requestId, "result": result}):
+                self._sendError(requestId, InternalError("Internal error: result is not JSON"))
+            elif afterSent is not None:
+                afterSent()
 
     def _sendError(self, requestId: Any, error: JSONRPCError) -> None:
         self._write({"jsonrpc": "2.0", "id": requestId, "error": error.toJSON()})

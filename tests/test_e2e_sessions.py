@@ -58,6 +58,8 @@ async def test_restartLoadReplaysExactlyAndContinues(scriptedServer, tmp_path) -
             await conn.load_session(cwd=str(tmp_path), session_id=sessionId, mcp_servers=[])
             replayed = updates(wire, sessionId)
             answered = next(i for i, f in enumerate(wire.received) if "modes" in f.get("result", {}))
+            # (the commands and the usage follow the answer, a moment later)
+            await until(lambda: len(wire.received) >= answered + 3, 10, "the updates after the load's answer")
             before = [f["params"]["update"] for f in wire.received[:answered] if f.get("method") == "session/update"]
             after = [f["params"]["update"] for f in wire.received[answered:] if f.get("method") == "session/update"]
             await conn.prompt(session_id=sessionId, prompt=[text("third question")])

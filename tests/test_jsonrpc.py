@@ -201,18 +201,21 @@ class IncomingTests(SynchronousTestCase):
         self.assertEqual(h.frames()[0]["result"], {"stopReason": "cancelled"})
 
     def test_replyRunsAfterResponseWritten(self) -> None:
-        """Work attached to a Reply runs only once the response is on the wire."""
+        """Work attached to a Reply runs once the response is written, and what it sends
+        follows the response in the same write (the peer reads them together)."""
         h = Harness()
-        order = []
+        writes = []
+        h.transport.write = lambda data, write=h.transport.write: (writes.append(data), write(data))[1]
 
         def after() -> None:
-            order.append(json.loads(h.transport.value().splitlines()[-1]))
             h.connection.notify("later", {})
 
         h.connection._requests = {"new": lambda p: Reply({"sessionId": "s"}, after)}
         h.send(request(1, "new"))
-        self.assertEqual(order[0]["result"], {"sessionId": "s"})
-        self.assertEqual([f.get("method") for f in h.frames()], [None, "later"])
+        frames = h.frames()
+        self.assertEqual(frames[0]["result"], {"sessionId": "s"})
+        self.assertEqual([f.get("method") for f in frames], [None, "later"])
+        self.assertEqual(len(writes), 1)
 
     def test_overlongLine(self) -> None:
         """An over-long line gets -32600 with id null and the next request is served."""

@@ -437,7 +437,10 @@ class ServerLink:
                 if self.state == READY and self._signInWanted(e):
                     raise CallFailed(f"{self.spec.name}: {self.reason}") from None
                 raise
-        await self._reconnect()
+        if self._reconnecting is not None or getattr(self.channel, "sessionId", None) is None:
+            await self._reconnect()
+        # else a handshake since this request was sent gave a new session (another request
+        # found out first, and its handshake is over): this one only needs sending again
         return await self._request(method, params, timeout)
 
     async def _reconnect(self) -> None:
