@@ -30,6 +30,15 @@ def delegated(*goals: str) -> list[dict[str, Any]]:
     return tools(call("d", "delegate_task", tasks=[{"goal": g} for g in goals]))
 
 
+def mostAtOnce(observer: Any) -> int:
+    """The most children the observer saw running at once (its started and ended events)."""
+    running, most = 0, 0
+    for event in observer.children:
+        running += {"started": 1, "ended": -1}.get(event[0], 0)
+        most = max(most, running)
+    return most
+
+
 def results(server: Any) -> list[dict[str, Any]]:
     parent = [b for b in server.chatRequests if "You are a Hermes subagent" not in b["messages"][0]["content"]]
     return json.loads(next(m for m in parent[-1]["messages"] if m["role"] == "tool")["content"])["results"]
@@ -93,11 +102,7 @@ async def test_moreTasksThanTheParallelLimitWait(scriptedServer, workspace: Path
     result = await run(agent, "go").addTimeout(30, reactor)
     assert result.final_text == "all five"
     assert [r["summary"] for r in results(server)] == [f"did {g}" for g in goals]
-    running, most = 0, 0
-    for event in observer.children:
-        running += {"started": 1, "ended": -1}.get(event[0], 0)
-        most = max(most, running)
-    assert most == 2
+    assert mostAtOnce(observer) == 2
 
 
 @pytest_twisted.ensureDeferred
@@ -119,11 +124,7 @@ async def test_delegateCallsOfOneReplyShareTheParallelLimit(scriptedServer, work
     reported = [json.loads(m["content"])["results"] for m in parent[-1]["messages"] if m["role"] == "tool"]
     assert [[r["summary"] for r in batch] for batch in reported] == [[f"did {g}" for g in goals[:3]],
                                                                      [f"did {g}" for g in goals[3:]]]
-    running, most = 0, 0
-    for event in observer.children:
-        running += {"started": 1, "ended": -1}.get(event[0], 0)
-        most = max(most, running)
-    assert most == 3
+    assert mostAtOnce(observer) == 3
 
 
 @pytest_twisted.ensureDeferred
