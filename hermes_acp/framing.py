@@ -98,6 +98,13 @@ class LineProtocol(Protocol):
             return
         self.transport.writeSequence((line, self.delimiter))
 
+    def sendFramed(self, data: bytes) -> None:
+        """Whole lines already framed (each ending in the delimiter), in order with ``sendLine``'s."""
+        if self._gathered is not None:
+            self._gathered.append(data)
+            return
+        self.transport.write(data)
+
     @contextmanager
     def together(self) -> Iterator[None]:
         """The lines sent meanwhile leave in one write, at the end: an answer and the updates

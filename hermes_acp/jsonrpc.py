@@ -457,7 +457,7 @@ class JSONRPCConnection(LineProtocol):
         if self.trace is not None:
             for line in data.split(self.delimiter)[:-1]:
                 self._trace("out", line, json.loads(line))
-        self.transport.write(data)
+        self.sendFramed(data)
         if debugging():
             log.debug("sent {count} frames ({size} bytes)", count=count, size=len(data))
 
