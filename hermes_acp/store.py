@@ -263,6 +263,55 @@ def _checkUpdates(updates: Iterable[Any]) -> list[dict[str, Any]]:
     return updates
 
 
+#: The updates whose consecutive pieces of one message the journal keeps as one row.
+_TEXT_CHUNKS = frozenset({"agent_message_chunk", "agent_thought_chunk", "user_message_chunk"})
+_CHUNK_KEYS, _TEXT_KEYS = frozenset({"sessionUpdate", "content", "messageId"}), frozenset({"type", "text"})
+#: The most characters of text one merged row holds.
+MERGED_TEXT = 64 * 1024
+
+
+def _plainText(update: dict[str, Any]) -> str | None:
+    """The text of a chunk of text and nothing else (no ``_meta``, no annotations), else None."""
+    if update["sessionUpdate"] not in _TEXT_CHUNKS or not update.keys() <= _CHUNK_KEYS:
+        return None
+    content = update.get("content")
+    if type(content) is not dict or content.keys() != _TEXT_KEYS or content["type"] != "text":
+        return None
+    text = content["text"]
+    return text if type(text) is str else None
+
+
+def _merged(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``updates`` with each run of consecutive text chunks of one message (same kind, same
+    ``messageId``) as one chunk of their joined text, up to ``MERGED_TEXT`` characters.
+
+    A streamed answer reaches the editor as a frame every few milliseconds, often of a token
+    or two; journaled as sent, it took a row of about a hundred bytes of JSON per frame, and a
+    ``session/load`` sent every one of them back. A replay shows the same text, in fewer frames."""
+    out: list[dict[str, Any]] = []
+    run: list[str] = []  # the texts of the run out[-1] starts
+    size = 0
+
+    def close() -> None:
+        if len(run) > 1:
+            first = out[-1]
+            out[-1] = {**first, "content": {"type": "text", "text": "".join(run)}}
+
+    for update in updates:
+        text = _plainText(update)
+        if text is not None and run and size + len(text) <= MERGED_TEXT:
+            last = out[-1]
+            if last["sessionUpdate"] == update["sessionUpdate"] and last.get("messageId") == update.get("messageId"):
+                run.append(text)
+                size += len(text)
+                continue
+        close()
+        out.append(update)
+        run, size = ([text], len(text)) if text is not None else ([], 0)
+    close()
+    return out
+
+
 #: A chunk of the answer or the prompt shorter than this keeps its text (a reference costs
 #: about ten bytes, and some work at the turn's end).
 MIN_CHUNK = 20
@@ -667,7 +716,9 @@ class SessionDB:
     def _insertUpdates(
         cursor: sqlite3.Cursor, sessionId: str, turn: int, updates: list[dict[str, Any]]
     ) -> int:
-        """Append updates to the journal; return the last seq (0 for an empty journal)."""
+        """Append updates to the journal (a run of text chunks of one message as one row,
+        ``_merged``); return the last seq (0 for an empty journal)."""
+        updates = _merged(updates)
         (last,) = cursor.execute(
             "SELECT coalesce(max(seq), 0) FROM acp_journal WHERE session_id = ?", (sessionId,)
         ).fetchone()
@@ -929,7 +980,8 @@ class SessionDB:
 
     def appendUpdates(self, sessionId: str, turn: int, updates: Iterable[dict[str, Any]]) -> int:
         """Journal a batch of sent ``session/update`` ``update`` objects, in order, in one
-        transaction; return the seq of the last one (the current last seq for an empty batch).
+        transaction (consecutive text chunks of one message as one row); return the seq of the
+        last row (the current last seq for an empty batch).
 
         ``turn`` tags the batch (0 for updates outside any turn).
         """

@@ -407,7 +407,7 @@ async def test_longReplayArrivesWholeAndInOrder(scriptedServer, tmp_path) -> Non
     count = 3 * REPLAY_BATCH_BYTES // len(filler) + 7  # about 1.6 MB in all
     with SessionDB(Path(home) / "state.db") as db:
         db.createSession(SessionRecord(sessionId="long", cwd=str(tmp_path)))
-        db.appendUpdates("long", 1, [{"sessionUpdate": "agent_message_chunk", "messageId": "m",
+        db.appendUpdates("long", 1, [{"sessionUpdate": "agent_message_chunk", "messageId": f"m{n}",
                                       "content": {"type": "text", "text": f"[{n}]{filler}"}} for n in range(count)])
 
     async def load():
@@ -423,3 +423,37 @@ async def test_longReplayArrivesWholeAndInOrder(scriptedServer, tmp_path) -> Non
     texts = [u["content"]["text"] for u in before if u["sessionUpdate"] == "agent_message_chunk"]
     assert [t.split("]")[0] + "]" for t in texts] == [f"[{n}]" for n in range(count)]
     assert all(t.endswith(filler) for t in texts)
+
+
+@pytest_twisted.ensureDeferred
+async def test_aStreamedAnswerIsReplayedInAFewChunks(scriptedServer, tmp_path) -> None:
+    """An answer streamed as dozens of frames (one every 10 ms) is journaled a batch at a time
+    (consecutive chunks of one message as one row): a load in a new process shows the same
+    text, in order, in a few chunks instead of one per frame."""
+    server, url = scriptedServer
+    home = tempfile.mkdtemp()
+    events = 60
+    FLOOD_EVENT = 1061  # the bytes of one of the flood's events (1,000 characters of text)
+    server.addRule("stream", [[{"text": "Start: "}, {"flood": "text", "every": 0.01, "bytes": events * FLOOD_EVENT},
+                               {"text": " end."}]])
+
+    async def firstLife():
+        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+            await initialized(conn)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            assert (await conn.prompt(session_id=sid, prompt=[text("stream please")])).stop_reason == "end_turn"
+            return sid, updates(wire, sid), wire.problems()
+
+    async def secondLife(sessionId):
+        async with connect(env=modelEnv(url, home)) as (conn, client, wire, process):
+            await initialized(conn)
+            await conn.load_session(cwd=str(tmp_path), session_id=sessionId, mcp_servers=[])
+            return updates(wire, sessionId), wire.problems()
+
+    sessionId, live, problems = await onLoop(firstLife())
+    assert problems == []
+    replayed, problems = await onLoop(secondLife(sessionId))
+    assert problems == []
+    chunks = [[u for u in found if u["sessionUpdate"] == "agent_message_chunk"] for found in (live, replayed)]
+    assert agentText(live) == agentText(replayed) == "Start: " + "x" * 1000 * events + " end."
+    assert len(chunks[1]) <= 10 < len(chunks[0])

@@ -65,8 +65,9 @@ HISTORY = [
 ]
 
 
-def chunk(text: str) -> dict:
-    return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+def chunk(text: str, messageId: str | None = None) -> dict:
+    update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    return update if messageId is None else {**update, "messageId": messageId}
 
 
 def toolCall(callId: str, status: str = "pending") -> dict:
@@ -434,6 +435,32 @@ class JournalTests(StoreTestCase):
         db.appendUpdates("s1", 1, [sent])
         self.assertEqual(db.loadJournal("s1").updates, [chunk("h\ufffdllo")])
 
+    def test_aStreamedMessageIsOneRowPerBatch(self) -> None:
+        """Consecutive text chunks of one message (same kind, same ``messageId``) are journaled
+        as one chunk of their text, up to ``MERGED_TEXT`` characters; anything else between
+        them, another message or kind, a chunk with more than its text, keeps them apart. The
+        replay shows the same text in the same order."""
+        from hermes_acp import safejson
+        from hermes_acp.store import MERGED_TEXT
+
+        def sent(update: dict) -> dict:
+            return safejson.Encoded(update, safejson.encode(update))
+
+        thought = {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}, "messageId": "a"}
+        tagged = {**chunk("child", "a"), "_meta": {"x": 1}}
+        image = {"sessionUpdate": "agent_message_chunk", "messageId": "a",
+                 "content": {"type": "text", "text": "lo", "annotations": {"priority": 1}}}
+        big = "z" * (MERGED_TEXT - 10)
+        updates = ([sent(chunk(t, "a")) for t in ("He", "l", "lo", " wo\ud800")] + [thought, chunk("rld", "a")]
+                   + [toolCall("t1"), chunk("after ", "b"), chunk("the call", "b"), chunk("other", "c"),
+                      tagged, chunk("x", "c"), image, chunk(big, "d"), chunk("0123456789", "d"), chunk("!", "d")])
+        db = self.openStore()
+        self.newSession(db)
+        self.assertEqual(db.appendUpdates("s1", 1, updates), 11)
+        self.assertEqual(db.loadJournal("s1").updates, [
+            chunk("Hello wo\ufffd", "a"), thought, chunk("rld", "a"), toolCall("t1"), chunk("after the call", "b"),
+            chunk("other", "c"), tagged, chunk("x", "c"), image, chunk(big + "0123456789", "d"), chunk("!", "d")])
+
     def test_rejectsNonUpdates(self) -> None:
         """Only session/update objects are journaled; a bad batch writes nothing."""
         db = self.openStore()
@@ -446,7 +473,7 @@ class JournalTests(StoreTestCase):
         """Over maxCount, the newest updates are kept and the rest counted as omitted."""
         db = self.openStore()
         self.newSession(db)
-        updates = [chunk(f"part {n}") for n in range(10)]
+        updates = [chunk(f"part {n}", f"m{n}") for n in range(10)]  # (one row each)
         db.appendUpdates("s1", 1, updates)
         replay = db.loadJournal("s1", maxCount=4)
         self.assertEqual(replay.updates, updates[6:])
@@ -458,7 +485,7 @@ class JournalTests(StoreTestCase):
         """Over maxBytes, whole older updates go first; the kept tail fits the cap."""
         db = self.openStore()
         self.newSession(db)
-        updates = [chunk("x" * (n * 37 % 300) + "é") for n in range(40)]
+        updates = [chunk("x" * (n * 37 % 300) + "é", f"m{n}") for n in range(40)]
         db.appendUpdates("s1", 1, updates)
         cap = 2500
         replay = db.loadJournal("s1", maxBytes=cap)
@@ -475,7 +502,7 @@ class JournalTests(StoreTestCase):
         """A newest update larger than maxBytes leaves nothing to replay (never half of it)."""
         db = self.openStore()
         self.newSession(db)
-        updates = [chunk("small"), chunk("y" * 5000)]
+        updates = [chunk("small", "m1"), chunk("y" * 5000, "m2")]
         db.appendUpdates("s1", 1, updates)
         replay = db.loadJournal("s1", maxBytes=1000)
         self.assertEqual(replay, Replay([], 2, sum(size(u) for u in updates)))
@@ -542,7 +569,7 @@ class ReplayCapProperties(StoreTestCase):
         kept + omitted add up to the whole journal."""
         db, sessionId = self.db, uuid.uuid4().hex  # one store for all examples
         self.newSession(db, sessionId)
-        updates = [chunk("ü" * length) for length in lengths]
+        updates = [chunk("ü" * length, f"m{n}") for n, length in enumerate(lengths)]
         db.appendUpdates(sessionId, 1, updates)
         replay = db.loadJournal(sessionId, maxCount=maxCount, maxBytes=maxBytes)
 

@@ -104,7 +104,8 @@ class SharedTextTests(StoreTestCase):
                    {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x" * 40}}]
         messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": "".join(parts)}]
         db.beginTurn("s1")
-        db.appendUpdates("s1", 1, encoded(updates))
+        for batch in (updates[:2], updates[2:3], updates[3:]):  # three flushes (one would make the answer one row)
+            db.appendUpdates("s1", 1, encoded(batch))
         db.endTurn("s1", 1, messages)
         raw = self.raw(db)
         refs = lambda: [ref is not None for (ref,) in raw.execute("SELECT ref FROM acp_journal ORDER BY seq")]
@@ -117,6 +118,26 @@ class SharedTextTests(StoreTestCase):
         rows = db.journalTexts("s1", 0, tail.last, 100, 1 << 20)
         self.assertEqual([text for _, text, _, _ in rows], [safejson.encode(u) for u in updates])
         self.assertTrue(all(sound for _, _, sound, _ in rows))
+
+    def test_aMergedRunOfChunksRefersToTheAnswer(self) -> None:
+        """The chunks of a flush, joined into one row (``store._merged``), are one piece of the
+        answer: the row refers to it like any long chunk, and loads as the joined text."""
+        db = self.openStore()
+        self.newSession(db)
+        parts = ["The parser ", "reads ", "tokens, é 🙂, ", "then words."]
+        chunks = [{"sessionUpdate": "agent_message_chunk", "messageId": "m1", "content": {"type": "text", "text": part}}
+                  for part in parts]
+        db.beginTurn("s1")
+        db.appendUpdates("s1", 1, encoded(chunks[:3]))
+        db.appendUpdates("s1", 1, encoded(chunks[3:]))
+        db.endTurn("s1", 1, [{"role": "user", "content": "explain"}, {"role": "assistant", "content": "".join(parts)}])
+        self.assertFalse(db.linkChunks())
+        self.assertFalse(db.linkChunks())
+        raw = self.raw(db)
+        self.assertEqual([ref is not None for (ref,) in raw.execute("SELECT ref FROM acp_journal ORDER BY seq")],
+                         [True, False])  # (the last flush's chunk is under MIN_CHUNK)
+        self.assertEqual(db.loadJournal("s1").updates,
+                         [{**chunks[0], "content": {"type": "text", "text": "".join(parts[:3])}}, chunks[3]])
 
     def test_searchTextFromTheContent(self) -> None:
         """A message whose search text is its content stores it once; the index reads the
