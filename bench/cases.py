@@ -868,10 +868,11 @@ def fillStore(home: str, workspace: str) -> tuple[str, int]:
 LIVE_AFTER_LOAD = frozenset({"available_commands_update", "usage_update"})
 
 
-def replayFloor(path: Path, sessionId: str) -> float:
+def replayFloor(path: Path, sessionId: str) -> tuple[float, float]:
     """Select a session's journal and write each row's text in a frame, to /dev/null: the
     least a ``session/load`` can do. The rows' text as the schema gives it: a row that
-    refers to the message holding the tool output it shows gets it back in SQL."""
+    refers to the message holding the tool output it shows gets it back in SQL. Returns its
+    seconds and the CPU seconds of the thread that did it."""
     import sqlite3
 
     try:
@@ -879,7 +880,7 @@ def replayFloor(path: Path, sessionId: str) -> float:
     except ImportError:  # a store from before the references (to compare with)
         JOURNAL_TEXT = "j.payload"
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.thread_time()
     connection = sqlite3.connect(path)
     with open("/dev/null", "w") as out:
         for (payload,) in connection.execute(
@@ -887,7 +888,7 @@ def replayFloor(path: Path, sessionId: str) -> float:
             out.write(f'{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{sessionId}",'
                       f'"update":{payload}}}}}\n')
     connection.close()
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.thread_time() - cpu
 
 
 async def caseStore(b: Bench) -> list[Result]:
@@ -911,17 +912,20 @@ async def caseStore(b: Bench) -> list[Result]:
     idle += [(await agent.prompt(quiet, f"[notool] idle after {n}"))[0] for n in range(b.runs.turns)]
     await b.close(agent)
     db = Path(home) / "state.db"
-    loads, floors, piped, grown = [], [], [], []
+    loads, floors, piped, grown, loadCPU, floorCPU = [], [], [], [], [], []
     load = {"sessionId": longId, "cwd": b.workspace, "mcpServers": []}
     for _ in range(b.runs.loads):
-        floors.append(await asyncio.to_thread(replayFloor, db, longId))
+        seconds, cpu = await asyncio.to_thread(replayFloor, db, longId)
+        floors.append(seconds)
+        floorCPU.append(cpu)
         floor = await AgentProcess.spawn(dict(os.environ), args=(str(BENCH / "replay_floor.py"), str(db), longId),
                                          command=[sys.executable])
         piped.append((await floor.request("session/load", load))[0])
         await floor.close()
         agent = await b.ready(home)
-        before = await settledRSS(agent)
+        before, cpu = await settledRSS(agent), _cpuSeconds(agent.pid)
         elapsed, _ = await agent.request("session/load", load)
+        loadCPU.append(_cpuSeconds(agent.pid) - cpu)
         loads.append(elapsed)
         grown.append(await settledRSS(agent) - before)
         # The agent's commands and usage after the load's answer are live, not replayed (the floor sends neither).
@@ -963,6 +967,9 @@ async def caseStore(b: Bench) -> list[Result]:
         Result(f"`session/load` of a {LONG_TURNS:,}-turn session", loads, "s", 2 * statistics.median(piped),
                "≤ 2 × floor", _ratio(loads, piped, "floor through the pipe") + "; " + _ratio(loads, floors, "floor to /dev/null")
                + f"; each turn a {TOOL_RESULT // 1024} KB tool result; fresh process"),
+        Result(f"agent CPU of that `session/load`", loadCPU, "s",
+               note=_ratio(loadCPU, floorCPU, "the /dev/null floor's CPU") + "; the agent's own work, without "
+                    "the pipe and the client that reads it (process CPU from the request to its answer)"),
         Result(f"RSS growth of a `session/load` of {LONG_TURNS:,} turns", grown, "MiB", 8 * MiB, "≤ 8 MiB",
                "VmRSS after the load less before it"),
         Result(f"state.db of a {LONG_TURNS:,}-turn session / its text", [used / text], "ratio", 1.5, "≤ 1.5",
