@@ -263,8 +263,9 @@ def _checkUpdates(updates: Iterable[Any]) -> list[dict[str, Any]]:
     return updates
 
 
-#: The updates whose consecutive pieces of one message the journal keeps as one row.
-_TEXT_CHUNKS = frozenset({"agent_message_chunk", "agent_thought_chunk", "user_message_chunk"})
+#: The updates whose consecutive pieces of one message the journal keeps as one row: streamed
+#: text. (A prompt's text blocks, each a ``user_message_chunk``, are blocks the user wrote apart.)
+_TEXT_CHUNKS = frozenset({"agent_message_chunk", "agent_thought_chunk"})
 _CHUNK_KEYS, _TEXT_KEYS = frozenset({"sessionUpdate", "content", "messageId"}), frozenset({"type", "text"})
 #: The most characters of text one merged row holds.
 MERGED_TEXT = 64 * 1024

@@ -447,18 +447,20 @@ class JournalTests(StoreTestCase):
             return safejson.Encoded(update, safejson.encode(update))
 
         thought = {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}, "messageId": "a"}
+        prompt = [{"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": t}, "messageId": "u"}
+                  for t in ("Look at", "this")]  # (two blocks the user wrote: kept apart)
         tagged = {**chunk("child", "a"), "_meta": {"x": 1}}
         image = {"sessionUpdate": "agent_message_chunk", "messageId": "a",
                  "content": {"type": "text", "text": "lo", "annotations": {"priority": 1}}}
         big = "z" * (MERGED_TEXT - 10)
-        updates = ([sent(chunk(t, "a")) for t in ("He", "l", "lo", " wo\ud800")] + [thought, chunk("rld", "a")]
+        updates = (prompt + [sent(chunk(t, "a")) for t in ("He", "l", "lo", " wo\ud800")] + [thought, chunk("rld", "a")]
                    + [toolCall("t1"), chunk("after ", "b"), chunk("the call", "b"), chunk("other", "c"),
                       tagged, chunk("x", "c"), image, chunk(big, "d"), chunk("0123456789", "d"), chunk("!", "d")])
         db = self.openStore()
         self.newSession(db)
-        self.assertEqual(db.appendUpdates("s1", 1, updates), 11)
+        self.assertEqual(db.appendUpdates("s1", 1, updates), 13)
         self.assertEqual(db.loadJournal("s1").updates, [
-            chunk("Hello wo\ufffd", "a"), thought, chunk("rld", "a"), toolCall("t1"), chunk("after the call", "b"),
+            *prompt, chunk("Hello wo\ufffd", "a"), thought, chunk("rld", "a"), toolCall("t1"), chunk("after the call", "b"),
             chunk("other", "c"), tagged, chunk("x", "c"), image, chunk(big + "0123456789", "d"), chunk("!", "d")])
 
     def test_rejectsNonUpdates(self) -> None:
