@@ -8,15 +8,17 @@ crosses to the reactor here (``callFromThread``), where the card's updates go ou
 through the update channel. The start and the end are journaled, tagged in
 ``_meta`` (``hermesAcp.background``), so a replay shows the card as it ended; the
 live tail is not (like a foreground command's). After a restart, ``loaded`` finds
-the cards a previous agent process left running: their processes ended with it,
-so the cards fail, that is journaled, and the model is told at the next prompt
-(a fork's copy of a card whose process runs in the session it came from fails
-too, saying so: the process is not the fork's).
+the cards a previous agent process left running (``ReplayedCards`` notes them as a
+load's replay goes by): their processes ended with it, so the cards fail, that is
+journaled, and the model is told at the next prompt (a fork's copy of a card whose
+process runs in the session it came from fails too, saying so: the process is not
+the fork's).
 Wired once per connection; the state is per session.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -45,6 +47,31 @@ def _tagged(update: dict[str, Any]) -> dict[str, Any] | None:
     tagged = meta.get("hermesAcp") if isinstance(meta, dict) else None
     found = tagged.get("background") if isinstance(tagged, dict) else None
     return found if isinstance(found, dict) and isinstance(found.get("processId"), str) else None
+
+
+@attrs.define(eq=False)
+class ReplayedCards:
+    """The background cards a load's replay leaves open, noted as the replay goes by
+    (``see``): one entry per card started and not yet ended. Every other update is let go
+    at once: a subagent's updates all have a ``_meta`` and are decoded too, and keeping
+    them would hold a child's whole journal until the load's end. ``BackgroundCards.loaded``
+    then says what became of the open cards."""
+
+    #: process id -> the card's toolCallId, its background tag, its subagent tag (None: the
+    #: parent's own card); in the order the cards started, the order ``loaded`` fails them in.
+    open: dict[str, tuple[str, dict[str, Any], dict[str, Any] | None]] = attrs.field(factory=dict)
+
+    def see(self, updates: Iterable[dict[str, Any]]) -> None:
+        """Replayed updates, in the journal's order: a card's start opens it, any other
+        update of it (its end, or its failure at an earlier load) closes it."""
+        for update in updates:
+            found = _tagged(update) if isinstance(update, dict) else None
+            if found is None:
+                continue
+            if found.get("status") == "running" and isinstance(update.get("toolCallId"), str):
+                self.open[found["processId"]] = (update["toolCallId"], found, tagOf(update))
+            else:
+                self.open.pop(found["processId"], None)
 
 
 @attrs.define(eq=False)
@@ -132,21 +159,12 @@ class BackgroundCards:
             "_meta": backgroundMeta(snapshot, "exited"),
         })  # fmt: skip
 
-    def loaded(self, session: SessionState, replayed: list[dict[str, Any]]) -> None:
-        """A load replayed the journal: cards of processes that neither ended nor run in
+    def loaded(self, session: SessionState, replayed: ReplayedCards) -> None:
+        """A load replayed the journal: cards it left open whose processes do not run in
         this agent ended with the agent's previous process. They fail (journaled), and the
         model hears of them at the next prompt."""
-        started: dict[str, tuple[str, dict[str, Any], dict[str, Any] | None]] = {}
-        for update in replayed:
-            found = _tagged(update) if isinstance(update, dict) else None
-            if found is None:
-                continue
-            if found.get("status") == "running" and isinstance(update.get("toolCallId"), str):
-                started[found["processId"]] = (update["toolCallId"], found, tagOf(update))
-            else:
-                started.pop(found["processId"], None)
         lost = []
-        for processId, (toolCallId, found, child) in started.items():
+        for processId, (toolCallId, found, child) in replayed.open.items():
             owner = self.processes.ownerOf(processId)
             if owner == session.sessionId:
                 continue  # it runs here: its card goes on

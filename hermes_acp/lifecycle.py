@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 from twisted.logger import Logger
 
-from .backgroundcards import BackgroundCards
+from .backgroundcards import BackgroundCards, ReplayedCards
 from .catalog import ModelCatalog
 from .commands import availableCommands
 from .config import Endpoint
@@ -161,21 +161,23 @@ class Lifecycle:
         # The journal a batch of rows at a time, each row's stored text written as it is where it
         # can be: the next batch is read while the editor takes this one, so neither the rows
         # nor their frames pile up here. The background cards look only at updates with a
-        # ``_meta``, which are decoded anyway.
-        decoded: list[dict[str, Any]] = []
+        # ``_meta``, which are decoded anyway; each batch's are noted and let go (``ReplayedCards``
+        # keeps one entry per open card, not a subagent's every update).
+        cards = ReplayedCards()
         count, after = 0, tail.first - 1
         rows = await self.store.replayRows(state, after, tail.last, REPLAY_MARKS)
         while rows:
             following = self.store.replayRows(state, rows[-1][0], tail.last, REPLAY_MARKS)
-            decoded += [update for update in self.updates.replayRows(state, rows) if "_meta" in update]
+            cards.see(self.updates.replayRows(state, rows))
             count += len(rows)
             del rows
             await self.updates.whenWritable()
             rows = await following
         for update in kept:
             self.updates.replay(state, update)
+        cards.see(kept)
         if self.background is not None:
-            self.background.loaded(state, decoded + kept)
+            self.background.loaded(state, cards)
         log.debug("session {id} loaded: {n} updates replayed, {m} left out", id=state.sessionId,
                   n=count + len(kept), m=tail.omittedCount)
         return await self.setupResult(state, servers)

@@ -100,7 +100,7 @@ class WatchedTransport(StringTransport):
 
 
 class Harness:
-    def __init__(self, behaviour: Any, models: tuple[str, ...] = ()) -> None:
+    def __init__(self, behaviour: Any, models: tuple[str, ...] = (), transport: WatchedTransport | None = None) -> None:
         home = Path(tempfile.mkdtemp())
         self.sessions = SessionManager(reactor, home / "state.db")
         self.workers = WorkerPool(reactor, 4)
@@ -109,7 +109,7 @@ class Harness:
         endpoint = Endpoint("custom", "http://127.0.0.1:9/v1", "k", "m", models)
         self.server = ACPServer(reactor, Settings(), self.sessions, self.workers, lambda: endpoint, ScriptedFactory(behaviour))
         self.connection = self.server.buildProtocol()
-        self.transport = WatchedTransport()
+        self.transport = WatchedTransport() if transport is None else transport
         self.connection.makeConnection(self.transport)
         self.nextId = 0
         self.methods: dict[str, str] = {}
