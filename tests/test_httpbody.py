@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hermes_acp.engine.chat_http import _shut
-from hermes_acp.engine.httpbody import MAX_LINE, Body
+from hermes_acp.engine.httpbody import MAX_LINE, READ_SIZE, Body
 
 EVENTS = [b"data: {\"a\":1}\n\n", b"data: " + b"x" * 300 + b"\n\n", b"data: [DONE]\n\n"]
 CHUNKED = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(e), e) for e in EVENTS) + b"0\r\nX-Trailer: t\r\n\r\n"
@@ -152,3 +152,68 @@ def test_anAbortWakesARead() -> None:
         finally:
             ours.close()
             server.close()
+
+
+class Recording(socket.socket):
+    """A real socket that notes the size of every read asked of it: ``recv``, and the
+    ``recv_into`` of the buffered reader ``http.client`` reads the headers with (what a read
+    waiting for bytes holds: CPython allocates all of it before it waits)."""
+
+    asked: list[int]
+
+    def recv(self, size: int, *flags: int) -> bytes:
+        self.asked.append(size)
+        return super().recv(size, *flags)
+
+    def recv_into(self, buffer: Any, size: int = 0, *flags: int) -> int:
+        self.asked.append(size or len(buffer))
+        return super().recv_into(buffer, size, *flags)
+
+
+@pytest.mark.parametrize("framing", ["chunked", "close"])
+def test_aWaitingReadAsksForLittleAFastBodyIsReadInBigPieces(framing: str) -> None:
+    """A stream that trickles asks the socket for a few KiB at a time, from the first read on
+    (a read asked for 64 KiB held 64 KiB while it waited: 12.5 MiB for 200 waiting streams); a
+    stream that keeps the socket full is read in pieces of up to ``READ_SIZE``; and after it,
+    a trickle asks for little again from its second read. Through ``http.client``'s response,
+    as ``chat_http`` reads it."""
+    chunked = framing == "chunked"
+    event = b"data: " + b"x" * 1000 + b"\n\n"
+    sent = b"%x\r\n%s\r\n" % (len(event), event) if chunked else event
+    ours, server = socket.socketpair()
+    sock = Recording(fileno=ours.detach())
+    try:
+        sock.asked = []
+        sock.settimeout(10)  # bounded: a regression fails, it does not hang
+        framed = b"Transfer-Encoding: chunked" if chunked else b"Connection: close"
+        server.sendall(b"HTTP/1.1 200 OK\r\n" + framed + b"\r\n\r\n")
+        response = http.client.HTTPResponse(sock)  # type: ignore[arg-type]
+        response.begin()
+        reader = Body(response, sock)
+        sock.asked.clear()  # (http.client's own read of the headers)
+
+        def taken() -> list[int]:
+            asked = sock.asked[:]
+            sock.asked.clear()
+            return asked
+
+        def trickle() -> list[int]:
+            for _ in range(5):
+                server.sendall(sent)
+                assert reader.read() == event
+            return taken()
+
+        assert max(trickle()) <= READ_SIZE // 8
+        fast = 1000
+        writer = threading.Thread(target=server.sendall, args=(sent * fast,))
+        writer.start()
+        got = 0
+        while got < len(event) * fast:
+            got += len(reader.read())
+        writer.join(10)
+        asked = taken()
+        assert READ_SIZE in asked and len(asked) <= len(event) * fast // (READ_SIZE // 4), asked
+        assert max(trickle()[1:]) <= READ_SIZE // 8
+    finally:
+        sock.close()
+        server.close()

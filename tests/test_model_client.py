@@ -21,7 +21,7 @@ from twisted.web import http, proxy
 from twisted.web.server import Site
 
 from hermes_acp.config import Endpoint
-from hermes_acp.engine import chat_http
+from hermes_acp.engine import chat_http, httpbody
 from hermes_acp.engine.cancel import Cancellation
 from hermes_acp.engine.model import ModelClient, ModelError, ReplyLimits, _Accumulator, listModels
 
@@ -636,3 +636,36 @@ async def test_abortsWhileHeldAreShutTogetherAtTheRelease(scriptedServer, noProx
     replies = [await d.addTimeout(5, reactor) for d in ds]
     assert held == [False, False, False]
     assert [reply.finishReason for reply in replies] == ["cancelled"] * 3
+
+
+@pytest.mark.parametrize("scriptedServer", FRAMINGS, indirect=True)
+@pytest_twisted.ensureDeferred
+async def test_repliesWaitingOnTheModelHoldLittle(scriptedServer, noProxies) -> None:
+    """Replies waiting for the model's next delta each hold a few KiB of read buffer, not the
+    64 KiB a fast stream is read in (a ``recv`` holds all it asked for while it waits: 200
+    sessions waiting held 12.5 MiB), chunked or ended by the connection."""
+    server, url = scriptedServer
+    count = 6
+    server.default.responses += [[{"text": "slow"}, {"stall": True}]] * count
+    cancels = [Cancellation() for _ in range(count)]
+    texts: list[list[str]] = [[] for _ in range(count)]
+    tracemalloc.start()
+    try:
+        ds = [deferToThread(client(url).complete, "scripted-model", [{"role": "user", "content": "hi"}], [], cancel,
+                            seen.append, lambda text: None) for cancel, seen in zip(cancels, texts)]
+        await server.whenStalled(count).addTimeout(10, reactor)
+        for _ in range(200):
+            if all(texts):
+                break
+            await deferLater(reactor, 0.05, lambda: None)
+        await deferLater(reactor, 0.3, lambda: None)  # each reader is back in its read, waiting
+        held = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, httpbody.__file__)])
+    finally:
+        tracemalloc.stop()
+        for cancel in cancels:
+            cancel.cancel()
+    replies = [await d.addTimeout(5, reactor) for d in ds]
+    assert all(seen == ["slow"] for seen in texts)
+    assert [reply.finishReason for reply in replies] == ["cancelled"] * count
+    size = sum(stat.size for stat in held.statistics("filename"))
+    assert 0 < size < count * 16 * 1024, size

@@ -15,8 +15,11 @@ import http.client
 import socket
 from typing import Any
 
-#: The most read from the socket at once.
-READ_SIZE = 64 * 1024
+#: The most read from the socket at once (a fast stream is read in pieces this big), and the
+#: least asked of it. A blocked ``recv`` holds all it was asked for until bytes come (CPython
+#: allocates it first and shrinks it to what came), so a stream that waits asks for little:
+#: 200 streams waiting on their models hold 200 × 4 KiB, not 200 × 64 KiB.
+READ_SIZE, LEAST_READ = 64 * 1024, 4 * 1024
 #: The longest chunk-size or trailer line, and the most trailer lines (``http.client``'s).
 MAX_LINE, MAX_TRAILERS = 65536, 100
 
@@ -34,10 +37,11 @@ class Body:
     def __init__(self, response: http.client.HTTPResponse, sock: socket.socket) -> None:
         self._sock = sock
         self._fp: Any = response.fp  # what http.client buffered past the headers is read first
+        self._ask = LEAST_READ  # what the next read asks for (``_recv``)
         self.chunked = bool(response.chunked)
         self._length: int | None = None if self.chunked else response.length
-        #: What was received and not yet taken, from ``_at`` on (an offset, not a copy per
-        #: step: one ``recv`` of a fast stream holds dozens of chunks).
+        #: What was received of a chunked body and not yet taken, from ``_at`` on (an offset,
+        #: not a copy per step: one ``recv`` of a fast stream holds dozens of chunks).
         self._buffer = b""
         self._at = 0
         self._left = 0  # bytes left of the current chunk
@@ -63,13 +67,24 @@ class Body:
                 self._more()
 
     def _recv(self, size: int) -> bytes:
+        """What one read brought, at most ``size`` bytes. It asks for twice what the last one
+        brought, from ``LEAST_READ`` to ``READ_SIZE``: a stream that keeps the socket full is
+        read in big pieces, one that trickles (and so waits in ``recv``) in small ones."""
+        ask = self._ask
+        if size < ask:
+            ask = size
         fp = self._fp
-        if fp is not None:  # (at most its buffer: a BufferedReader's read1 never reads more than asked)
+        data = b""
+        if fp is not None:  # (its read1: what it holds, else one raw read; never more than asked)
             self._fp = None
-            data = fp.read1(max(size, READ_SIZE))
-            if data:
-                return data
-        return self._sock.recv(size)
+            data = fp.read1(ask)
+            if len(data) == ask:
+                self._fp = fp  # it may hold more
+        if not data:
+            data = self._sock.recv(ask)
+        if ask == self._ask:
+            self._ask = min(max(2 * len(data), LEAST_READ), READ_SIZE)
+        return data
 
     def _more(self) -> None:
         rest = self._buffer[self._at:]  # (an unfinished line: short)
@@ -80,20 +95,15 @@ class Body:
 
     def _plain(self, size: int) -> bytes:
         length = self._length
-        if self._at < len(self._buffer):
-            data, self._buffer, self._at = self._buffer[self._at:], b"", 0
-        else:
-            data = self._recv(size)
+        data = self._recv(size)
         if not data:
             if length is not None:
                 raise http.client.IncompleteRead(b"", length)
             self.done = True
             return data
-        if length is not None and len(data) > length:
-            data, self.extra = data[:length], True
-        if len(data) > size:
-            data, self._buffer, self._at = data[:size], data, size
         if length is not None:
+            if len(data) > length:
+                data, self.extra = data[:length], True
             self._length = length = length - len(data)
             self.done = length == 0
         return data
