@@ -20,12 +20,6 @@ def main(path: str, sessionId: str) -> None:
     except ImportError:  # a store from before the references (to compare with)
         JOURNAL_TEXT = "j.payload"
     out, stdin = sys.stdout.buffer, sys.stdin.buffer
-    try:  # the pipe as wide as the agent makes it (``stdio._widenPipe``): the floor is the least
-        import fcntl
-
-        fcntl.fcntl(out.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
-    except (ImportError, AttributeError, OSError):
-        pass
     head = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":' + json.dumps(sessionId).encode() + b',"update":'
     query = f"SELECT {JOURNAL_TEXT} FROM acp_journal AS j WHERE j.session_id = ? ORDER BY j.seq"
     connection = sqlite3.connect(path)

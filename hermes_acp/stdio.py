@@ -10,11 +10,9 @@ stdout.
 from __future__ import annotations
 
 import errno
-import fcntl
 import functools
 import os
 import select
-import stat
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -41,7 +39,6 @@ def claimStdio() -> StdioFDs:
         sys.stdout.flush()
         protocolIn = os.dup(0)  # os.dup makes non-inheritable fds (PEP 446)
         protocolOut = os.dup(1)
-        _widenPipe(protocolOut)
         os.dup2(2, 1)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -51,28 +48,6 @@ def claimStdio() -> StdioFDs:
 
 
 _claimed: StdioFDs | None = None
-
-#: What the pipe to the editor is asked to hold (Linux: 64 KiB by default; an unprivileged
-#: process may ask up to ``/proc/sys/fs/pipe-max-size``, 1 MiB by default).
-PIPE_SIZE = 1 << 20
-
-
-def _widenPipe(fd: int) -> None:
-    """Let the pipe to the editor hold ``PIPE_SIZE`` bytes, where the system allows it.
-
-    A ``session/load`` writes megabytes of frames: through a 64 KiB pipe that is a wait for
-    the editor to read, a reactor wake-up and a write for every 64 KiB, which cost the agent
-    more CPU than the frames themselves (docs/performance.md). The kernel gives a pipe's pages
-    only as they fill, so an idle pipe costs nothing more. Not a pipe (a socket, a file, a
-    terminal), or refused (the user's pipe quota spent): left as it is."""
-    setSize = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if setSize is None:
-        return
-    try:
-        if stat.S_ISFIFO(os.fstat(fd).st_mode) and fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < PIPE_SIZE:
-            fcntl.fcntl(fd, setSize, PIPE_SIZE)
-    except OSError as e:
-        log.debug("stdout pipe left at its size: {error}", error=e)
 
 
 #: A pipe's writer closed (POLLHUP), or a socket's peer shut down its writing half

@@ -348,9 +348,8 @@ class Turn:
                 services.catalog.learnWindow(model, result.window)
             if self.agent is not None and self.agent.vision is False:
                 services.catalog.learnBlind(model)  # the endpoint refused its images
-            # (also after a cancel's early answer: the context the cancelled turn used is known only now,
-            # and the session's next turn starts after this one's save, so this cannot overtake it)
-            services.updates.send(session, usageUpdate(session, services.catalog))
+            if self.phase != ANSWERED:  # (a cancelled turn answered at its cancel sends nothing more)
+                services.updates.send(session, usageUpdate(session, services.catalog))
         if self._showTitle():
             # A better title in the background, never delaying the answer; not for a failed or cancelled turn.
             if services.namer is not None and endpoint is not None and failure is None and not self.cancelled:

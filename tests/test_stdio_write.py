@@ -11,13 +11,12 @@ from twisted.internet import main
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.internet.testing import MemoryReactor
-from twisted.trial.unittest import SkipTest, SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
 from hermes_acp.stdio import directStandardIO
 
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
 
 @implementer(IPushProducer)
@@ -124,52 +123,3 @@ class DirectWriteTests(SynchronousTestCase):
         self.transport.write(b"frame\n")
         self.assertIn(self.writer, self.reactor.getWriters())
         self.assertIs(self.writer.doWrite(), main.CONNECTION_LOST)
-
-
-class PipeSizeTests(SynchronousTestCase):
-    """The pipe to the editor is widened where the system allows (``stdio.PIPE_SIZE``): a load's
-    megabytes of frames then cost a write and a wake-up a MiB, not every 64 KiB."""
-
-    def test_theAgentWidensThePipeToTheEditor(self) -> None:
-        from hermes_acp.stdio import PIPE_SIZE
-        from tests.agentproc import LiveAgent, initialize
-
-        with open("/proc/sys/fs/pipe-max-size") as f:
-            if int(f.read()) < PIPE_SIZE:
-                raise SkipTest("this system caps pipes below PIPE_SIZE")
-        agent = LiveAgent()
-        self.addCleanup(agent.kill)
-        assert agent.process.stdout is not None
-        before = fcntl.fcntl(agent.process.stdout.fileno(), F_GETPIPE_SZ)
-        agent.send(initialize())
-        self.assertEqual(agent.readFrame()["id"], 0)
-        self.assertEqual((before, fcntl.fcntl(agent.process.stdout.fileno(), F_GETPIPE_SZ)), (64 * 1024, PIPE_SIZE))
-        self.assertEqual(agent.closeStdinAndWait(), 0)
-
-    def test_notAPipeOrRefusedIsLeftAlone(self) -> None:
-        """A socket (libuv clients give one), or a pipe the system will not widen (the user's
-        pipe quota spent: ``EPERM``), stays as it is, and the agent goes on."""
-        import socket
-
-        from hermes_acp import stdio
-
-        ours, theirs = socket.socketpair()
-        self.addCleanup(ours.close)
-        self.addCleanup(theirs.close)
-        stdio._widenPipe(ours.fileno())  # (no error: not a pipe)
-        read, write = os.pipe()
-        self.addCleanup(os.close, read)
-        self.addCleanup(os.close, write)
-
-        class Refusing:
-            F_GETPIPE_SZ, F_SETPIPE_SZ = F_GETPIPE_SZ, F_SETPIPE_SZ
-
-            @staticmethod
-            def fcntl(fd: int, command: int, *args: Any) -> int:
-                if command == F_SETPIPE_SZ:
-                    raise PermissionError(1, "Operation not permitted")
-                return fcntl.fcntl(fd, command, *args)
-
-        self.patch(stdio, "fcntl", Refusing)
-        stdio._widenPipe(write)
-        self.assertEqual(fcntl.fcntl(write, F_GETPIPE_SZ), 64 * 1024)
