@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from hermes_acp.engine.lifeline import children
 from tests.agentproc import agentEnv as withoutModel
 
 BENCH = Path(__file__).resolve().parent
@@ -27,6 +28,8 @@ AGENT = [sys.executable, "-m", "hermes_acp", *os.environ.get("BENCH_AGENT_ARGS",
 LIMIT = 128 * 1024 * 1024  # the agent allows 64 MiB lines; never be the smaller side
 #: No single request of the benchmark may take longer than this.
 REQUEST_TIMEOUT = 60.0
+#: How long the children an agent stops (a closed session's MCP servers) get to be gone.
+CHILDREN_TIMEOUT = 10.0
 #: How long an agent gets to exit after stdin closes before it is killed.
 EXIT_TIMEOUT = 5.0
 #: No fs or terminal capabilities: tools work on the local disk, as with a bare client.
@@ -198,6 +201,27 @@ class AgentProcess:
         if result.get("stopReason") != "end_turn":
             raise BenchError(f"turn {text!r} ended with {result.get('stopReason')!r}, not end_turn")
         return answered - sent, result
+
+    def childrenWith(self, text: str) -> set[int]:
+        """The agent's child processes whose command line holds ``text``."""
+        found = set()
+        for pid in children(self.pid):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        found.add(pid)
+            except OSError:  # it has just ended
+                pass
+        return found
+
+    async def collected(self, pids: set[int], timeout: float = CHILDREN_TIMEOUT) -> None:
+        """Until the agent has collected the exit status of each of ``pids`` (an ended child
+        it has not is still listed among its children)."""
+        deadline = time.perf_counter() + timeout
+        while pids & set(children(self.pid)):
+            if time.perf_counter() > deadline:
+                raise BenchError(f"the agent's children {sorted(pids)} still ran {timeout:g} s later")
+            await asyncio.sleep(0.005)
 
     def rssBytes(self) -> int:
         with open(f"/proc/{self.pid}/status") as f:
