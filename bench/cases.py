@@ -41,6 +41,8 @@ _COMPACTED = re.compile(r"compaction \w+ \((\w+)\): completed \((\w+)\), (\d+) -
 #: slower than the agent's batching window (``bridge.COALESCE_SECONDS``), so each is a frame of
 #: its own; and the size of each such event of ``scripted_model``'s flood.
 PACED_DELTAS, PACE = 400, 0.006
+#: The paced floor's reads held this far apart (``pacedFrameFloor``'s ``readEvery``).
+BATCHED_READS = 0.05
 #: One event of the flood and of the paced stream (``tests/scripted_model.py`` sends these).
 PACED_EVENT = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}).encode() + b"\n\n"
 FLOOD_EVENT = len(PACED_EVENT)
@@ -600,12 +602,14 @@ def frameFloor(runs: int = 2000, receive: Callable[[], bytes] | None = None,
     return samples
 
 
-def pacedFrameFloor(count: int = PACED_DELTAS, pace: float = PACE) -> list[float]:
+def pacedFrameFloor(count: int = PACED_DELTAS, pace: float = PACE, readEvery: float | None = None) -> list[float]:
     """CPU seconds of ``frameFloor``'s work for each event of a stream paced as the row's is
     (one every ``pace`` seconds), in one thread that waits for each with a blocking ``recv``
     (``time.thread_time``: that thread's CPU). ``frameFloor`` runs its work back to back,
     warm; a paced stream pays a thread's wake-up and cold caches for every event, whatever
-    the design, and this says how much that costs on the machine at hand."""
+    the design, and this says how much that costs on the machine at hand. With ``readEvery``,
+    the thread sleeps that long before each read and takes every event that came meanwhile:
+    a wake-up per batch, what holding a stream's reads back would buy."""
     import socket
     import threading
 
@@ -623,7 +627,9 @@ def pacedFrameFloor(count: int = PACED_DELTAS, pace: float = PACE) -> list[float
         """The next event: a late thread may find two in one ``recv`` (the second then waits
         for no wake-up, as in a stream read behind its pace)."""
         while not pending or not pending[-1].endswith(b"\n\n"):
-            data = ours.recv(65536)
+            if readEvery is not None:
+                time.sleep(readEvery)
+            data = ours.recv(1 << 20)
             if not data:
                 raise BenchError("the paced floor's sender stopped early")
             pending.append(data)
@@ -665,6 +671,7 @@ async def caseFrames(b: Bench) -> list[Result]:
     floor = await asyncio.to_thread(frameFloor)
     ratio = [sample / statistics.median(floor) for sample in perFrame]
     paced = await asyncio.to_thread(pacedFrameFloor)
+    batched = await asyncio.to_thread(pacedFrameFloor, readEvery=BATCHED_READS)
     return [
         Result("floor of a frame: parse an SSE event, encode its update, write it", floor, "µs",
                note="in the bench process; the 1,000-character delta of the row below"),
@@ -677,6 +684,10 @@ async def caseFrames(b: Bench) -> list[Result]:
                     "(the wake-ups and cold caches any design pays); context for the rows above"),
         Result("agent CPU per frame ÷ the paced floor", [sample / statistics.median(paced) for sample in perFrame],
                "ratio"),
+        Result(f"the same paced floor, its reads {BATCHED_READS * 1000:g} ms apart", [statistics.fmean(batched)], "µs",
+               note=f"{_ratio([statistics.fmean(batched)], floor, 'floor')}: CPU per event with a wake-up per "
+                    f"{BATCHED_READS / PACE:.0f} or so events: what holding a stream's reads back buys, even in one "
+                    "thread with no hop"),
     ]
 
 
