@@ -993,7 +993,7 @@ async def caseStore(b: Bench) -> list[Result]:
         Result(f"`session/load` of a {LONG_TURNS:,}-turn session", loads, "s", 2 * statistics.median(piped),
                "≤ 2 × floor", _ratio(loads, piped, "floor through the pipe") + "; " + _ratio(loads, floors, "floor to /dev/null")
                + f"; each turn a {TOOL_RESULT // 1024} KB tool result; fresh process"),
-        Result(f"agent CPU of that `session/load`", loadCPU, "s",
+        Result("agent CPU of that `session/load`", loadCPU, "s",
                note=_ratio(loadCPU, floorCPU, "/dev/null floor's CPU") + "; the agent's own work, without "
                     "the pipe and the client that reads it (process CPU from the request to its answer)"),
         Result(f"RSS growth of a `session/load` of {LONG_TURNS:,} turns", grown, "MiB", 8 * MiB, "≤ 8 MiB",
