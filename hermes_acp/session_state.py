@@ -37,6 +37,9 @@ class SessionState:
     historyLoaded: bool = True
     turnNumber: int = 0  # the number of the last turn begun (the store's count)
     contextUsed: int = 0
+    #: A cancelled turn was answered before its worker said how much context it used: every
+    #: update of a turn comes before its answer (ACP), so the next turn's first one says it.
+    usageOwed: bool = False
     usageTotals: dict[str, int] = attrs.field(factory=dict)
     #: What the endpoint says the session's requests cost in all (USD; None: it never said).
     cost: float | None = None

@@ -310,6 +310,9 @@ class Turn:
                 services.updates.send(session, update)
             else:  # the editor shows the prompt it sent; the replay needs it
                 services.store.journalUpdate(session, update)
+        if session.usageOwed:  # (the last turn, cancelled, was answered before it knew its context)
+            session.usageOwed = False
+            services.updates.send(session, usageUpdate(session, services.catalog))
         messages: list[dict[str, Any]] = []
         result: TurnResult | None = None
         response: dict[str, Any] = {"stopReason": "end_turn"}
@@ -348,8 +351,10 @@ class Turn:
                 services.catalog.learnWindow(model, result.window)
             if self.agent is not None and self.agent.vision is False:
                 services.catalog.learnBlind(model)  # the endpoint refused its images
-            if self.phase != ANSWERED:  # (a cancelled turn answered at its cancel sends nothing more)
+            if self.phase != ANSWERED:
                 services.updates.send(session, usageUpdate(session, services.catalog))
+            else:  # answered at its cancel: it sends nothing more, and the next turn tells the editor
+                session.usageOwed = True
         if self._showTitle():
             # A better title in the background, never delaying the answer; not for a failed or cancelled turn.
             if services.namer is not None and endpoint is not None and failure is None and not self.cancelled:

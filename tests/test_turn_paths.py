@@ -448,6 +448,50 @@ async def test_aCancelledStreamAnswersBeforeItsWorkerIsDone() -> None:
     assert h.problems() == []
 
 
+@pytest_twisted.ensureDeferred
+async def test_theContextACancelledTurnUsedIsToldByTheNextTurn() -> None:
+    """A turn answered ``cancelled`` before its worker is done sends nothing after that answer
+    (ACP: a turn's updates come before its answer), even once its worker says how much context
+    its requests used; the session's next turn tells the editor first thing, then its own."""
+    release = threading.Event()
+    runs: list[Any] = []
+    inner = slowToUnwind(release, runs)
+
+    def stream(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        result = inner(agent, content, observer)
+        return attrs.evolve(result, last_prompt_tokens=4321 if len(runs) == 1 else 99)
+
+    def usage(frames: list[dict[str, Any]]) -> list[tuple[int, int]]:
+        return [(i, f["params"]["update"]["used"]) for i, f in enumerate(frames) if f.get("method") == "session/update"
+                and f["params"]["update"]["sessionUpdate"] == "usage_update"]
+
+    h = Harness(stream)
+    try:
+        sessionId = await sessionOn(h)
+        answered = await cancelledEarly(h, sessionId)
+        release.set()
+        state = h.sessions.sessions[sessionId]
+        for _ in range(200):  # (at most 10 s) until the cancelled turn is saved
+            if len(state.history) == 2:
+                break
+            await deferLater(reactor, 0.05, lambda: None)
+        assert len(state.history) == 2
+        await deferLater(reactor, 0.1, lambda: None)
+        silent = h.frames()
+        second = prompt(h, sessionId, "second")
+        await h.answer(second)
+        frames = h.frames()
+    finally:
+        release.set()
+        await h.stop()
+    assert answered["result"]["stopReason"] == "cancelled"
+    cancelledAt = next(i for i, f in enumerate(frames) if f.get("result", {}).get("stopReason") == "cancelled")
+    assert [f for f in silent[cancelledAt + 1:] if f.get("method") == "session/update"] == []
+    answeredAt = next(i for i, f in enumerate(frames) if f.get("result", {}).get("stopReason") == "end_turn")
+    assert [(n, i < answeredAt) for i, n in usage(frames) if i > cancelledAt] == [(4321, True), (99, True)]
+    assert h.problems() == []
+
+
 def slowToUnwind(release: threading.Event, runs: list[Any], first: Callable[[ScriptedAgent], None] = lambda agent: None
                  ) -> Callable[[ScriptedAgent, Any, Any], TurnResult]:
     """An engine whose first run streams, is cancelled, and unwinds only once ``release`` is
