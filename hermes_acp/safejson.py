@@ -80,6 +80,16 @@ def encode(value: Any) -> bytes:
     return utf8(dumps(value))
 
 
+def encodeHealed(value: Any) -> bytes:
+    """``encode``, a non-finite number written as null (``value`` healed in place first, only
+    when it holds one): for what leaves whatever it holds (a model request, the journal, a
+    trace). TypeError for values JSON has no form for."""
+    try:
+        return encode(value)
+    except ValueError:
+        return encode(healed(value))
+
+
 class Encoded(dict):  # type: ignore[type-arg]
     """A JSON object together with its ``encode`` bytes, made once: a ``session/update``
     the wire carries as these bytes and the journal keeps as the same text (encoding it

@@ -183,11 +183,7 @@ def _encode(value: Any) -> tuple[str, int]:
     U+FFFD and non-finite numbers null, so nothing stored can fail to load or send."""
     if isinstance(value, safejson.Encoded):  # a sent update: the text it was sent as
         return value.data.decode("utf-8"), len(value.data)
-    try:
-        text = safejson.dumps(value)
-    except ValueError:
-        text = safejson.dumps(safejson.healed(value))
-    data = safejson.utf8(text)
+    data = safejson.encodeHealed(value)
     return data.decode("utf-8"), len(data)
 
 
@@ -1273,10 +1269,10 @@ class SessionDB:
             ).fetchone()
             at = payload.find(_RAW_OUTPUT) + len(_RAW_OUTPUT)
             if at >= len(_RAW_OUTPUT):
-                tools = byStart.get(payload[at:at + _START], [])
+                outputs = byStart.get(payload[at:at + _START], [])
             else:  # (a row shorter than any output worth sharing holds none)
-                tools = shared if len(payload) >= migrations.MIN_SHARED else []
-            link = _toolLink(payload, tools) or (_chatLink(payload, said) if said else None)
+                outputs = shared if len(payload) >= migrations.MIN_SHARED else []
+            link = _toolLink(payload, outputs) or (_chatLink(payload, said) if said else None)
             if link is not None:
                 links.append((*link, sessionId, seq))
         cursor.executemany(

@@ -80,10 +80,7 @@ class FrameTrace:
                 record["frame"] = scrub(message, secrets)
             except RecursionError:
                 record["frame"] = f"(a frame of {len(line)} bytes, nested too deeply to record)"
-        try:
-            data = safejson.encode(record)
-        except ValueError:  # NaN or Infinity in what the peer sent: recorded as null
-            data = safejson.encode(safejson.healed(record))
+        data = safejson.encodeHealed(record)  # (NaN or Infinity in what the peer sent: recorded as null)
         try:
             os.write(self.fd, data + b"\n")
         except OSError as e:

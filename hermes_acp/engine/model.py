@@ -477,10 +477,7 @@ def bodyJSON(value: Any) -> bytes:
     """A value as a request body carries it: compact UTF-8 JSON, lone surrogates as U+FFFD; a
     non-finite number (JSON has none) is healed to null first, in place, as
     ``safejson.repaired`` would. TypeError for a value JSON has no form for."""
-    try:
-        return safejson.encode(value)
-    except ValueError:
-        return safejson.encode(safejson.healed(value))
+    return safejson.encodeHealed(value)
 
 
 def _target(endpoint: Endpoint) -> chat_http.Target:
