@@ -142,7 +142,7 @@ class Rewinds:
         cut = await self.store.rewind(state, turn)
         if store is not None:
             await self.runInWorker(store.removeTurns, state.sessionId, undone)
-        from .engine.compaction import CHARS_PER_TOKEN, charCount  # as turns.estimateTokens (not imported: a cycle)
+        from .engine.compaction import CHARS_PER_TOKEN, charCount  # the history's measure, as a run's without usage
 
         state.contextUsed = sum(charCount(m) for m in state.history) // CHARS_PER_TOKEN
         self.updates.send(state, usageUpdate(state, self.catalog))

@@ -506,12 +506,13 @@ class SessionManager:
                 "send the prompt again then.",
                 {"sessionId": state.sessionId},
             )
-        try:
-            state.turnNumber = await self.call("beginTurn", state.sessionId, ownerToken(), prompt)
+        owner, sessionId = ownerToken(), state.sessionId
+        try:  # one job of the database thread: a turn's start waits for one hop, not two
+            state.turnNumber, record = await self._run(
+                lambda db: (db.beginTurn(sessionId, owner, prompt), db.getSession(sessionId)))
         except ValueError:
             recovered = await self.call("recoverInterrupted", state.sessionId, ownerAlive)
         else:
-            record = await self.call("getSession", state.sessionId)
             if not state.historyLoaded or (record is not None and record.messageCount != len(state.history)):
                 # Not read since the load, or another process (another editor window) ran
                 # turns since this one read it.

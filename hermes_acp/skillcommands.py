@@ -1,10 +1,10 @@
 """Skills as slash commands: each usable skill is ``/NAME`` in ``available_commands_update``.
 
 The catalog (``engine.skills``) is read on a thread of its own (``hermes-skills``, one per
-folder being read; never the agent's workers, which a turn may wait for, and never for more
-than ``SCAN_WAIT``): when a session is set up, at the start of every turn (a skill added or
-changed on disk between turns counts from that turn) and after every turn of the model
-(``skill_manage``, or a command, may have changed them). The editor hears a new list only when
+folder being read, kept a while for the next read; never the agent's workers, which a turn
+may wait for, and never for more than ``SCAN_WAIT``): when a session is set up, at the start
+of every turn (a skill added or changed on disk between turns counts from that turn) and after
+every turn of the model (``skill_manage``, or a command, may have changed them). The editor hears a new list only when
 it differs from the last it heard.
 
 ``/NAME request`` runs a turn of the model whose user message is the skill's instructions and
@@ -16,7 +16,6 @@ own commands stays usable by the model, but is no command; ``/doctor`` says so.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -32,6 +31,7 @@ from .engine.skills import PROJECT, USER, Catalog, Problem, Skill, SkillLibrary,
 from .interfaces import IUpdateChannel
 from .oneshot import OneShot
 from .session_state import SessionState
+from .threads import SpareThreads
 
 log = Logger()
 
@@ -93,6 +93,8 @@ class SkillCommands:
     _listed: WeakKeyDictionary[SessionState, list[dict[str, Any]]] = attrs.field(factory=WeakKeyDictionary)
     #: The reads in progress, by folder: sessions of one folder wait for the same one.
     _reading: dict[str, OneShot[Catalog]] = attrs.field(factory=dict)
+    #: A thread for each read in progress, kept for the next (a turn reads at its start and end).
+    readers: SpareThreads = attrs.field(factory=lambda: SpareThreads("hermes-skills"))
 
     def _read(self, cwd: str) -> Deferred[Catalog]:
         shot = self._reading.get(cwd)
@@ -110,7 +112,11 @@ class SkillCommands:
                 del self._reading[cwd]
                 shot.fire(result)
 
-            threading.Thread(target=read, name="hermes-skills", daemon=True).start()
+            try:
+                self.readers.run(read)
+            except Exception:  # no thread to be had: the next read tries again
+                del self._reading[cwd]
+                raise
         return shot.when().addTimeout(SCAN_WAIT, self.reactor)
 
     async def refresh(self, state: SessionState, announce: bool = True) -> Catalog | None:

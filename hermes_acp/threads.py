@@ -1,4 +1,5 @@
-"""Our own worker pool for agent turns, and the way back to the reactor.
+"""Our own worker pool for agent turns, threads for work that may block, and the way back
+to the reactor.
 
 Never the reactor's shared pool (it also serves DNS and has 10 threads), and
 never ``blockingCallFromThread`` on the reactor thread (it deadlocks).
@@ -7,6 +8,7 @@ never ``blockingCallFromThread`` on the reactor thread (it deadlocks).
 from __future__ import annotations
 
 import _thread
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
@@ -71,6 +73,49 @@ class _DaemonThreadPool(ThreadPool):
 
     def threadFactory(self, *args: Any, **kwargs: Any) -> threading.Thread:  # type: ignore[override]
         return _QuickStartThread(*args, daemon=True, **kwargs)
+
+
+class SpareThreads:
+    """Threads for jobs that must never wait behind one another (a read of a stuck file
+    system blocks only its own thread): each job runs at once, on a thread left idle by an
+    earlier one, or on a new one (started without waiting, as the pool's). Up to
+    ``keep`` idle threads wait ``idleSeconds`` for another job, then end; so a job of
+    every turn starts no thread, and a burst leaves no crowd behind. Daemon threads, with
+    nothing to stop: a job they are in at exit is abandoned, as a stuck one would be."""
+
+    def __init__(self, name: str, keep: int = 4, idleSeconds: float = 60.0) -> None:
+        self.name, self.keep, self.idleSeconds = name, keep, idleSeconds
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+
+    def run(self, job: Callable[[], None]) -> None:
+        """Run ``job`` (which reports its own result and failures) on a thread of its own."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            _QuickStartThread(target=self._serve, args=(inbox,), name=self.name, daemon=True).start()
+        inbox.put(job)
+
+    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        job = inbox.get()
+        while True:
+            try:
+                job()
+            except Exception:
+                log.failure("a {name} job failed", name=self.name)
+            with self._lock:
+                if len(self._idle) >= self.keep:
+                    return
+                self._idle.append(inbox)
+            try:
+                job = inbox.get(timeout=self.idleSeconds)
+            except queue.Empty:
+                with self._lock:
+                    if inbox in self._idle:
+                        self._idle.remove(inbox)
+                        return
+                job = inbox.get()  # taken from the idle ones just now: its job is on the way
 
 
 class WorkerPool(Service):

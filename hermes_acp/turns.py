@@ -30,6 +30,7 @@ once everything else is done and saved.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from collections import deque
@@ -97,15 +98,6 @@ _MOVES = {
 class ModelFailed(InternalError):
     """The model endpoint failed in a way retrying did not fix; ``data`` says so
     (``{"reason": "model"}``), so clients need not read the message."""
-
-
-def estimateTokens(messages: list[dict[str, Any]]) -> int:
-    """The context a history takes when the endpoint reported none (the engine's measure,
-    imported when first needed to keep it off the start-up path). In the turn's worker: a long
-    history's measure would hold up every session's frames on the reactor."""
-    from .engine.compaction import CHARS_PER_TOKEN, charCount
-
-    return sum(charCount(m) for m in messages) // CHARS_PER_TOKEN
 
 
 def modelFailure(error: ModelError) -> JSONRPCError:
@@ -179,8 +171,10 @@ class Turn:
     routes: dict[str, Route] = attrs.field(factory=dict)
     progressShown: dict[str, float] = attrs.field(factory=dict)
     #: ``delegate_task``'s children as cards, and their transcripts (``subagents.ChildCards``).
+    #: (Its ``send`` holds the session, not the turn: a finished turn is freed at once, not left
+    #: in a cycle for the garbage collector, whose full passes stall every session.)
     children: subagents.ChildCards = attrs.field(default=attrs.Factory(lambda self: subagents.ChildCards(
-        self.session.sessionId, lambda update, journal: self.services.updates.send(self.session, update, journal),
+        self.session.sessionId, functools.partial(self.services.updates.send, self.session),
         self.cards, self.services.client.subagents), takes_self=True))
     #: What the model gets as the user's message when it is not the prompt (an MCP prompt's messages).
     modelBlocks: list[dict[str, Any]] | None = None
@@ -413,7 +407,6 @@ class Turn:
                     return None  # cancelled while waiting for a worker; already answered
                 self._claimed = True
             services.reactor.callFromThread(self._workerStarted)
-            before = len(history)
             try:
                 if compact is not None:
                     result = agent.compact(history, observer, compact, self.cancelEvent, tools)
@@ -426,12 +419,7 @@ class Turn:
                                                     checkpoint)
             finally:
                 bridge.flush()
-            if result is None or result.last_prompt_tokens:
-                return result
-            # The endpoint reported no usage: the history's measure, here rather than on the
-            # reactor, where a long history's would hold up every session's frames.
-            after = history[:before] + result.messages if result.history is None else result.history
-            return attrs.evolve(result, last_prompt_tokens=estimateTokens(after))
+            return result
 
         def serversSettled(_: object) -> Deferred[TurnResult | None] | None:
             """The session's MCP handshakes are over (or out of time): run with the tools there are."""

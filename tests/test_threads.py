@@ -11,7 +11,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
-from hermes_acp.threads import JOIN_TIMEOUT, WorkerPool, callInReactor
+from hermes_acp.threads import JOIN_TIMEOUT, SpareThreads, WorkerPool, callInReactor
 
 
 @pytest_twisted.ensureDeferred
@@ -88,3 +88,60 @@ async def test_noThreadLeftTheHelperDoesTheWork(monkeypatch) -> None:
     finally:
         monkeypatch.undo()
         await pool.stopService()
+
+
+def test_spareThreadsRunEachJobAtOnceAndKeepAFewForTheNext() -> None:
+    """Jobs that block do not hold the next one up; a thread left idle takes the next job
+    instead of a new one starting; no more than ``keep`` wait idle, and those end once idle
+    for ``idleSeconds``; a job that raises is logged and its thread goes on."""
+    spares = SpareThreads("hermes-test-spares", keep=2, idleSeconds=0.5)
+    release, running = threading.Event(), threading.Semaphore(0)
+    names: list[int] = []
+
+    def blocked() -> None:
+        names.append(threading.get_ident())
+        running.release()
+        release.wait(10)
+
+    for _ in range(4):
+        spares.run(blocked)
+    for _ in range(4):  # each started without waiting for the others
+        assert running.acquire(timeout=10)
+    assert len(set(names)) == 4
+    release.set()
+    deadline = time.monotonic() + 10
+    while len(spares._idle) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert len(spares._idle) == 2  # two kept; the other two ended
+
+    done, where = threading.Event(), []
+
+    def failing() -> None:
+        where.append(threading.get_ident())
+        raise ValueError("a job that fails")
+
+    def after() -> None:
+        where.append(threading.get_ident())
+        done.set()
+
+    spares.run(failing)
+    deadline = time.monotonic() + 10
+    while len(spares._idle) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    spares.run(after)
+    assert done.wait(10)
+    assert set(where) <= set(names)  # idle threads took them: nothing new started
+    deadline = time.monotonic() + 10
+    while spares._idle and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert spares._idle == []  # idle past idleSeconds: ended
+    assert _settled("hermes-test-spares")
+
+
+def _settled(name: str) -> bool:
+    """The threads named ``name`` have ended (within a bounded wait)."""
+    deadline = time.monotonic() + 10
+    while any(t.name == name for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not any(t.name == name for t in threading.enumerate())

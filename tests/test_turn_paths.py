@@ -4,9 +4,11 @@ answer exactly once. In-process, on the real reactor, with a StringTransport."""
 
 from __future__ import annotations
 
+import gc
 import json
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -185,6 +187,35 @@ async def test_engineCrashMidCall() -> None:
     assert response["error"]["code"] == -32603 and "stopped unexpectedly" in response["error"]["message"]
     assert finalStatuses(updates) and set(finalStatuses(updates).values()) == {"failed"}
     assert h.problems() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_aFinishedTurnIsFreedWithoutTheCollector() -> None:
+    """Once answered and saved, a turn holds no cycle: it is freed when the last reference
+    goes, not left for the garbage collector's full passes, which hold every thread for tens
+    of milliseconds once many sessions are open (issue 27)."""
+    turns: list[weakref.ref[Any]] = []
+
+    def answer(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        turns.append(weakref.ref(observer.turn))
+        observer.text("done")
+        return TurnResult("done", [{"role": "user", "content": "go"}, {"role": "assistant", "content": "done"}],
+                          TurnUsage(), "end_turn")
+
+    h = Harness(answer)
+    gc.collect()
+    gc.disable()
+    try:
+        sessionId = await sessionOn(h)
+        for n in range(3):
+            assert "result" in await h.answer(prompt(h, sessionId, f"turn {n}"))
+        await h.server._prompts.saved(h.sessions.sessions[sessionId])  # the last turn's save, too
+        await deferLater(reactor, 0.05, lambda: None)  # (what its callbacks still hold, let go)
+        assert len(turns) == 3
+        assert [ref() for ref in turns] == [None, None, None]
+    finally:
+        gc.enable()
+        await h.stop()
 
 
 @pytest_twisted.ensureDeferred
@@ -593,3 +624,21 @@ async def test_aListAfterACancelledFirstPromptHasTheSession() -> None:
         await h.stop()
     assert [(s["sessionId"], s.get("title")) for s in listed] == [(sessionId, "first")]
     assert h.problems() == []
+
+
+def test_theWarmUpFreezesWhatIsLoadedOnce() -> None:
+    """The engine's warm-up leaves what is loaded out of the collector's full passes
+    (``gc.freeze``), once: a second warm-up (another connection's) freezes nothing more."""
+    from hermes_acp.acp import _importEngine
+
+    gc.unfreeze()
+    try:
+        _importEngine("")
+        frozen = gc.get_freeze_count()
+        assert frozen > 10_000  # the modules and what they hold
+        kept = [[n] for n in range(1000)]  # objects the collector tracks, made since
+        _importEngine("")
+        assert gc.get_freeze_count() == frozen
+        del kept
+    finally:
+        gc.unfreeze()

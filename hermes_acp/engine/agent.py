@@ -670,7 +670,10 @@ class _Conversation:
     ending: bool = False
 
     def result(self, stopReason: str, failure: ModelError | None = None) -> TurnResult:
-        return TurnResult(self.finalText, self.new, self.usage, stopReason, failure, self.lastPromptTokens,
+        # The endpoint reported no usage: the context is the history's measure, which costs
+        # only the entries no request measured yet (each one's size is known once measured).
+        tokens = self.lastPromptTokens or _sentChars(self.live, self.agent._sizes) // CHARS_PER_TOKEN
+        return TurnResult(self.finalText, self.new, self.usage, stopReason, failure, tokens,
                           self.live if self.replaced else None, self.learnedWindow, self.cost)
 
     def counted(self, usage: dict[str, Any] | None) -> None:
