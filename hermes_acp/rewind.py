@@ -142,9 +142,9 @@ class Rewinds:
         cut = await self.store.rewind(state, turn)
         if store is not None:
             await self.runInWorker(store.removeTurns, state.sessionId, undone)
-        from .engine.compaction import CHARS_PER_TOKEN, charCount  # the history's measure, as a run's without usage
+        from .engine.agent import contextTokens  # (the engine is loaded: a turn is running)
 
-        state.contextUsed = sum(charCount(m) for m in state.history) // CHARS_PER_TOKEN
+        state.contextUsed = contextTokens(state.history)  # as a turn without usage reports it
         self.updates.send(state, usageUpdate(state, self.catalog))
         lines.append(f"The conversation is back to before turn {number}: the model no longer sees "
                      f"{'that turn' if len(cut) == 1 else f'those {len(cut)} turns'}. They stay archived and "

@@ -104,6 +104,7 @@ class SpareThreads:
                 job()
             except Exception:
                 log.failure("a {name} job failed", name=self.name)
+            del job  # (what it holds goes now, not when the next job comes)
             with self._lock:
                 if len(self._idle) >= self.keep:
                     return

@@ -159,6 +159,25 @@ async def test_historyIsSentAndTheNextTurnContinues(scriptedServer, workspace: P
 
 
 @pytest_twisted.ensureDeferred
+async def test_withoutUsageTheContextIsTheHistoryAsSent(scriptedServer, workspace: Path) -> None:
+    """An endpoint that reports no usage: a run's context is its history as the endpoint
+    receives it (the next request shows it), about 4 characters a token; tool results too."""
+    server, url = scriptedServer
+    server.default.responses.extend([
+        [{"tool_calls": [{"id": "r1", "name": "read_file", "arguments": '{"path": "notes.txt"}'}]}],
+        [{"text": "first answer, héllo"}],
+        [{"text": "second answer"}]])
+    (workspace / "notes.txt").write_text("".join(f"line {n}\n" for n in range(200)))
+    agent, _ = makeAgent(url, workspace)
+    first = await run(agent, "one")
+    await run(agent, "two", first.messages)
+    assert first.usage == TurnUsage()  # nothing reported
+    sent = server.chatRequests[-1]["messages"][1:-1]  # the first run's history, as the next request carries it
+    assert len(sent) == 4 and sent[2]["role"] == "tool"
+    assert first.last_prompt_tokens == len(json.dumps(sent, ensure_ascii=False)) // 4
+
+
+@pytest_twisted.ensureDeferred
 async def test_parallelToolCalls(scriptedServer, workspace: Path) -> None:
     """Two commands that each wait for the other can only finish if they run at the same time."""
     server, url = scriptedServer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import pytest_twisted
@@ -92,14 +93,14 @@ async def test_noThreadLeftTheHelperDoesTheWork(monkeypatch) -> None:
 
 def test_spareThreadsRunEachJobAtOnceAndKeepAFewForTheNext() -> None:
     """Jobs that block do not hold the next one up; a thread left idle takes the next job
-    instead of a new one starting; no more than ``keep`` wait idle, and those end once idle
-    for ``idleSeconds``; a job that raises is logged and its thread goes on."""
-    spares = SpareThreads("hermes-test-spares", keep=2, idleSeconds=0.5)
+    instead of a new one starting; no more than ``keep`` wait idle; a job that raises is
+    logged and its thread goes on."""
+    spares = SpareThreads("hermes-test-spares", keep=2, idleSeconds=30)
     release, running = threading.Event(), threading.Semaphore(0)
-    names: list[int] = []
+    threads: list[threading.Thread] = []
 
     def blocked() -> None:
-        names.append(threading.get_ident())
+        threads.append(threading.current_thread())
         running.release()
         release.wait(10)
 
@@ -107,41 +108,45 @@ def test_spareThreadsRunEachJobAtOnceAndKeepAFewForTheNext() -> None:
         spares.run(blocked)
     for _ in range(4):  # each started without waiting for the others
         assert running.acquire(timeout=10)
-    assert len(set(names)) == 4
+    assert len(set(threads)) == 4
     release.set()
-    deadline = time.monotonic() + 10
-    while len(spares._idle) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)
-    assert len(spares._idle) == 2  # two kept; the other two ended
+    assert _waitFor(lambda: sum(t.is_alive() for t in threads) == 2)  # two kept; the other two ended
+    assert len(spares._idle) == 2
+    kept = [t for t in threads if t.is_alive()]
 
     done, where = threading.Event(), []
 
     def failing() -> None:
-        where.append(threading.get_ident())
+        where.append(threading.current_thread())
         raise ValueError("a job that fails")
 
     def after() -> None:
-        where.append(threading.get_ident())
+        where.append(threading.current_thread())
         done.set()
 
     spares.run(failing)
-    deadline = time.monotonic() + 10
-    while len(spares._idle) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert _waitFor(lambda: len(spares._idle) == 2)  # its thread is idle again
     spares.run(after)
-    assert done.wait(10)
-    assert set(where) <= set(names)  # idle threads took them: nothing new started
-    deadline = time.monotonic() + 10
-    while spares._idle and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert spares._idle == []  # idle past idleSeconds: ended
-    assert _settled("hermes-test-spares")
+    spares.run(after)
+    assert done.wait(10) and _waitFor(lambda: len(where) == 3)
+    assert set(where) <= set(kept)  # the kept threads took them: nothing new started
 
 
-def _settled(name: str) -> bool:
-    """The threads named ``name`` have ended (within a bounded wait)."""
-    deadline = time.monotonic() + 10
-    while any(t.name == name for t in threading.enumerate()) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return not any(t.name == name for t in threading.enumerate())
+def test_spareThreadsEndOnceIdleForLong() -> None:
+    """A kept thread waits ``idleSeconds`` for another job, then ends."""
+    spares = SpareThreads("hermes-test-idle", keep=4, idleSeconds=0.2)
+    ran = threading.Event()
+    spares.run(ran.set)
+    assert ran.wait(10)
+    assert _waitFor(lambda: not any(t.name == "hermes-test-idle" for t in threading.enumerate()))
+    assert spares._idle == []
+
+
+def _waitFor(condition: Callable[[], bool], seconds: float = 10) -> bool:
+    """Whether ``condition`` holds within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

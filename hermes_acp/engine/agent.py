@@ -262,6 +262,16 @@ def _sentChars(messages: Sequence[dict[str, Any]], sizes: _Sizes | None = None) 
     return (sizes or _Sizes()).total(messages)
 
 
+def contextTokens(messages: Sequence[dict[str, Any]], sizes: _Sizes | None = None) -> int:
+    """The context a history takes by the engine's measure, in tokens: what a run reports when
+    the endpoint reports no usage. With the agent's ``sizes``, as a request measures it: only
+    the entries past the list it saw last cost anything (the next request's view, made now)."""
+    if sizes is None:
+        return _sentChars(messages) // CHARS_PER_TOKEN
+    view = sizes.view(messages)
+    return _listed(view.chars, view.image, len(messages)) // CHARS_PER_TOKEN
+
+
 def _hasImages(messages: Sequence[dict[str, Any]]) -> bool:
     return any(isinstance(m.get("content"), list) and any(isinstance(p, dict) and p.get("type") == "image_url"
                                                           for p in m["content"]) for m in messages)
@@ -672,7 +682,7 @@ class _Conversation:
     def result(self, stopReason: str, failure: ModelError | None = None) -> TurnResult:
         # The endpoint reported no usage: the context is the history's measure, which costs
         # only the entries no request measured yet (each one's size is known once measured).
-        tokens = self.lastPromptTokens or _sentChars(self.live, self.agent._sizes) // CHARS_PER_TOKEN
+        tokens = self.lastPromptTokens or contextTokens(self.live, self.agent._sizes)
         return TurnResult(self.finalText, self.new, self.usage, stopReason, failure, tokens,
                           self.live if self.replaced else None, self.learnedWindow, self.cost)
 

@@ -40,7 +40,8 @@ class TurnResult:
     """How a run ended.
 
     ``messages`` are the new history entries (the user message first);
-    ``last_prompt_tokens`` is the context size of the last model request.
+    ``last_prompt_tokens`` is the context size of the last model request, as the endpoint
+    reported it, or else the engine's measure of the history after the run.
     ``failure`` is set, with ``stop_reason`` "end_turn", when the model endpoint
     failed in a way retrying did not fix. ``history`` is the model's whole history
     after the run when a compaction replaced it (``messages`` then are still every
