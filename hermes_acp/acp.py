@@ -307,9 +307,9 @@ def _importEngine(baseURL: str) -> None:
         tlsContext()
     # What is loaded by now (the modules, most of them) lives as long as the process: the
     # collector's full passes, which hold every thread (tens of ms each with 200 sessions
-    # open), need not walk it again each time. The garbage of the start-up is collected first
-    # (frozen, it would stay). Once: a later warm-up (another connection's) would freeze
-    # sessions that can end.
+    # open), need not walk it again each time. Not collected first: that pass (about 35 ms)
+    # would hold up the first prompt, which comes during the warm-up; the few hundred objects
+    # of cyclic garbage the start-up leaves are frozen with the rest. Once: a later warm-up
+    # (another connection's) would freeze sessions that can end.
     if not gc.get_freeze_count():
-        gc.collect()
         gc.freeze()
