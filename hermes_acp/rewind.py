@@ -142,7 +142,7 @@ class Rewinds:
         cut = await self.store.rewind(state, turn)
         if store is not None:
             await self.runInWorker(store.removeTurns, state.sessionId, undone)
-        from .engine.agent import contextTokens  # (the engine is loaded: a turn is running)
+        from .engine.agent import contextTokens  # (not at the top: the engine loads after start-up)
 
         state.contextUsed = contextTokens(state.history)  # as a turn without usage reports it
         self.updates.send(state, usageUpdate(state, self.catalog))
