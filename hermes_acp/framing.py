@@ -50,7 +50,14 @@ class LineProtocol(Protocol):
         self._deliverBuffered()
 
     def _deliverBuffered(self) -> None:
-        """Deliver the complete lines buffered, until input is paused."""
+        """Deliver the complete lines buffered, until input is paused. What they send at
+        once leaves in one write after the last (``together``): a read can hold a hundred
+        ``session/cancel`` lines, and a write for each answer let the reactor lose the GIL to
+        the cancelled turns' threads as many times (docs/performance.md, issue 27)."""
+        with self.together():
+            self._deliverLines()
+
+    def _deliverLines(self) -> None:
         start = 0
         while not self._inputPaused:
             end = self._buffer.find(self.delimiter, max(start, self._scanned))

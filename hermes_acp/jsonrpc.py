@@ -296,7 +296,8 @@ class JSONRPCConnection(LineProtocol):
         if self._draining:
             self._sendError(requestId, RequestCancelled("Request cancelled: input closed"))
             return
-        log.debug("request {method} id {id} ({size} bytes)", method=method, id=key, size=self._lineSize)
+        if debugging():  # (one per request: not built unless someone reads it)
+            log.debug("request {method} id {id} ({size} bytes)", method=method, id=key, size=self._lineSize)
         self._began[key] = (method, self._clock.seconds())
         handler = self._requests.get(method)
         if handler is None:
@@ -325,7 +326,8 @@ class JSONRPCConnection(LineProtocol):
             self.cancelIncoming(params.get("requestId"))
             return
         handler = self._notifications.get(method)
-        log.debug("notification {method} ({size} bytes)", method=method, size=self._lineSize)
+        if debugging():
+            log.debug("notification {method} ({size} bytes)", method=method, size=self._lineSize)
         if handler is None:
             log.debug("ignoring unknown notification {method}", method=method)
             return

@@ -87,3 +87,23 @@ class FramingTests(SynchronousTestCase):
             protocol.dataReceived(payload[start : start + 8192])
         protocol.dataReceived(b"\n")
         self.assertEqual([len(line) for line in protocol.lines], [len(payload)])
+
+    def test_whatTheLinesOfOneReadSendLeavesInOneWrite(self) -> None:
+        """Answers to the lines of one read are written together, after the last line: a
+        burst of a hundred cancels is one write, not a hundred (docs/performance.md)."""
+
+        class Echo(Recorder):
+            def lineReceived(self, line: bytes) -> None:
+                super().lineReceived(line)
+                self.sendLine(line.upper())
+
+        protocol, writes = Echo(), []
+        protocol.makeConnection(StringTransport())
+        protocol.transport.write = writes.append
+        protocol.transport.writeSequence = lambda parts: writes.append(b"".join(parts))
+        protocol.dataReceived(b"a\nb\nc")
+        self.assertEqual(writes, [b"A\nB\n"])
+        protocol.dataReceived(b"\n")
+        self.assertEqual(writes, [b"A\nB\n", b"C\n"])
+        protocol.sendLine(b"alone")  # outside a read: at once
+        self.assertEqual(writes[-1], b"alone\n")

@@ -183,6 +183,55 @@ async def test_connectionsAreKeptAlive(scriptedServer, noProxies) -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_aBurstOfRequestsFindsItsConnectionsAgain(noProxies) -> None:
+    """Ten requests at once (the reactor's thread pool), then ten again: the second burst
+    reuses the first's ten connections (the pool used to keep eight: two new ones a burst)."""
+    model = ScriptedModel([[{"stall": 0.2}, {"text": f"answer {n}"}] for n in range(20)])
+    port, number = listening(Site(model))
+    url = f"http://127.0.0.1:{number}/v1"
+    try:
+        for _ in range(2):
+            await defer.gatherResults([complete(url) for _ in range(10)])
+    finally:
+        await port.stopListening()
+    assert len(model.chatRequests) == 20 and len(model.peers) == 10
+
+
+def test_connectionsIdleTooLongAreClosedWhenThePoolIsNextUsed(monkeypatch) -> None:
+    """A burst's connections that are not used again are closed once ``IDLE_SECONDS`` old,
+    by the pool's next ``give`` or ``take``; none of them is handed out."""
+    import socket
+
+    now = [1000.0]
+    monkeypatch.setattr(chat_http.time, "monotonic", lambda: now[0])
+    pairs = [socket.socketpair() for _ in range(4)]
+
+    class Connection:
+        def __init__(self, sock: socket.socket) -> None:
+            self.sock, self.closed = sock, False
+
+        def close(self) -> None:
+            self.closed = True
+
+    try:
+        pool, target = chat_http.Pool(), chat_http.Target.of("http://127.0.0.1:9/v1", {})
+        burst = [Connection(a) for a, _ in pairs[:3]]
+        for connection in burst:
+            pool.give(target, connection)
+        now[0] += chat_http.IDLE_SECONDS - 1
+        assert pool.take(target) is burst[-1] and not any(c.closed for c in burst)
+        now[0] += 2  # the other two are past IDLE_SECONDS
+        later = Connection(pairs[3][0])
+        pool.give(target, later)
+        assert [c.closed for c in burst] == [True, True, False]
+        assert pool.take(target) is later and pool.take(target) is None
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+@pytest_twisted.ensureDeferred
 async def test_retryAfterIsHonoured(scriptedServer, noProxies) -> None:
     server, url = scriptedServer
     server.default.responses += [[{"status": 429, "error": "slow down", "headers": {"Retry-After": "0.4"}}],

@@ -638,7 +638,7 @@ def test_theWarmUpFreezesWhatIsLoadedOnce() -> None:
         assert frozen > 10_000  # the modules and what they hold
         kept = [[n] for n in range(1000)]  # objects the collector tracks, made since
         _importEngine("")
-        assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() <= frozen  # (frozen objects freed meanwhile leave it)
         del kept
     finally:
         gc.unfreeze()

@@ -36,7 +36,11 @@ USER_AGENT = f"hermes-acp/{__version__}"
 #: Idle connections kept per endpoint, how long one may idle before it is dropped rather than
 #: reused, and how long (and how many bytes) draining the end of a stream may take before its
 #: connection is dropped rather than kept: a finished answer never waits longer for its connection.
-IDLE_CONNECTIONS, IDLE_SECONDS, DRAIN_SECONDS, DRAIN_BYTES = 8, 30.0, 0.2, 64 * 1024
+#: As many are kept as the default worker pool has threads (``HERMES_ACP_THREADS``), so that many
+#: turns at once find their connections again next time rather than each opening (and, to a real
+#: endpoint, shaking hands for) a new one; a burst's sockets are already open then, and those left
+#: idle are closed once ``IDLE_SECONDS`` old, when the pool is next used.
+IDLE_CONNECTIONS, IDLE_SECONDS, DRAIN_SECONDS, DRAIN_BYTES = 256, 30.0, 0.2, 64 * 1024
 _NOT_SENT = (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected, http.client.BadStatusLine)
 
 
@@ -185,25 +189,31 @@ def tlsContext() -> ssl.SSLContext:
         return _tls[where]
 
 
+#: A target's idle connections, each with when it was kept, oldest first.
+_Idle = list[tuple[http.client.HTTPConnection, float]]
+
+
 class Pool:
     """Idle kept-alive connections, by target; any thread. A connection the server has
     closed meanwhile (it reads as ready) or that idled too long is never handed out."""
 
     def __init__(self) -> None:
-        self._idle: dict[tuple[Any, ...], list[tuple[http.client.HTTPConnection, float]]] = {}
+        self._idle: dict[tuple[Any, ...], _Idle] = {}
         self._lock = threading.Lock()
 
     def take(self, target: Target) -> http.client.HTTPConnection | None:
         while True:
             with self._lock:
-                idle = self._idle.get(target.key)
-                if not idle:
-                    return None
-                connection, since = idle.pop()
+                idle = self._idle.get(target.key, [])
+                expired = _expired(idle, time.monotonic())
+                connection = idle.pop()[0] if idle else None
+            for old, _ in expired:
+                old.close()
+            if connection is None:
+                return None
             sock = connection.sock
             try:
-                alive = (sock is not None and time.monotonic() - since < IDLE_SECONDS
-                         and not select.select([sock], [], [], 0)[0])
+                alive = sock is not None and not select.select([sock], [], [], 0)[0]
             except (OSError, ValueError):
                 alive = False
             if alive:
@@ -211,12 +221,15 @@ class Pool:
             connection.close()
 
     def give(self, target: Target, connection: http.client.HTTPConnection) -> None:
+        now = time.monotonic()
         with self._lock:
             idle = self._idle.setdefault(target.key, [])
-            if len(idle) < IDLE_CONNECTIONS:
-                idle.append((connection, time.monotonic()))
-                return
-        connection.close()
+            expired = _expired(idle, now)
+            kept = len(idle) < IDLE_CONNECTIONS
+            if kept:
+                idle.append((connection, now))
+        for old, _ in expired if kept else [*expired, (connection, now)]:
+            old.close()
 
     def drop(self, target: Target) -> None:
         """Close the target's idle connections (one turned out dead: the others may be too)."""
@@ -224,6 +237,16 @@ class Pool:
             idle = self._idle.pop(target.key, [])
         for connection, _ in idle:
             connection.close()
+
+
+def _expired(idle: _Idle, now: float) -> _Idle:
+    """Take the connections idle for ``IDLE_SECONDS`` out of ``idle`` (oldest first: the
+    newest are taken first, so a burst's extra connections sink to the front and end here)."""
+    count = 0
+    while count < len(idle) and now - idle[count][1] >= IDLE_SECONDS:
+        count += 1
+    expired, idle[:count] = idle[:count], []
+    return expired
 
 
 POOL = Pool()

@@ -300,11 +300,12 @@ class SkillLibrary:
         seenFolders: set[str] = set()
         budget = [self.scanDirs]
         for root, source in roots:
-            realRoot = os.path.realpath(root)
+            realRoot = ""  # (taken once a skill is found: most roots do not exist)
             for path, real in self._found(root, budget, problems):
                 if os.path.dirname(real) in seenFolders:
                     continue
                 seenFolders.add(os.path.dirname(real))
+                realRoot = realRoot or os.path.realpath(root)
                 found = self._load(path, real, root, realRoot, source)
                 if isinstance(found, Problem):
                     problems.append(found)
