@@ -31,6 +31,9 @@ class LineProtocol(Protocol):
 
     delimiter = b"\n"
     maxLength = DEFAULT_MAX_LINE
+    #: The most a ``together`` block holds before writing (Twisted's buffer size for stdout, past
+    #: which a write pauses our input while the peer is behind).
+    GATHERED_BYTES = 64 * 1024
 
     def __init__(self) -> None:
         self._buffer = bytearray()
@@ -38,6 +41,7 @@ class LineProtocol(Protocol):
         self._discarding = False
         self._inputPaused = False
         self._gathered: list[bytes] | None = None
+        self._gatheredSize = 0
 
     def dataReceived(self, data: bytes) -> None:
         if self._discarding:
@@ -101,14 +105,14 @@ class LineProtocol(Protocol):
 
     def sendLine(self, line: bytes) -> None:
         if self._gathered is not None:
-            self._gathered += (line, self.delimiter)
+            self._gather(line, self.delimiter)
             return
         self.transport.writeSequence((line, self.delimiter))
 
     def sendFramed(self, data: bytes) -> None:
         """Whole lines already framed (each ending in the delimiter), in order with ``sendLine``'s."""
         if self._gathered is not None:
-            self._gathered.append(data)
+            self._gather(data)
             return
         self.transport.write(data)
 
@@ -116,17 +120,31 @@ class LineProtocol(Protocol):
     def together(self) -> Iterator[None]:
         """The lines sent meanwhile leave in one write, at the end: an answer and the updates
         that follow it (``jsonrpc.Reply``) reach the peer in one read, as when every write
-        waited for the reactor's next turn (stdout is now written at once, ``stdio``)."""
+        waited for the reactor's next turn (stdout is now written at once, ``stdio``). Once
+        ``GATHERED_BYTES`` are gathered they are written at once, and gathering goes on: a
+        peer that is behind pauses our input then, as it would have without the gathering."""
         if self._gathered is not None:
             yield
             return
-        self._gathered = []
+        self._gathered, self._gatheredSize = [], 0
         try:
             yield
         finally:
             lines, self._gathered = self._gathered, None
             if lines:
                 self.transport.write(b"".join(lines))
+
+    def _gather(self, *parts: bytes) -> None:
+        assert self._gathered is not None
+        self._gathered += parts
+        self._gatheredSize += sum(len(part) for part in parts)
+        if self._gatheredSize >= self.GATHERED_BYTES:
+            self._writeGathered()
+
+    def _writeGathered(self) -> None:
+        lines, self._gathered, self._gatheredSize = self._gathered, [], 0
+        if lines:
+            self.transport.write(b"".join(lines))
 
     def readConnectionLost(self) -> None:
         """stdin reached EOF: the lines held back and a final unterminated line

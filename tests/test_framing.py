@@ -107,3 +107,29 @@ class FramingTests(SynchronousTestCase):
         self.assertEqual(writes, [b"A\nB\n", b"C\n"])
         protocol.sendLine(b"alone")  # outside a read: at once
         self.assertEqual(writes[-1], b"alone\n")
+
+    def test_aPeerBehindStillPausesTheRestOfARead(self) -> None:
+        """Gathered answers are written once they reach ``GATHERED_BYTES``: a peer that is not
+        reading pauses our input there, and the read's other lines wait (the bound on what an
+        editor that is behind makes us hold)."""
+
+        class Big(Recorder):
+            def lineReceived(self, line: bytes) -> None:
+                super().lineReceived(line)
+                self.sendLine(b"x" * 40_000)
+
+        protocol, writes = Big(), []
+        protocol.makeConnection(StringTransport())
+        protocol.maxLength = 1024
+
+        def write(data: bytes) -> None:
+            writes.append(len(data))
+            protocol.pauseInput()  # the transport's buffer is full: it pauses its producer
+
+        protocol.transport.write = write
+        protocol.dataReceived(b"".join(b"%d\n" % n for n in range(10)))
+        self.assertEqual(protocol.lines, [b"0", b"1"])
+        self.assertEqual(writes, [80_002])
+        protocol.transport.write = writes.append  # the peer caught up
+        protocol.resumeInput()
+        self.assertEqual(len(protocol.lines), 10)

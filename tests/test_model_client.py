@@ -190,21 +190,22 @@ async def test_aBurstOfRequestsFindsItsConnectionsAgain(noProxies) -> None:
     port, number = listening(Site(model))
     url = f"http://127.0.0.1:{number}/v1"
     try:
-        for _ in range(2):
-            await defer.gatherResults([complete(url) for _ in range(10)])
+        await defer.gatherResults([complete(url) for _ in range(10)])
+        opened = len(model.peers)
+        await defer.gatherResults([complete(url) for _ in range(10)])
     finally:
         await port.stopListening()
-    assert len(model.chatRequests) == 20 and len(model.peers) == 10
+    assert len(model.chatRequests) == 20 and opened > 8 and len(model.peers) == opened
 
 
-def test_connectionsIdleTooLongAreClosedWhenThePoolIsNextUsed(monkeypatch) -> None:
-    """A burst's connections that are not used again are closed once ``IDLE_SECONDS`` old,
-    by the pool's next ``give`` or ``take``; none of them is handed out."""
+def test_connectionsIdleTooLongAreClosed() -> None:
+    """A burst's connections that are not used again are closed once ``IDLE_SECONDS`` old: by
+    the pool's next ``give`` or ``take`` of any endpoint, else by its sweep, which looks while
+    any connection is kept; none of them is handed out. Past ``IDLE_CONNECTIONS`` the oldest goes."""
     import socket
 
-    now = [1000.0]
-    monkeypatch.setattr(chat_http.time, "monotonic", lambda: now[0])
-    pairs = [socket.socketpair() for _ in range(4)]
+    now, sweeps = [1000.0], []
+    pairs = [socket.socketpair() for _ in range(5)]
 
     class Connection:
         def __init__(self, sock: socket.socket) -> None:
@@ -214,17 +215,26 @@ def test_connectionsIdleTooLongAreClosedWhenThePoolIsNextUsed(monkeypatch) -> No
             self.closed = True
 
     try:
-        pool, target = chat_http.Pool(), chat_http.Target.of("http://127.0.0.1:9/v1", {})
+        pool = chat_http.Pool(clock=lambda: now[0], later=lambda seconds, then: sweeps.append((seconds, then)))
+        target, other = (chat_http.Target.of(f"http://127.0.0.1:{port}/v1", {}) for port in (9, 10))
         burst = [Connection(a) for a, _ in pairs[:3]]
         for connection in burst:
             pool.give(target, connection)
+        assert [seconds for seconds, _ in sweeps] == [chat_http.IDLE_SECONDS]  # one sweep at a time
         now[0] += chat_http.IDLE_SECONDS - 1
         assert pool.take(target) is burst[-1] and not any(c.closed for c in burst)
         now[0] += 2  # the other two are past IDLE_SECONDS
-        later = Connection(pairs[3][0])
-        pool.give(target, later)
-        assert [c.closed for c in burst] == [True, True, False]
-        assert pool.take(target) is later and pool.take(target) is None
+        elsewhere = Connection(pairs[3][0])
+        pool.give(other, elsewhere)  # another endpoint's give ends them
+        assert [c.closed for c in burst] == [True, True, False] and pool.take(target) is None
+        now[0] += chat_http.IDLE_SECONDS
+        sweeps.pop(0)[1]()  # nothing taken or given meanwhile: the sweep ends it
+        assert elsewhere.closed and pool.take(other) is None
+        assert sweeps == []  # nothing kept: no more sweeps until the next give
+        kept = [Connection(pairs[4][0]) for _ in range(chat_http.IDLE_CONNECTIONS + 1)]
+        for connection in kept:
+            pool.give(target, connection)
+        assert [c.closed for c in kept] == [True] + [False] * chat_http.IDLE_CONNECTIONS
     finally:
         for a, b in pairs:
             a.close()
@@ -574,7 +584,7 @@ async def test_oneThreadWatchesEveryReplysTime(scriptedServer, noProxies) -> Non
     errors = [await failure(d) for d in ds]
     assert len(watchdogs) == 1
     assert all("HERMES_ACP_MODEL_REPLY_SECONDS" in str(e) for e in errors)
-    assert len(chat_http.DEADLINES) == 0
+    assert len(chat_http.DEADLINES) == int(chat_http.POOL._sweeping)  # (the pool's one sweep, if it keeps any)
 
 
 @pytest_twisted.ensureDeferred

@@ -39,7 +39,7 @@ USER_AGENT = f"hermes-acp/{__version__}"
 #: As many are kept as the default worker pool has threads (``HERMES_ACP_THREADS``), so that many
 #: turns at once find their connections again next time rather than each opening (and, to a real
 #: endpoint, shaking hands for) a new one; a burst's sockets are already open then, and those left
-#: idle are closed once ``IDLE_SECONDS`` old, when the pool is next used.
+#: idle are closed once ``IDLE_SECONDS`` old (``Pool._sweep``).
 IDLE_CONNECTIONS, IDLE_SECONDS, DRAIN_SECONDS, DRAIN_BYTES = 256, 30.0, 0.2, 64 * 1024
 _NOT_SENT = (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected, http.client.BadStatusLine)
 
@@ -195,19 +195,25 @@ _Idle = list[tuple[http.client.HTTPConnection, float]]
 
 class Pool:
     """Idle kept-alive connections, by target; any thread. A connection the server has
-    closed meanwhile (it reads as ready) or that idled too long is never handed out."""
+    closed meanwhile (it reads as ready) or that idled too long is never handed out, and one
+    idle for ``IDLE_SECONDS`` is closed (looked for every ``IDLE_SECONDS`` while any is kept,
+    by ``later``: ``DEADLINES``' thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 later: Callable[[float, Callable[[], None]], object] | None = None) -> None:
         self._idle: dict[tuple[Any, ...], _Idle] = {}
         self._lock = threading.Lock()
+        self._clock = clock
+        self._later = later or (lambda seconds, then: DEADLINES.add(seconds, then))
+        self._sweeping = False
 
     def take(self, target: Target) -> http.client.HTTPConnection | None:
         while True:
             with self._lock:
-                idle = self._idle.get(target.key, [])
-                expired = _expired(idle, time.monotonic())
+                expired = self._expired()
+                idle = self._idle.get(target.key)
                 connection = idle.pop()[0] if idle else None
-            for old, _ in expired:
+            for old in expired:
                 old.close()
             if connection is None:
                 return None
@@ -221,15 +227,44 @@ class Pool:
             connection.close()
 
     def give(self, target: Target, connection: http.client.HTTPConnection) -> None:
-        now = time.monotonic()
+        """Keep ``connection`` for the next request (newest first); past ``IDLE_CONNECTIONS``
+        the target's oldest goes."""
         with self._lock:
+            expired = self._expired()
             idle = self._idle.setdefault(target.key, [])
-            expired = _expired(idle, now)
-            kept = len(idle) < IDLE_CONNECTIONS
-            if kept:
-                idle.append((connection, now))
-        for old, _ in expired if kept else [*expired, (connection, now)]:
+            idle.append((connection, self._clock()))
+            if len(idle) > IDLE_CONNECTIONS:
+                expired.append(idle.pop(0)[0])
+            sweep, self._sweeping = not self._sweeping, True
+        for old in expired:
             old.close()
+        if sweep:
+            self._later(IDLE_SECONDS, self._sweep)
+
+    def _sweep(self) -> None:
+        """Close what idled too long; look again later while any connection is kept."""
+        with self._lock:
+            expired = self._expired()
+            again = self._sweeping = bool(self._idle)
+        for old in expired:
+            old.close()
+        if again:
+            self._later(IDLE_SECONDS, self._sweep)
+
+    def _expired(self) -> list[http.client.HTTPConnection]:
+        """Take every target's connections idle for ``IDLE_SECONDS`` out of the pool (the lock
+        is held): a burst's connections that are not used again, whichever endpoint they are
+        for, end the next time any request takes or gives one. Each list is oldest first."""
+        now, expired = self._clock(), []
+        for key, idle in list(self._idle.items()):
+            count = 0
+            while count < len(idle) and now - idle[count][1] >= IDLE_SECONDS:
+                count += 1
+            expired += [connection for connection, _ in idle[:count]]
+            del idle[:count]
+            if not idle:
+                del self._idle[key]
+        return expired
 
     def drop(self, target: Target) -> None:
         """Close the target's idle connections (one turned out dead: the others may be too)."""
@@ -237,16 +272,6 @@ class Pool:
             idle = self._idle.pop(target.key, [])
         for connection, _ in idle:
             connection.close()
-
-
-def _expired(idle: _Idle, now: float) -> _Idle:
-    """Take the connections idle for ``IDLE_SECONDS`` out of ``idle`` (oldest first: the
-    newest are taken first, so a burst's extra connections sink to the front and end here)."""
-    count = 0
-    while count < len(idle) and now - idle[count][1] >= IDLE_SECONDS:
-        count += 1
-    expired, idle[:count] = idle[:count], []
-    return expired
 
 
 POOL = Pool()
