@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 import pytest_twisted
@@ -13,6 +12,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
 from hermes_acp.threads import JOIN_TIMEOUT, SpareThreads, WorkerPool, callInReactor
+
+from .test_background import until
 
 
 @pytest_twisted.ensureDeferred
@@ -110,7 +111,7 @@ def test_spareThreadsRunEachJobAtOnceAndKeepAFewForTheNext() -> None:
         assert running.acquire(timeout=10)
     assert len(set(threads)) == 4
     release.set()
-    assert _waitFor(lambda: sum(t.is_alive() for t in threads) == 2)  # two kept; the other two ended
+    until(lambda: sum(t.is_alive() for t in threads) == 2, 10, "two kept; the other two ended")
     assert len(spares._idle) == 2
     kept = [t for t in threads if t.is_alive()]
 
@@ -125,10 +126,11 @@ def test_spareThreadsRunEachJobAtOnceAndKeepAFewForTheNext() -> None:
         done.set()
 
     spares.run(failing)
-    assert _waitFor(lambda: len(spares._idle) == 2)  # its thread is idle again
+    until(lambda: len(spares._idle) == 2, 10, "its thread idle again")
     spares.run(after)
     spares.run(after)
-    assert done.wait(10) and _waitFor(lambda: len(where) == 3)
+    assert done.wait(10)
+    until(lambda: len(where) == 3, 10, "both jobs run")
     assert set(where) <= set(kept)  # the kept threads took them: nothing new started
 
 
@@ -138,15 +140,6 @@ def test_spareThreadsEndOnceIdleForLong() -> None:
     ran = threading.Event()
     spares.run(ran.set)
     assert ran.wait(10)
-    assert _waitFor(lambda: not any(t.name == "hermes-test-idle" for t in threading.enumerate()))
+    until(lambda: not any(t.name == "hermes-test-idle" for t in threading.enumerate()), 10, "the idle thread's end")
     assert spares._idle == []
 
-
-def _waitFor(condition: Callable[[], bool], seconds: float = 10) -> bool:
-    """Whether ``condition`` holds within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
