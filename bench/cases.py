@@ -48,6 +48,10 @@ BATCHED_READS = 0.05
 #: One event of the flood and of the paced stream (``tests/scripted_model.py`` sends these).
 PACED_EVENT = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}).encode() + b"\n\n"
 FLOOD_EVENT = len(PACED_EVENT)
+#: One event of the ``[stream]`` answer, as ``scripted_model`` writes it (``_chunk``).
+STREAM_EVENT = b"data: " + json.dumps({
+    "id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": "scripted-model",
+    "choices": [{"index": 0, "delta": {"content": STREAM_DELTA}, "finish_reason": None}]}).encode() + b"\n\n"
 #: The history sizes of the request case: 4 messages a turn (a request, a read, its result, an answer).
 HISTORY_SIZES = (1000, 4000)
 MCP_SETTLE = 0.3  # between a session/new with servers and its close
@@ -577,13 +581,17 @@ def _cpuSeconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _frame(text: str, n: int) -> dict[str, Any]:
+    """The ``session/update`` a streamed text becomes (the floors' frame)."""
+    return {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "0" * 32, "update": {
+        "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}, "messageId": f"turn-{n}-1"}}}
+
+
 def frameFloor(runs: int = 2000, receive: Callable[[], bytes] | None = None,
                clock: Callable[[], float] = time.perf_counter) -> list[float]:
     """Seconds of the floor of one streamed frame, in this process: parse one SSE event of
     the paced stream, encode the ``session/update`` it becomes, and write it (to /dev/null).
     With ``receive``, each event is what it returns, and its wait counts (``pacedFrameFloor``)."""
-    import os
-
     from hermes_acp import safejson
 
     warm = PACED_EVENT.rstrip()
@@ -594,24 +602,48 @@ def frameFloor(runs: int = 2000, receive: Callable[[], bytes] | None = None,
             started = clock()
             event = warm if receive is None else receive()
             text = json.loads(event[6:])["choices"][0]["delta"]["content"]
-            frame = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "0" * 32, "update": {
-                "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text},
-                "messageId": f"turn-{n}-1"}}}
-            os.write(fd, safejson.encode(frame) + b"\n")
+            os.write(fd, safejson.encode(_frame(text, n)) + b"\n")
             samples.append(clock() - started)
     finally:
         os.close(fd)
     return samples
 
 
-def pacedFrameFloor(count: int = PACED_DELTAS, pace: float = PACE, readEvery: float | None = None) -> list[float]:
+def deltaFloor(frames: int, runs: int = 5) -> list[float]:
+    """CPU seconds per delta of the floor of the ``[stream]`` answer: parse each of its
+    ``STREAM_DELTAS`` events and write their text as ``frames`` frames (encoded, to
+    /dev/null), as the agent showed it; one sample per run of the whole answer."""
+    from hermes_acp import safejson
+
+    data = STREAM_EVENT * STREAM_DELTAS
+    every = -(-STREAM_DELTAS // max(1, frames))
+    fd = os.open(os.devnull, os.O_WRONLY)
+    samples = []
+    try:
+        for _ in range(runs):
+            started = time.thread_time()
+            texts: list[str] = []
+            for n, event in enumerate(data.split(b"\n\n")[:-1], 1):
+                texts.append(json.loads(event[6:])["choices"][0]["delta"]["content"])
+                if n % every == 0 or n == STREAM_DELTAS:
+                    os.write(fd, safejson.encode(_frame("".join(texts), n)) + b"\n")
+                    texts = []
+            samples.append((time.thread_time() - started) / STREAM_DELTAS)
+    finally:
+        os.close(fd)
+    return samples
+
+
+def pacedFrameFloor(count: int = PACED_DELTAS, pace: float = PACE, readEvery: float | None = None,
+                    work: bool = True) -> list[float]:
     """CPU seconds of ``frameFloor``'s work for each event of a stream paced as the row's is
     (one every ``pace`` seconds), in one thread that waits for each with a blocking ``recv``
     (``time.thread_time``: that thread's CPU). ``frameFloor`` runs its work back to back,
     warm; a paced stream pays a thread's wake-up and cold caches for every event, whatever
     the design, and this says how much that costs on the machine at hand. With ``readEvery``,
     the thread sleeps that long before each read and takes every event that came meanwhile:
-    a wake-up per batch, what holding a stream's reads back would buy."""
+    a wake-up per batch, what holding a stream's reads back would buy. Without ``work``, the
+    thread only waits for each event: the wake-up's own cost."""
     import socket
     import threading
 
@@ -639,10 +671,18 @@ def pacedFrameFloor(count: int = PACED_DELTAS, pace: float = PACE, readEvery: fl
         pending[:] = [event + b"\n\n" for event in events[1:-1]]
         return events[0]
 
+    def waits() -> list[float]:
+        samples = []
+        for _ in range(count):
+            started = time.thread_time()
+            receive()
+            samples.append(time.thread_time() - started)
+        return samples
+
     try:
         ours.settimeout(10)
         sender.start()
-        return frameFloor(count, receive, time.thread_time)
+        return frameFloor(count, receive, time.thread_time) if work else waits()
     finally:
         sender.join(10)
         ours.close()
@@ -652,28 +692,39 @@ def pacedFrameFloor(count: int = PACED_DELTAS, pace: float = PACE, readEvery: fl
 async def caseFrames(b: Bench) -> list[Result]:
     """What one streamed ``session/update`` frame costs the agent in CPU: a turn whose model
     streams ``PACED_DELTAS`` deltas at a steady pace (each its own frame), less a no-tool turn,
-    per frame; against the floor of the same frame (``frameFloor``)."""
+    per frame; against the floor of the same frame (``frameFloor``). And what a delta costs
+    when they come faster than the agent's batching window (the ``[stream]`` answer: frames
+    are batches), against the floor of the same deltas and frames (``deltaFloor``)."""
     agent = await b.ready()
     sessionId = await b.warmSession(agent)
-    perFrame, frames = [], []
-    for n in range(b.runs.streams + 1):
+    perFrame, frames, perDelta, batches = [], [], [], []
+
+    async def cpuOf(prompt: str) -> tuple[float, list[dict[str, Any]]]:
         before, cpu = len(agent.updates[sessionId]), _cpuSeconds(agent.pid)
-        await agent.prompt(sessionId, f"[notool] baseline {n}")
-        plain = _cpuSeconds(agent.pid) - cpu
-        before, cpu = len(agent.updates[sessionId]), _cpuSeconds(agent.pid)
-        await agent.prompt(sessionId, f"[paced] run {n}")
-        paced = _cpuSeconds(agent.pid) - cpu
+        await agent.prompt(sessionId, prompt)
         chunks = [u for u in agent.updates[sessionId][before:] if u["sessionUpdate"] == "agent_message_chunk"]
+        return _cpuSeconds(agent.pid) - cpu, chunks
+
+    for n in range(b.runs.streams + 1):
+        plain, _ = await cpuOf(f"[notool] baseline {n}")
+        paced, chunks = await cpuOf(f"[paced] run {n}")
         if sum(len(u["content"]["text"]) for u in chunks) != PACED_DELTAS * 1000:
             raise BenchError("the paced stream did not arrive whole")
+        fast, fastChunks = await cpuOf(f"[stream] run {n}")
+        if sum(len(u["content"]["text"]) for u in fastChunks) != STREAM_CHARS:
+            raise BenchError("the fast stream did not arrive whole")
         if n:  # the first is a warm-up
             perFrame.append(max(0.0, paced - plain) / len(chunks))
             frames.append(len(chunks))
+            perDelta.append(max(0.0, fast - plain) / STREAM_DELTAS)
+            batches.append(len(fastChunks))
     await b.close(agent)
     floor = await asyncio.to_thread(frameFloor)
     ratio = [sample / statistics.median(floor) for sample in perFrame]
     paced = await asyncio.to_thread(pacedFrameFloor)
+    wakes = await asyncio.to_thread(pacedFrameFloor, work=False)
     batched = await asyncio.to_thread(pacedFrameFloor, readEvery=BATCHED_READS)
+    deltas = await asyncio.to_thread(deltaFloor, round(statistics.median(batches)))
     return [
         Result("floor of a frame: parse an SSE event, encode its update, write it", floor, "µs",
                note="in the bench process; the 1,000-character delta of the row below"),
@@ -686,10 +737,21 @@ async def caseFrames(b: Bench) -> list[Result]:
                     "(the wake-ups and cold caches any design pays); context for the rows above"),
         Result("agent CPU per frame ÷ the paced floor", [sample / statistics.median(paced) for sample in perFrame],
                "ratio"),
+        Result("a paced wake-up alone: the same thread, without the floor's work", wakes, "µs",
+               note="CPU of the thread per event; the paced floor less this is the floor's work run cold, "
+                    f"{_ratio(paced, floor, 'floor')} with its wake-up"),
         Result(f"the same paced floor, its reads {BATCHED_READS * 1000:g} ms apart", [statistics.fmean(batched)], "µs",
                note=f"{_ratio([statistics.fmean(batched)], floor, 'floor')}: CPU per event with a wake-up per "
                     f"{BATCHED_READS / PACE:.0f} or so events: what holding a stream's reads back buys, even in one "
                     "thread with no hop"),
+        Result("floor of a delta of a fast stream: parse its event, write the frames", deltas, "µs",
+               note=f"the {STREAM_DELTAS:,} events of the row below parsed, their text written as "
+                    f"{round(statistics.median(batches))} frames (to /dev/null), per delta; in the bench process"),
+        Result("agent CPU per delta of a fast stream", perDelta, "µs",
+               note=f"{STREAM_DELTAS:,} deltas of {len(STREAM_DELTA)} characters sent at once, arrived as "
+                    f"{min(batches)}–{max(batches)} frames; process CPU of the turn less a no-tool turn's, per delta"),
+        Result("agent CPU per delta of a fast stream ÷ its floor", [sample / statistics.median(deltas) for sample in perDelta],
+               "ratio", note="diagnostic: §2's work where deltas come faster than a frame a window"),
     ]
 
 
