@@ -479,17 +479,18 @@ class ReviewedTests(SynchronousTestCase):
 
         from hermes_acp import safejson
         from hermes_acp.engine.agent import _request, _Sizes
-        from hermes_acp.engine.model import _body
+        from hermes_acp.engine.model import Schemas, _body
 
         system = {"role": "system", "content": "You are Hermes."}
-        fields = {"stream": True, "tools": [{"type": "function", "function": {"name": "t"}}], "max_tokens": 9}
+        tools = [{"type": "function", "function": {"name": "t"}}]
+        fields = {"stream": True, "stream_options": {"include_usage": True}, "tools": tools, "max_tokens": 9}
         sizes = _Sizes()
 
         def check(live: list[dict[str, Any]]) -> None:
             view = sizes.view(live)
             self.assertEqual(sizes.view(live), view)  # asked again: the same view
             fresh = copy.deepcopy({"model": "m", "messages": _request(system, live), **fields})
-            self.assertEqual(_body("m", _request(system, live, view.sent), fields),
+            self.assertEqual(_body("m", _request(system, live, view.sent), Schemas.of(tools), {"max_tokens": 9}),
                              safejson.encode(safejson.healed(fresh)))
             self.assertEqual(view.chars, sizes.scan(live)[0])
 
@@ -530,6 +531,41 @@ class ReviewedTests(SynchronousTestCase):
                 call["function"] = dict(reversed(call["function"].items()))
         check(loaded)
         check(loaded + exchange(9))
+
+    def test_tool_schemas_are_encoded_once_per_tool(self) -> None:
+        """A request's tools (``_ToolForms``): their schemas' bytes are ``bodyJSON`` of the list
+        and their size ``charCount`` of it, for none, one and many tools and a non-ASCII
+        description; each tool's schema is made once however many requests carry it; a body
+        with them and without them is the fresh encoding of the same request; tools no longer
+        given are let go."""
+        import attrs
+
+        from hermes_acp import safejson
+        from hermes_acp.engine.agent import _fixedChars, _ToolForms
+        from hermes_acp.engine.model import _body, bodyJSON
+        from hermes_acp.engine.tools.builtin import selectTools
+        from hermes_acp.engine.tools.registry import Tool
+
+        forms, made = _ToolForms(), []
+        schema = Tool.schema
+        self.patch(Tool, "schema", lambda tool: made.append(tool.name) or schema(tool))
+        builtin = list(selectTools().values())
+        tools = [attrs.evolve(tool, description=tool.description + " ✓") for tool in builtin]
+        system = {"role": "system", "content": "You are Hermes ✓."}
+        for given, new in (([], 0), (tools[:1], 1), (tools, len(tools) - 1), (tools, 0)):
+            schemas, chars = forms.of(given)
+            self.assertEqual(len(made), new)  # each tool's schema made once, however often it is sent
+            listed = [schema(tool) for tool in given]
+            self.assertEqual((schemas.body, schemas.count, chars), (bodyJSON(listed), len(given), charCount(listed)))
+            self.assertEqual(_fixedChars(system, chars), charCount([system, listed]))
+            fresh = {"model": "m", "messages": [system], "stream": True, "stream_options": {"include_usage": True},
+                     **({"tools": listed} if listed else {}), "reasoning_effort": "low"}
+            self.assertEqual(_body("m", [system], schemas, {"reasoning_effort": "low"}), safejson.encode(fresh))
+            made.clear()
+        for _ in range(5):  # an MCP server's list changes, five times: 80 tools no longer sent
+            current = [attrs.evolve(tool) for tool in builtin]
+            forms.of(current)
+        self.assertEqual([entry[0] for entry in forms._known.values()], current)  # the others are let go
 
     def test_an_image_replaced_by_a_line_is_not_held_by_the_sizes(self) -> None:
         """``_keepNewestImages`` swaps an older image for a line so that memory need not hold its

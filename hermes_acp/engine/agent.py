@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
@@ -35,7 +35,7 @@ from hermes_acp.engine.compaction import (
 from hermes_acp.engine.instructions import projectInstructions
 from hermes_acp.engine.planning import EXIT_PLAN, NOTE, commandRefused
 from hermes_acp.engine.model import (
-    CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ReplyLimits, ToolCallRequest, bodyJSON,
+    CANCELLED_FINISH, ModelClient, ModelError, ModelReply, ReplyLimits, Schemas, ToolCallRequest, bodyJSON,
 )
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy, policyFor
@@ -290,6 +290,38 @@ def _request(system: dict[str, Any], live: Sequence[dict[str, Any]],
     return [system, *sent]
 
 
+class _ToolForms:
+    """Each tool's schema as a request body carries it (``bodyJSON``) and its ``charCount``,
+    made once per tool: tools are frozen, the built-in ones live as long as the process and an
+    MCP server's until its list changes. A request joins the bytes instead of encoding the
+    schemas again (twice: its size and its body)."""
+
+    def __init__(self) -> None:
+        #: id -> (tool, its schema's bytes, its schema's charCount)
+        self._known: dict[int, tuple[Tool, bytes, int]] = {}
+
+    def of(self, tools: Collection[Tool]) -> tuple[Schemas, int]:
+        """The tools' schemas for a request, and ``charCount`` of their list. Tools no longer
+        given are forgotten once there may be 64 of them."""
+        known, bodies, chars = self._known, [], 0
+        for tool in tools:
+            entry = known.get(id(tool))
+            if entry is None or entry[0] is not tool:
+                schema = tool.schema()
+                entry = known[id(tool)] = (tool, bodyJSON(schema), charCount(schema))
+            bodies.append(entry[1])
+            chars += entry[2]
+        if len(known) > len(tools) + 64:
+            self._known = {id(tool): known[id(tool)] for tool in tools}
+        return Schemas.joined(bodies), chars + 2 * max(len(bodies), 1)  # "[", ", " between, "]"
+
+
+def _fixedChars(system: dict[str, Any], toolChars: int) -> int:
+    """``charCount([system, schemas])`` given ``charCount(schemas)``: a request's part that
+    does not grow with the history."""
+    return charCount(system) + toolChars + 4
+
+
 class _Unrepeated:
     """The text callback of a request that asks again for a cut reply: the part of the new
     text the editor already has from the cut one is not sent again."""
@@ -411,6 +443,7 @@ class AIAgent:
     _planLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _run: Cancellation | None = attrs.field(default=None, init=False)
     _sizes: _Sizes = attrs.field(factory=_Sizes, init=False)
+    _toolForms: _ToolForms = attrs.field(factory=_ToolForms, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.pathApprovals = PathApprovals.forWorkspace(self.cwd, self.additionalDirectories)
@@ -752,8 +785,8 @@ class _Conversation:
         self.remember({"role": "user", "content": withNote(prompt, note)})
         system = self._system()
         tools = self._tools()
-        schemas = [tool.schema() for tool in tools.values()]
-        fixed = charCount([system, schemas])
+        schemas, toolChars = agent._toolForms.of(tools.values())
+        fixed = _fixedChars(system, toolChars)
         options = {k: v for k, v in (("max_tokens", agent.maxTokens), ("reasoning_effort", agent.reasoningEffort)) if v}
         retry: dict[str, Any] = {}  # options of the one request that asks again for a cut tool call
         shown = ""  # text the editor already has of that cut reply
@@ -763,8 +796,8 @@ class _Conversation:
                 return self.result(CANCELLED)
             if agent.planning != planning:  # the user approved a plan (or switched modes) mid-turn
                 planning, system, tools = agent.planning, self._system(), self._tools()
-                schemas = [tool.schema() for tool in tools.values()]
-                fixed = charCount([system, schemas])
+                schemas, toolChars = agent._toolForms.of(tools.values())
+                fixed = _fixedChars(system, toolChars)
             agent._sizes.keep(self.live)
             sent, view = self._measured(fixed)
             tokens = agent.estimator.tokens(sent)
@@ -845,8 +878,8 @@ class _Conversation:
 
     def compactNow(self, focus: str) -> TurnResult:
         """``/compact``: one compaction of the history as it is, whatever its size."""
-        schemas = [tool.schema() for tool in self._tools().values()]
-        outcome = self._compact("requested", charCount([self._system(), schemas]), force=True, focus=focus)
+        toolChars = self.agent._toolForms.of(self._tools().values())[1]
+        outcome = self._compact("requested", _fixedChars(self._system(), toolChars), force=True, focus=focus)
         return self.result(CANCELLED if outcome.status == "cancelled" else END_TURN)
 
     def _moreRoom(self, current: int | None, usage: dict[str, Any] | None, prompt: int) -> int | None:

@@ -382,14 +382,15 @@ class ModelClient:
         self,
         model: str,
         messages: Sequence[bytes | dict[str, Any]],
-        tools: list[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | Schemas,
         cancellation: Cancellation,
         onText: Callable[[str], None],
         onReasoning: Callable[[str], None],
         **options: Any,
     ) -> ModelReply:
         """Stream one answer; retry 429, 5xx and broken connections with backoff. A message
-        of ``messages`` may be given as its bytes in the body (``bodyJSON`` of it).
+        of ``messages`` may be given as its bytes in the body (``bodyJSON`` of it), and the
+        tools' schemas as theirs (``Schemas``).
 
         Raises ``ModelError``. A cancelled request returns what arrived so far
         with ``finishReason`` "cancelled".
@@ -400,12 +401,12 @@ class ModelClient:
         # endpoint (where it would fail every later request). The history is the one thing
         # that grows with the session: a message given as bytes (the agent's, made once for
         # every request that carries it, ``_Sizes``) is not encoded again.
-        request = _body(model, messages, {"stream": True, "stream_options": {"include_usage": True},
-                                          **({"tools": tools} if tools else {}), **options})
+        schemas = tools if isinstance(tools, Schemas) else Schemas.of(tools)
+        request = _body(model, messages, schemas, options)
         attempt = 0
         began = time.monotonic()
         deadline = began + self.limits.seconds
-        log.debug("model request: %s, %d messages, %d tools", model, len(messages), len(tools))
+        log.debug("model request: %s, %d messages, %d tools", model, len(messages), schemas.count)
         while True:
             accumulator = _Accumulator(onText, onReasoning, self.limits)
             try:
@@ -462,14 +463,43 @@ class ModelClient:
             exchange.close()
 
 
-def _body(model: str, messages: Sequence[bytes | dict[str, Any]], fields: dict[str, Any]) -> bytes:
-    """``{"model": model, "messages": messages, **fields}`` as ``bodyJSON`` makes it, byte for
+@attrs.frozen
+class Schemas:
+    """Tools' schemas as a request body carries them: ``body`` is ``bodyJSON`` of their list.
+    The agent joins it from each tool's bytes, made once (13 KB of built-in schemas cost more
+    to encode than the rest of a short request)."""
+
+    body: bytes
+    count: int
+
+    @classmethod
+    def of(cls, schemas: Sequence[dict[str, Any]]) -> Schemas:
+        return cls(bodyJSON(list(schemas)), len(schemas))
+
+    @classmethod
+    def joined(cls, bodies: Sequence[bytes]) -> Schemas:
+        """The list of schemas each given as its ``bodyJSON``."""
+        return cls(b"[" + b",".join(bodies) + b"]", len(bodies))
+
+
+#: What every request asks: a stream, ending with the usage of the request.
+_STREAMED = b'"stream":true,"stream_options":{"include_usage":true}'
+
+
+def _body(model: str, messages: Sequence[bytes | dict[str, Any]], tools: Schemas, options: dict[str, Any]) -> bytes:
+    """``{"model": model, "messages": messages, "stream": true, "stream_options": …, "tools":
+    tools, **options}`` (no ``tools`` when there are none) as ``bodyJSON`` makes it, byte for
     byte, each message on its own (one given as bytes is its JSON already, made once by the
     agent for every request that carries it). One join makes the body: a second copy of
     megabytes would cost as much as the rest of it."""
     parts = [m if type(m) is bytes else bodyJSON(m) for m in messages] or [b""]
     parts[0] = b'{"model":' + bodyJSON(model) + b',"messages":[' + parts[0]
-    parts[-1] += b"]}" if not fields else b"]," + bodyJSON(fields)[1:]
+    fields = [_STREAMED]
+    if tools.count:
+        fields.append(b'"tools":' + tools.body)
+    if options:
+        fields.append(bodyJSON(options)[1:-1])
+    parts[-1] += b"]," + b",".join(fields) + b"}"
     return b",".join(parts)
 
 
