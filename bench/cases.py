@@ -351,7 +351,7 @@ SKILLS = 50
 
 async def caseSkills(b: Bench) -> list[Result]:
     """The no-tool turn again, with ``SKILLS`` skills in ``$HERMES_HOME/skills`` (each turn reads
-    them at its start and end, and the engine for the system prompt); and one read of them in
+    them at its start, for its commands and its system prompt; a no-tool turn not at its end); and one read of them in
     this process, as a turn does it (files parsed once, then only looked at)."""
     from hermes_acp.engine.skills import SkillLibrary
 
@@ -377,7 +377,7 @@ async def caseSkills(b: Bench) -> list[Result]:
     return [Result(f"no-tool turn with {SKILLS} skills", samples, "ms", 0.020, "≤ 20 ms",
                    "as the no-tool turn, with the skills listed in the system prompt and as commands"),
             Result(f"reading {SKILLS} unchanged skills", reads, "ms",
-                   note="one `SkillLibrary.catalog`, in-process: what a turn does at its start and end")]
+                   note="one `SkillLibrary.catalog`, in-process: what a turn does at its start (and at its end after a tool call)")]
 
 
 async def caseTools(b: Bench) -> list[Result]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # for annotations only; none of these imports this module
     from .engine.access import EditProposal
     from .engine.checkpoints import TurnCheckpoint
     from .engine.result import TurnResult
+    from .engine.skills import Catalog
     from .engine.tools.registry import Tool
     from .engine.workspace import Workspace
     from .session_state import SessionState
@@ -116,11 +117,13 @@ class IEngineAgent(Interface):
         cancelEvent: threading.Event | None = None,
         extraTools: Mapping[str, Tool] | None = None,
         checkpoint: TurnCheckpoint | None = None,
+        skillsCatalog: Catalog | None = None,
     ) -> TurnResult:
         """Run one turn to its end, reporting to ``observer``, with files and
         commands through ``workspace``; a set ``cancelEvent`` cancels it;
         ``extraTools`` join the agent's own for this run; ``checkpoint`` is taken
-        before its first change of files (``engine.checkpoints``)."""
+        before its first change of files (``engine.checkpoints``); ``skillsCatalog``
+        is the session's skills as just read for the turn (None: the agent reads them)."""
 
     def compact(
         conversation_history: list[dict[str, Any]],

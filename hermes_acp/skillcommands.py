@@ -3,9 +3,10 @@
 The catalog (``engine.skills``) is read on a thread of its own (``hermes-skills``, one per
 folder being read, kept a while for the next read; never the agent's workers, which a turn
 may wait for, and never for more than ``SCAN_WAIT``): when a session is set up, at the start
-of every turn (a skill added or changed on disk between turns counts from that turn) and after
-every turn of the model (``skill_manage``, or a command, may have changed them). The editor
-hears a new list only when it differs from the last it heard.
+of every turn (a skill added or changed on disk between turns counts from that turn; the
+model's system prompt lists what that read found) and after every turn of the model that
+called a tool (``skill_manage``, or a command, may have changed them). The editor hears a new
+list only when it differs from the last it heard.
 
 ``/NAME request`` runs a turn of the model whose user message is the skill's instructions and
 the request (``SkillLibrary.activation``): in the history, so the skill stays in force for the

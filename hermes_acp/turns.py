@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from .backgroundcards import BackgroundCards
     from .engine.checkpoints import CheckpointStore
     from .engine.model import ModelError
-    from .engine.skills import Skill
+    from .engine.skills import Catalog, Skill
     from .engine.result import TurnResult
     from .engine.workspace import Workspace
 
@@ -318,7 +318,7 @@ class Turn:
             elif prompted is not None and (problem := await self._fetchPrompt(*prompted)) is not None:
                 self._move(RUNNING)
                 self.sendText("agent_message_chunk", problem)
-            elif not self.cancelled and (result := await self._runEngine(compact, skill)) is not None:
+            elif not self.cancelled and (result := await self._runEngine(compact, skill, catalog)) is not None:
                 messages = result.messages
                 response = {"stopReason": result.stop_reason, "usage": attrs.asdict(result.usage)}
                 for name, count in response["usage"].items():
@@ -336,7 +336,7 @@ class Turn:
             if self.phase in (WAITING, RUNNING):
                 self._move(FINISHING)
             self.sweep()
-        if command is None and services.skills is not None and not self.cancelled:
+        if services.skills is not None and not self.cancelled and result is not None and _calledTools(result):
             await services.skills.refresh(session)  # skill_manage (or a command) may have changed them
         if self.cancelled:
             response["stopReason"], failure = "cancelled", None
@@ -380,11 +380,13 @@ class Turn:
                                              "updatedAt": timestamp()})
         return True
 
-    async def _runEngine(self, compact: str | None = None, skill: tuple[Skill, str] | None = None) -> TurnResult | None:
+    async def _runEngine(self, compact: str | None = None, skill: tuple[Skill, str] | None = None,
+                         catalog: Catalog | None = None) -> TurnResult | None:
         """The engine on a worker thread; None when the turn was cancelled before one
         was free. The engine's events cross back through the bridge, in order. With
         ``compact`` (``/compact``'s focus, maybe "") the run is one compaction; with
-        ``skill`` (``/NAME request``) the user's message is the skill's instructions."""
+        ``skill`` (``/NAME request``) the user's message is the skill's instructions;
+        ``catalog``: the skills read for the turn, which its system prompt lists."""
         services = self.services
         self.agent = agent = services.options.agentFor(self.session)
         agent.contextWindow = services.catalog.window(self.session.model)
@@ -416,7 +418,7 @@ class Turn:
                     else:
                         content = toModelContent(self.modelBlocks or self.blocks, self.cancelEvent)
                     result = agent.run_conversation(content, history, observer, workspace, self.cancelEvent, tools,
-                                                    checkpoint)
+                                                    checkpoint, catalog)
             finally:
                 bridge.flush()
             return result
@@ -782,6 +784,13 @@ class Turn:
         d = self.services.permissions.requestPermission(self.session.sessionId, toolCall, kind)
         self._track(d)
         return d
+
+
+def _calledTools(result: TurnResult) -> bool:
+    """Whether the run called a tool: only a tool (``skill_manage``, a command, a write) can
+    change the skills on disk during a turn. A change made by anything else counts from the
+    next turn, whose start reads them again."""
+    return any(message.get("role") == "tool" for message in result.messages)
 
 
 def _title(text: str) -> str:

@@ -214,6 +214,23 @@ def test_theAgentListsSkillsAndHasTheTools(place: dict[str, Path]) -> None:
     assert "skill_view" not in without.activeTools()
 
 
+def test_theFirstSystemPromptListsTheSkillsTheTurnRead(place: dict[str, Path]) -> None:
+    """Given the skills the turn just read (``skillsCatalog``), a run's first system prompt
+    lists them without reading them again; a later one (after a plan is approved) reads anew."""
+    from hermes_acp.engine.agent import _Conversation
+    from hermes_acp.engine.cancel import Cancellation
+    from hermes_acp.engine.workspace import LocalWorkspace
+
+    makeSkill(place["user"], "deploy", skillText("deploy", "Ship the app. Use when deploying."))
+    bench = SkillBench(place)
+    read = bench.library.catalog(str(place["cwd"]))
+    makeSkill(place["user"], "later", skillText("later", "Made meanwhile. Use later."))
+    run = _Conversation(bench.agent, Cancellation(), bench.observer, LocalWorkspace(), [], "hi", {}, None, read)
+    first, second = run._system()["content"], run._system()["content"]
+    assert "- deploy: Ship the app." in first and "later" not in first
+    assert "- later: Made meanwhile." in second
+
+
 def test_skillViewReadsTheSkillAndItsFilesOnly(place: dict[str, Path]) -> None:
     folder = makeSkill(place["user"], "pdf", category="docs")
     (folder / "references").mkdir()

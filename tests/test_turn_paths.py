@@ -26,6 +26,7 @@ from hermes_acp.acp import ACPServer
 from hermes_acp.config import Endpoint, Settings
 from hermes_acp.engine.access import EditProposal
 from hermes_acp.engine.result import TurnResult, TurnUsage
+from hermes_acp.engine.skills import Catalog, SkillLibrary
 from hermes_acp.interfaces import IAgentFactory, IEngineAgent
 from hermes_acp.sessions import SessionManager
 from hermes_acp.threads import WorkerPool
@@ -44,12 +45,15 @@ class ScriptedAgent:
     contextWindow: int | None = None
     vision: bool | None = None
     interrupted: threading.Event = attrs.field(factory=threading.Event)
+    skillsCatalog: Any = None  # the last run's
 
     def interrupt(self) -> None:
         self.interrupted.set()
 
     def run_conversation(self, user_message: Any, conversation_history: Any, observer: Any, workspace: Any = None,
-                         cancelEvent: Any = None, extraTools: Any = None, checkpoint: Any = None) -> TurnResult:
+                         cancelEvent: Any = None, extraTools: Any = None, checkpoint: Any = None,
+                         skillsCatalog: Any = None) -> TurnResult:
+        self.skillsCatalog = skillsCatalog
         return self.behaviour(self, user_message, observer)
 
     def compact(self, conversation_history: Any, observer: Any, focus: str = "", cancelEvent: Any = None,
@@ -215,6 +219,40 @@ async def test_aFinishedTurnIsFreedWithoutTheCollector() -> None:
         assert [ref() for ref in turns] == [None, None, None]
     finally:
         gc.enable()
+        await h.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_aTurnReadsTheSkillsAgainAtItsEndOnlyWhenItCalledATool(monkeypatch) -> None:
+    """A turn reads the session's skills at its start and gives the engine what it found (the
+    system prompt lists them without a read of its own); it reads them again at its end only
+    when the model called a tool (``skill_manage``, a command or a write may have changed them)."""
+    reads: list[str] = []
+    catalog = SkillLibrary.catalog
+    monkeypatch.setattr(SkillLibrary, "catalog", lambda self, cwd: reads.append(cwd) or catalog(self, cwd))
+    given: list[Any] = []
+
+    def behaviour(agent: ScriptedAgent, content: Any, observer: Any) -> TurnResult:
+        given.append(agent.skillsCatalog)
+        called = [{"role": "assistant", "content": "", "tool_calls": [
+                      {"id": "c", "type": "function", "function": {"name": "terminal", "arguments": "{}"}}]},
+                  {"role": "tool", "tool_call_id": "c", "content": "ok"}] if "call" in str(content) else []
+        return TurnResult("done", [{"role": "user", "content": str(content)}, *called,
+                                   {"role": "assistant", "content": "done"}], TurnUsage(), "end_turn")
+
+    h = Harness(behaviour)
+    try:
+        sessionId = await sessionOn(h)
+        assert "result" in await h.answer(prompt(h, sessionId, "first"))  # (the session's own read is over)
+        counted = []
+        for text in ("plain", "call", "plain"):
+            reads.clear()
+            assert "result" in await h.answer(prompt(h, sessionId, text))
+            counted.append(len(reads))
+        assert counted == [1, 2, 1]
+        assert len(given) == 4 and all(isinstance(found, Catalog) for found in given)
+        assert h.problems() == []
+    finally:
         await h.stop()
 
 

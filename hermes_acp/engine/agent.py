@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from hermes_acp.engine.checkpoints import TurnCheckpoint
     from hermes_acp.engine.guard import CommandApprovals
     from hermes_acp.engine.memory import MemoryStore
-    from hermes_acp.engine.skills import SkillLibrary
+    from hermes_acp.engine.skills import Catalog, SkillLibrary
 
 log = logging.getLogger(__name__)
 
@@ -493,6 +493,7 @@ class AIAgent:
         cancelEvent: threading.Event | None = None,
         extraTools: Mapping[str, Tool] | None = None,
         checkpoint: TurnCheckpoint | None = None,
+        skillsCatalog: Catalog | None = None,
     ) -> TurnResult:
         """Run one turn to its end; never raises for model or tool failures.
 
@@ -501,13 +502,16 @@ class AIAgent:
         ``extraTools`` join the agent's own for this run (the session's MCP tools).
         ``checkpoint`` is taken before the first call that may change files, and
         records what the turn changed when it ends (``engine.checkpoints``).
+        ``skillsCatalog``, the skills just read for the turn, is what its first system prompt
+        lists (instead of reading them again).
         """
         if not conversation_history:
             self.summaryFailures = 0  # a new conversation (or one after /reset) asks for summaries again
         try:
             return self._start(lambda c: _Conversation(self, c, observer, workspace or LocalWorkspace(),
                                                        list(conversation_history or []), user_message,
-                                                       dict(extraTools or {}), checkpoint).run(), cancelEvent)
+                                                       dict(extraTools or {}), checkpoint, skillsCatalog).run(),
+                               cancelEvent)
         finally:
             if checkpoint is not None:
                 checkpoint.finish()
@@ -690,6 +694,8 @@ class _Conversation:
     userMessage: str | list[dict[str, Any]] | None
     extraTools: dict[str, Tool] = attrs.field(factory=dict)
     checkpoint: TurnCheckpoint | None = None
+    #: The skills read for the turn, for its first system prompt; a later one reads them again.
+    skillsCatalog: Catalog | None = None
     #: Held by the run's delegate call that runs children (``subagents.Delegation.turnLock``).
     delegating: threading.Lock = attrs.field(factory=threading.Lock)
     new: list[dict[str, Any]] = attrs.field(factory=list)
@@ -745,7 +751,8 @@ class _Conversation:
         if agent.memorySnapshot:  # frozen for the session: the prompt's prefix stays the same
             content = f"{content}\n\n{agent.memorySnapshot}"
         if agent.skills is not None:  # the skills' names and descriptions (``engine.skills``)
-            skills = agent.skills.catalog(agent.cwd).promptSection(agent.skills.promptChars)
+            catalog, self.skillsCatalog = self.skillsCatalog or agent.skills.catalog(agent.cwd), None
+            skills = catalog.promptSection(agent.skills.promptChars)
             content = f"{content}\n\n{skills}" if skills else content
         return content
 
