@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -46,6 +47,8 @@ class SessionState:
     journal: list[dict[str, Any]] = attrs.field(factory=list)
     flushCall: IDelayedCall | None = None
     announced: bool = False  # its new/load/resume/fork response has been written
+    #: ``settings()`` as last given to the store to write (None: not yet by this process).
+    savedSettings: tuple[Any, ...] | None = None
 
     @classmethod
     def fromRecord(cls, record: SessionRecord, history: list[dict[str, Any]]) -> SessionState:
@@ -75,6 +78,11 @@ class SessionState:
             createdAt=self.createdAt,
             updatedAt=self.updatedAt,
         )
+
+    def settings(self) -> tuple[Any, ...]:
+        """What the store keeps of the session's settings, to compare (``updatedAt`` aside)."""
+        return (self.title, self.model, self.mode, json.dumps(self.config, sort_keys=True, default=repr), self.cwd,
+                self.additionalDirectories)
 
     @property
     def roots(self) -> tuple[str, ...]:

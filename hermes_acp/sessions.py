@@ -441,6 +441,8 @@ class SessionManager:
 
     @staticmethod
     def _settings(state: SessionState) -> _Write:
+        """The write of the session's settings; the state remembers what it wrote."""
+        state.savedSettings = state.settings()
         return _Write("updateSession", kwargs=dict(
             title=state.title, model=state.model, mode=state.mode, config=state.config, cwd=state.cwd,
             additionalDirectories=state.additionalDirectories, updatedAt=state.updatedAt,
@@ -478,8 +480,9 @@ class SessionManager:
     async def endTurn(self, state: SessionState, messages: list[dict[str, Any]],
                       history: list[dict[str, Any]] | None = None, asides: list[dict[str, Any]] = ()) -> None:
         """Make the finished turn durable: journal, new messages (or, after a compaction,
-        the new ``history``, the old one archived), idle state, settings; one job of
-        the database thread, so a shutdown's close comes after all of it.
+        the new ``history``, the old one archived), idle state, settings (only when they
+        changed since last written: the messages' insert marks the session updated); one job
+        of the database thread, so a shutdown's close comes after all of it.
 
         When another process marked the turn interrupted meanwhile, the messages are
         appended all the same. When the store refuses (a full disk), all of it is kept
@@ -489,8 +492,9 @@ class SessionManager:
         """
         state.updatedAt = timestamp()
         archived = [_Write("archiveMessages", (list(asides),))] if asides else []
+        settings = [self._settings(state)] if not messages or state.savedSettings != state.settings() else []
         await self._write(state, *self._journal(state), _Write("endTurn", (state.turnNumber, messages, history)),
-                          *archived, self._settings(state))
+                          *archived, *settings)
 
     async def beginTurn(self, state: SessionState, prompt: str | None = None) -> None:
         """Mark a turn running in this process (with its ``prompt`` when it goes to the model:
