@@ -566,6 +566,15 @@ class ReviewedTests(SynchronousTestCase):
             current = [attrs.evolve(tool) for tool in builtin]
             forms.of(current)
         self.assertEqual([entry[0] for entry in forms._known.values()], current)  # the others are let go
+        from hermes_acp.config import Endpoint
+        from hermes_acp.engine.agent import AIAgent
+
+        parent = AIAgent(Endpoint("custom", "http://127.0.0.1:9/v1", None, "m"), "/tmp")
+        parent._toolForms.of(parent.activeTools().values())
+        made.clear()
+        child = parent.child("You are a subagent.")
+        child._toolForms.of(child.activeTools().values())
+        self.assertEqual(made, [])  # a subagent's tools are the session's: their bytes are made already
 
     def test_an_image_replaced_by_a_line_is_not_held_by_the_sizes(self) -> None:
         """``_keepNewestImages`` swaps an older image for a line so that memory need not hold its

@@ -294,7 +294,8 @@ class _ToolForms:
     """Each tool's schema as a request body carries it (``bodyJSON``) and its ``charCount``,
     made once per tool: tools are frozen, the built-in ones live as long as the process and an
     MCP server's until its list changes. A request joins the bytes instead of encoding the
-    schemas again (twice: its size and its body)."""
+    schemas again (twice: its size and its body). A session's subagents share its forms; two
+    threads at once at worst make an entry twice."""
 
     def __init__(self) -> None:
         #: id -> (tool, its schema's bytes, its schema's charCount)
@@ -574,6 +575,7 @@ class AIAgent:
         child.pathApprovals = self.pathApprovals
         child._commandApprovals = self.commandApprovals
         child._locks = self._locks
+        child._toolForms = self._toolForms  # the session's tools (less some), whose bytes are made already
         return child
 
     def modelClient(self) -> ModelClient:
