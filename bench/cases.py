@@ -351,8 +351,9 @@ SKILLS = 50
 
 async def caseSkills(b: Bench) -> list[Result]:
     """The no-tool turn again, with ``SKILLS`` skills in ``$HERMES_HOME/skills`` (each turn reads
-    them at its start, for its commands and its system prompt; a no-tool turn not at its end); and one read of them in
-    this process, as a turn does it (files parsed once, then only looked at)."""
+    them at its start, for its commands and its system prompt; a no-tool turn not at its end);
+    and one read of them in this process, as a turn does it (files parsed once, then only
+    looked at)."""
     from hermes_acp.engine.skills import SkillLibrary
 
     home = b.home()
