@@ -533,27 +533,27 @@ class ReviewedTests(SynchronousTestCase):
         check(loaded + exchange(9))
 
     def test_tool_schemas_are_encoded_once_per_tool(self) -> None:
-        """A request's tools (``_ToolForms``): their schemas' bytes are ``bodyJSON`` of the list
-        and their size ``charCount`` of it, for none, one and many tools and a non-ASCII
-        description; each tool's schema is made once however many requests carry it; a body
-        with them and without them is the fresh encoding of the same request; tools no longer
-        given are let go."""
+        """A request's tools (``_toolSchemas``): their schemas' bytes are ``bodyJSON`` of the
+        list and their size ``charCount`` of it, for none, one and many tools and a non-ASCII
+        description; each tool's schema is made once however many requests, sessions and
+        subagents send it (``Tool.requestForm``); a body with them and without them is the
+        fresh encoding of the same request."""
         import attrs
 
         from hermes_acp import safejson
-        from hermes_acp.engine.agent import _fixedChars, _ToolForms
+        from hermes_acp.config import Endpoint
+        from hermes_acp.engine.agent import AIAgent, _fixedChars, _toolSchemas
         from hermes_acp.engine.model import _body, bodyJSON
         from hermes_acp.engine.tools.builtin import selectTools
         from hermes_acp.engine.tools.registry import Tool
 
-        forms, made = _ToolForms(), []
+        made: list[str] = []
         schema = Tool.schema
         self.patch(Tool, "schema", lambda tool: made.append(tool.name) or schema(tool))
-        builtin = list(selectTools().values())
-        tools = [attrs.evolve(tool, description=tool.description + " ✓") for tool in builtin]
+        tools = [attrs.evolve(tool, description=tool.description + " ✓") for tool in selectTools().values()]
         system = {"role": "system", "content": "You are Hermes ✓."}
         for given, new in (([], 0), (tools[:1], 1), (tools, len(tools) - 1), (tools, 0)):
-            schemas, chars = forms.of(given)
+            schemas, chars = _toolSchemas(given)
             self.assertEqual(len(made), new)  # each tool's schema made once, however often it is sent
             listed = [schema(tool) for tool in given]
             self.assertEqual((schemas.body, schemas.count, chars), (bodyJSON(listed), len(given), charCount(listed)))
@@ -562,19 +562,13 @@ class ReviewedTests(SynchronousTestCase):
                      **({"tools": listed} if listed else {}), "reasoning_effort": "low"}
             self.assertEqual(_body("m", [system], schemas, {"reasoning_effort": "low"}), safejson.encode(fresh))
             made.clear()
-        for _ in range(5):  # an MCP server's list changes, five times: 80 tools no longer sent
-            current = [attrs.evolve(tool) for tool in builtin]
-            forms.of(current)
-        self.assertEqual([entry[0] for entry in forms._known.values()], current)  # the others are let go
-        from hermes_acp.config import Endpoint
-        from hermes_acp.engine.agent import AIAgent
-
-        parent = AIAgent(Endpoint("custom", "http://127.0.0.1:9/v1", None, "m"), "/tmp")
-        parent._toolForms.of(parent.activeTools().values())
+        endpoint = Endpoint("custom", "http://127.0.0.1:9/v1", None, "m")
+        first, second = AIAgent(endpoint, "/tmp"), AIAgent(endpoint, "/tmp")
+        _toolSchemas(first.activeTools().values())
         made.clear()
-        child = parent.child("You are a subagent.")
-        child._toolForms.of(child.activeTools().values())
-        self.assertEqual(made, [])  # a subagent's tools are the session's: their bytes are made already
+        for agent in (second, first.child("You are a subagent.")):
+            _toolSchemas(agent.activeTools().values())
+        self.assertEqual(made, [])  # another session, a subagent: the built-in tools' bytes are made already
 
     def test_an_image_replaced_by_a_line_is_not_held_by_the_sizes(self) -> None:
         """``_keepNewestImages`` swaps an older image for a line so that memory need not hold its

@@ -290,31 +290,11 @@ def _request(system: dict[str, Any], live: Sequence[dict[str, Any]],
     return [system, *sent]
 
 
-class _ToolForms:
-    """Each tool's schema as a request body carries it (``bodyJSON``) and its ``charCount``,
-    made once per tool: tools are frozen, the built-in ones live as long as the process and an
-    MCP server's until its list changes. A request joins the bytes instead of encoding the
-    schemas again (twice: its size and its body). A session's subagents share its forms; two
-    threads at once at worst make an entry twice."""
-
-    def __init__(self) -> None:
-        #: id -> (tool, its schema's bytes, its schema's charCount)
-        self._known: dict[int, tuple[Tool, bytes, int]] = {}
-
-    def of(self, tools: Collection[Tool]) -> tuple[Schemas, int]:
-        """The tools' schemas for a request, and ``charCount`` of their list. Tools no longer
-        given are forgotten once there may be 64 of them."""
-        known, bodies, chars = self._known, [], 0
-        for tool in tools:
-            entry = known.get(id(tool))
-            if entry is None or entry[0] is not tool:
-                schema = tool.schema()
-                entry = known[id(tool)] = (tool, bodyJSON(schema), charCount(schema))
-            bodies.append(entry[1])
-            chars += entry[2]
-        if len(known) > len(tools) + 64:
-            self._known = {id(tool): known[id(tool)] for tool in tools}
-        return Schemas.joined(bodies), chars + 2 * max(len(bodies), 1)  # "[", ", " between, "]"
+def _toolSchemas(tools: Collection[Tool]) -> tuple[Schemas, int]:
+    """The tools' schemas for a request (joined from each tool's ``requestForm``), and
+    ``charCount`` of their list."""
+    forms = [tool.requestForm() for tool in tools]
+    return Schemas.joined([body for body, _ in forms]), sum(chars for _, chars in forms) + 2 * max(len(forms), 1)
 
 
 def _fixedChars(system: dict[str, Any], toolChars: int) -> int:
@@ -444,7 +424,6 @@ class AIAgent:
     _planLock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _run: Cancellation | None = attrs.field(default=None, init=False)
     _sizes: _Sizes = attrs.field(factory=_Sizes, init=False)
-    _toolForms: _ToolForms = attrs.field(factory=_ToolForms, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.pathApprovals = PathApprovals.forWorkspace(self.cwd, self.additionalDirectories)
@@ -575,7 +554,6 @@ class AIAgent:
         child.pathApprovals = self.pathApprovals
         child._commandApprovals = self.commandApprovals
         child._locks = self._locks
-        child._toolForms = self._toolForms  # the session's tools (less some), whose bytes are made already
         return child
 
     def modelClient(self) -> ModelClient:
@@ -794,7 +772,7 @@ class _Conversation:
         self.remember({"role": "user", "content": withNote(prompt, note)})
         system = self._system()
         tools = self._tools()
-        schemas, toolChars = agent._toolForms.of(tools.values())
+        schemas, toolChars = _toolSchemas(tools.values())
         fixed = _fixedChars(system, toolChars)
         options = {k: v for k, v in (("max_tokens", agent.maxTokens), ("reasoning_effort", agent.reasoningEffort)) if v}
         retry: dict[str, Any] = {}  # options of the one request that asks again for a cut tool call
@@ -805,7 +783,7 @@ class _Conversation:
                 return self.result(CANCELLED)
             if agent.planning != planning:  # the user approved a plan (or switched modes) mid-turn
                 planning, system, tools = agent.planning, self._system(), self._tools()
-                schemas, toolChars = agent._toolForms.of(tools.values())
+                schemas, toolChars = _toolSchemas(tools.values())
                 fixed = _fixedChars(system, toolChars)
             agent._sizes.keep(self.live)
             sent, view = self._measured(fixed)
@@ -887,7 +865,7 @@ class _Conversation:
 
     def compactNow(self, focus: str) -> TurnResult:
         """``/compact``: one compaction of the history as it is, whatever its size."""
-        toolChars = self.agent._toolForms.of(self._tools().values())[1]
+        toolChars = _toolSchemas(self._tools().values())[1]
         outcome = self._compact("requested", _fixedChars(self._system(), toolChars), force=True, focus=focus)
         return self.result(CANCELLED if outcome.status == "cancelled" else END_TURN)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from hermes_acp import safejson
+from hermes_acp.engine.compaction import charCount
 from hermes_acp.engine.approval import Verdict
 from hermes_acp.engine.asking import NOBODY, Answer
 from hermes_acp.engine.access import EditProposal
@@ -192,12 +193,26 @@ class Tool:
     #: Its call holds one of the process's tool slots while it runs; not one that only waits for
     #: work that needs slots itself (``delegate_task``: its children's calls).
     holdsSlot: bool = True
+    #: ``requestForm``'s answer, made at its first call.
+    _form: tuple[bytes, int] | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     def schema(self) -> dict[str, Any]:
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
+
+    def requestForm(self) -> tuple[bytes, int]:
+        """The schema as a model request's body carries it (``model.bodyJSON``: compact UTF-8
+        JSON, healed) and its size as the agent counts a request (``compaction.charCount``),
+        made once: the tool is frozen, and a request joins its tools' bytes instead of encoding
+        13 KB of schemas again. Kept as long as the tool (the built-in ones, the process; an
+        MCP server's, until its list changes), by every session and subagent that sends it."""
+        if self._form is None:
+            schema = self.schema()
+            object.__setattr__(self, "_form", (safejson.encodeHealed(schema), charCount(schema)))
+        assert self._form is not None
+        return self._form
 
 
 def parameters(required: Iterable[str] = (), **properties: dict[str, Any]) -> dict[str, Any]:
