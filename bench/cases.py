@@ -281,9 +281,9 @@ async def caseInitialize(b: Bench) -> list[Result]:
                note="the import floor: spawn until the reactor is imported (exit not timed)"),
         Result("spawn → `initialize` answered", init, "s", limit, f"≤ floor + 0.1 s = {limit:.3f} s",
                _ratio(init, floor, "floor")),
-        Result("first `session/new` of a process", firstNew, "ms", note="opens state.db"),
+        Result("first `session/new` of a process", firstNew, "ms", note="state.db opens from `initialize`'s answer on"),
         Result("first no-tool turn of a process", firstTurn, "ms",
-               note="builds the session's engine (imported in the background since the first `session/new`)"),
+               note="builds the session's engine (its modules imported before `initialize` was answered)"),
         Result("spawn → first answer of a turn", firstAnswer, "s", startup + 0.1,
                f"≤ startup + 0.1 s = {startup + 0.1:.3f} s", _ratio(firstAnswer, init, "startup") +
                "; initialize, session/new and the prompt one after another, as an editor sends them"),

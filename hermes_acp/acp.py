@@ -12,7 +12,7 @@ or coroutine of it); errors are ``hermes_acp.jsonrpc`` exceptions.
 
 from __future__ import annotations
 
-import gc
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from .backgroundcards import BackgroundCards
 from .catalog import ModelCatalog
 from .client import ClientInfo
 from .clientio import ClientWorkspace
+from .collector import loadingForGood
 from .commands import Commands, availableCommands, commandNames
 from .config import Endpoint, Settings, hermesHome, loadDotenv, resolveEndpoint
 from .engine.background import BackgroundLimits, BackgroundProcesses
@@ -168,18 +169,18 @@ class ACPServer:
     # -- initialize and auth ---------------------------------------------
 
     def initialize(self, params: dict[str, Any]) -> Reply:
-        """The handshake; once it is answered, the engine is imported in the background
-        (the first prompt need not wait for it)."""
+        """The handshake, answered once the engine is imported (``warmUp``)."""
         requested = field(params, "protocolVersion", int)
         if requested != PROTOCOL_VERSION:
             log.debug("client asked for protocol {v}; answering {ours}", v=requested, ours=PROTOCOL_VERSION)
         self.client.update(lenientObject(params, "clientCapabilities"), lenientObject(params, "clientInfo"))
+        self.warmUp()
         return Reply({
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": self.agentCapabilities(),
             "authMethods": self.authMethods(),
             "agentInfo": dict(AGENT_INFO),
-        }, self.warmUp)
+        }, self._warmStore)
 
     @property
     def imagesSeen(self) -> bool:
@@ -262,12 +263,29 @@ class ACPServer:
         return endpoint
 
     def warmUp(self) -> None:
-        """Open state.db and import the engine in the background while the user types."""
-        if not self._warm:
-            self._warm = True
-            self.store.warm()
-            d = self.workers.run(_importEngine, self.endpointSource().baseURL or "")
-            d.addErrback(lambda f: log.failure("preloading the engine failed", f))
+        """Import the engine (what the first prompt would otherwise wait for) before
+        ``initialize`` is answered, on the reactor: the editor waits for that answer before
+        it sends anything else. Imported after the answer, on a worker, its 40-60 ms of
+        Python holding the GIL ran beside the first ``session/new`` and prompt, whose every
+        step on the reactor (and every statement of the database's first opening) then waited
+        up to the interpreter's switch interval (5 ms) for it: the first ``session/new`` took
+        four to six times as long, and the first prompt waited for the rest of the import
+        (docs/performance.md). A failure is logged and left for the first prompt to report."""
+        if self._warm:
+            return
+        self._warm = True
+        try:
+            _importEngine()
+        except Exception:
+            log.failure("preloading the engine failed")
+
+    def _warmStore(self) -> None:
+        """Once ``initialize`` is answered: state.db opens on its thread (the first
+        ``session/new`` need not wait for it) and, for an HTTPS endpoint, a worker loads the
+        certificate store (about 50 ms; the first prompt need not wait for it)."""
+        self.store.warm()
+        if (self.endpointSource().baseURL or "").startswith("https:"):
+            self.workers.run(_tlsContext).addErrback(lambda f: log.failure("loading the certificates failed", f))
 
     # -- shutdown ----------------------------------------------------------
 
@@ -297,19 +315,18 @@ def fetchModels(endpoint: Endpoint) -> list[tuple[str, int | None]]:
     return listModels(endpoint)
 
 
-def _importEngine(baseURL: str) -> None:
-    """What the first prompt would otherwise wait for: the engine's modules, and for an
-    HTTPS endpoint the certificate store (about 50 ms to load)."""
-    from .engine import agent  # noqa: F401
+def _importEngine() -> None:
+    """What the first prompt would otherwise wait for: the engine's modules, loaded for good
+    (``collector``). Once a process: a later warm-up (another connection's) would freeze that
+    connection's sessions, which can end."""
+    if "hermes_acp.engine.agent" in sys.modules:
+        return
+    with loadingForGood():
+        from .engine import agent  # noqa: F401
+
+
+def _tlsContext() -> None:
+    """The model client's certificate store, loaded ahead of the first request."""
     from .engine.chat_http import tlsContext
 
-    if baseURL.startswith("https:"):
-        tlsContext()
-    # What is loaded by now (the modules, most of them) lives as long as the process: the
-    # collector's full passes, which hold every thread (tens of ms each with 200 sessions
-    # open), need not walk it again each time. Not collected first: that pass (about 35 ms)
-    # would hold up the first prompt, which comes during the warm-up; the few hundred objects
-    # of cyclic garbage the start-up leaves are frozen with the rest. Once: a later warm-up
-    # (another connection's) would freeze sessions that can end.
-    if not gc.get_freeze_count():
-        gc.freeze()
+    tlsContext()

@@ -7,6 +7,8 @@ import sys
 
 from twisted.python import usage
 
+from .collector import loadingForGood
+
 
 def importReactor() -> None:
     """Import the reactor without pyOpenSSL (about 0.1 s and 12 MiB less; docs/performance.md).
@@ -27,8 +29,9 @@ def importReactor() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    importReactor()
-    from .tap import Options, makeService, runTerminalCommand
+    with loadingForGood():
+        importReactor()
+        from .tap import Options, makeService, runTerminalCommand
 
     options = Options()
     try:

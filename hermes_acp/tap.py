@@ -19,6 +19,7 @@ from twisted.internet.defer import Deferred
 from twisted.python import usage
 
 from . import __version__
+from .collector import loadingForGood
 from .headless import PromptOptions
 from .mcp.terminal import MCPOptions
 
@@ -103,13 +104,14 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
     from twisted.internet import reactor
     from twisted.internet.error import ReactorNotRunning
 
-    from .acp import ACPServer
-    from .config import ConfigError, Settings, loadDotenv, stateDatabase
-    from .logs import bridgeStdlibLogging, prepareEvents
-    from .sessions import SessionManager
-    from .stdio import StdioService, claimStdio
-    from .threads import WorkerPool
-    from .trace import TraceError, openTrace
+    with loadingForGood():
+        from .acp import ACPServer
+        from .config import ConfigError, Settings, loadDotenv, stateDatabase
+        from .logs import bridgeStdlibLogging, prepareEvents
+        from .sessions import SessionManager
+        from .stdio import StdioService, claimStdio
+        from .threads import WorkerPool
+        from .trace import TraceError, openTrace
 
     if options.subCommand:
         sys.stderr.write(f"hermes-acp: run `hermes-acp {options.subCommand} ...` from a terminal, not as a service\n")

@@ -662,21 +662,3 @@ async def test_aListAfterACancelledFirstPromptHasTheSession() -> None:
         await h.stop()
     assert [(s["sessionId"], s.get("title")) for s in listed] == [(sessionId, "first")]
     assert h.problems() == []
-
-
-def test_theWarmUpFreezesWhatIsLoadedOnce() -> None:
-    """The engine's warm-up leaves what is loaded out of the collector's full passes
-    (``gc.freeze``), once: a second warm-up (another connection's) freezes nothing more."""
-    from hermes_acp.acp import _importEngine
-
-    gc.unfreeze()
-    try:
-        _importEngine("")
-        frozen = gc.get_freeze_count()
-        assert frozen > 10_000  # the modules and what they hold
-        kept = [[n] for n in range(1000)]  # objects the collector tracks, made since
-        _importEngine("")
-        assert gc.get_freeze_count() <= frozen  # (frozen objects freed meanwhile leave it)
-        del kept
-    finally:
-        gc.unfreeze()
