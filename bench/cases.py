@@ -712,23 +712,26 @@ async def caseFrames(b: Bench) -> list[Result]:
         chunks = [u for u in agent.updates[sessionId][before:] if u["sessionUpdate"] == "agent_message_chunk"]
         return _cpuSeconds(agent.pid) - cpu, chunks
 
+    paced: list[float] = []  # the paced floor's median per event, measured beside each paced turn
     for n in range(b.runs.streams + 1):
         plain, _ = await cpuOf(f"[notool] baseline {n}")
-        paced, chunks = await cpuOf(f"[paced] run {n}")
+        pacedTurn, chunks = await cpuOf(f"[paced] run {n}")
         if sum(len(u["content"]["text"]) for u in chunks) != PACED_DELTAS * 1000:
             raise BenchError("the paced stream did not arrive whole")
         fast, fastChunks = await cpuOf(f"[stream] run {n}")
         if sum(len(u["content"]["text"]) for u in fastChunks) != STREAM_CHARS:
             raise BenchError("the fast stream did not arrive whole")
         if n:  # the first is a warm-up
-            perFrame.append(max(0.0, paced - plain) / len(chunks))
+            perFrame.append(max(0.0, pacedTurn - plain) / len(chunks))
             frames.append(len(chunks))
             perDelta.append(max(0.0, fast - plain) / STREAM_DELTAS)
             batches.append(len(fastChunks))
+            # The floor of the same work, paced alike, right after the turn: each ratio compares
+            # a turn with the machine as it was then (a paced floor swings from run to run).
+            paced.append(statistics.median(await asyncio.to_thread(pacedFrameFloor)))
     await b.close(agent)
     floor = await asyncio.to_thread(frameFloor)
     ratio = [sample / statistics.median(floor) for sample in perFrame]
-    paced = await asyncio.to_thread(pacedFrameFloor)
     wakes = await asyncio.to_thread(pacedFrameFloor, work=False)
     batched = await asyncio.to_thread(pacedFrameFloor, readEvery=BATCHED_READS)
     shown = round(statistics.median(batches))  # the frames a fast stream's answer came in
@@ -743,9 +746,10 @@ async def caseFrames(b: Bench) -> list[Result]:
                note="the warm floor, its work done back to back: a paced stream pays a wake-up and cold caches "
                     "for each frame, which no design that shows a delta as it comes avoids (docs/performance.md)"),
         Result("the floor's work paced as the stream: one thread waits for each event", paced, "µs",
-               note=f"in the bench process; one event every {PACE * 1000:g} ms, CPU of the thread per event "
-                    "(the wake-ups and cold caches any design pays): the floor of the same work as it comes"),
-        Result("agent CPU per frame ÷ the paced floor", [sample / statistics.median(paced) for sample in perFrame],
+               note=f"in the bench process, after each paced turn; one event every {PACE * 1000:g} ms, CPU of the "
+                    "thread per event (the wake-ups and cold caches any design pays): the floor of the same work as it "
+                    "comes"),
+        Result("agent CPU per frame ÷ the paced floor", [turn / floorThen for turn, floorThen in zip(perFrame, paced)],
                "ratio", 5.0, "≤ 5", "issue 27 §2: a frame against the floor of the same work, paced as the stream"),
         Result("a paced wake-up alone: the same thread, without the floor's work", wakes, "µs",
                note="CPU of the thread per event; the paced floor less this is the floor's work run cold, "
