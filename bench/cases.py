@@ -1186,7 +1186,7 @@ async def caseRSS(b: Bench) -> list[Result]:
     return [
         Result("RSS after `initialize`", idle, "MiB", note="VmRSS of the agent process"),
         Result(f"RSS with {RSS_SESSIONS} sessions before their first turn", sessions, "MiB",
-               note=f"after {RSS_SESSIONS} × `session/new` (and any background preloading they start)"),
+               note=f"after {RSS_SESSIONS} × `session/new`"),
         Result(f"RSS with {RSS_SESSIONS} sessions", loaded, "MiB", 49 * MiB, "≤ 49 MiB",
                f"{RSS_SESSIONS} × `session/new`, then one short turn in each; VmRSS"),
     ]

@@ -168,10 +168,11 @@ def makeService(options: Options, onDone: Callable[[], None] | None = None) -> I
 
 def endCommands(wait: bool = True) -> None:
     """End every process the agent's commands left behind (none were started
-    when the engine never loaded its process module). A worker may be importing
-    it right now (the warm-up after ``initialize``): ``import_module`` waits for
-    that import to finish instead of finding the module half made; the watchdog
-    never waits (``wait=False``: a half-made module has started nothing)."""
+    when the engine never loaded its process module). Another thread may be
+    importing it right now: ``import_module`` waits for that import to finish
+    instead of finding the module half made; the watchdog, which may run while the
+    reactor imports the engine for ``initialize``, never waits (``wait=False``: a
+    half-made module has started nothing)."""
     name = "hermes_acp.engine.processes"
     if name in sys.modules:
         endAll = getattr(importlib.import_module(name) if wait else sys.modules[name], "endAll", None)

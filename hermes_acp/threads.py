@@ -152,8 +152,8 @@ class WorkerPool(Service):
 
         threading.Thread(target=join, name="hermes-pool-join", daemon=True).start()
         done.addTimeout(JOIN_TIMEOUT, self.reactor)
-        # Debug only: what such a thread is doing (preloading the engine, a turn that did
-        # not answer, which shutdown reports itself) matters no more at exit.
+        # Debug only: what such a thread is doing (a turn that did not answer, which
+        # shutdown reports itself) matters no more at exit.
         done.addErrback(lambda f: log.debug("{name} threads still busy at shutdown; exiting without them", name=self.name))
         return done
 

@@ -57,7 +57,7 @@ def _inFreshProcess(code: str) -> list[object]:
 
 
 def test_theEnginesWarmUpFreezesItOncePerProcess() -> None:
-    """A worker's import of the engine freezes it; a second warm-up (another connection's) finds
+    """The engine's warm-up freezes it; a second warm-up (another connection's) finds
     it imported and freezes nothing: that connection's sessions, which can end, stay collectable."""
     before, after, again, enabled = _inFreshProcess(
         "import gc, json; from hermes_acp import acp\n"

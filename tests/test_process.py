@@ -211,8 +211,8 @@ class ShutdownTests(SynchronousTestCase):
             self.assertIn("session_info_update", kinds)  # the journal was written before exit
 
     def test_idleExitIsQuiet(self) -> None:
-        """An agent that only opened a session (which starts preloading the engine on a
-        worker) and then sees EOF says nothing about busy threads at exit."""
+        """An agent that only opened a session (its engine imported for ``initialize``, its
+        database opening on its thread) and then sees EOF says nothing about busy threads at exit."""
         env = agentEnv(HERMES_BASE_URL="http://127.0.0.1:9/v1", HERMES_MODEL="m", HERMES_MODELS="m")
         run = runAgent([initialize(0), frame("session/new", {"cwd": "/", "mcpServers": []}, 1)], env=env)
         self.assertEqual(run.returncode, 0)

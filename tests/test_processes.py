@@ -181,8 +181,8 @@ print("ended", sys.modules[NAME]._ended)
 
 
 def test_theExitSweepWaitsForAHalfImportedEngine() -> None:
-    """The agent exits while a worker is still importing the process module (the
-    warm-up after ``initialize``): the sweep waits for it, it does not fail on it."""
+    """The agent exits while another thread is still importing the process module:
+    the sweep waits for it, it does not fail on it."""
     run = python(_HALF_IMPORTED)
     assert run.returncode == 0, run.stderr
     assert run.stdout == "ended True\n"
