@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from hermes_acp import safejson
-from hermes_acp.engine.compaction import charCount
 from hermes_acp.engine.approval import Verdict
 from hermes_acp.engine.asking import NOBODY, Answer
 from hermes_acp.engine.access import EditProposal
+from hermes_acp.engine.compaction import charCount
 from hermes_acp.engine.processes import Limits
 from hermes_acp.engine.sandbox import Policy
 from hermes_acp.engine.secrets import redact, redactAll, secretValues
@@ -208,11 +208,12 @@ class Tool:
         made once: the tool is frozen, and a request joins its tools' bytes instead of encoding
         13 KB of schemas again. Kept as long as the tool (the built-in ones, the process; an
         MCP server's, until its list changes), by every session and subagent that sends it."""
-        if self._form is None:
+        form = self._form
+        if form is None:
             schema = self.schema()
-            object.__setattr__(self, "_form", (safejson.encodeHealed(schema), charCount(schema)))
-        assert self._form is not None
-        return self._form
+            form = (safejson.encodeHealed(schema), charCount(schema))
+            object.__setattr__(self, "_form", form)
+        return form
 
 
 def parameters(required: Iterable[str] = (), **properties: dict[str, Any]) -> dict[str, Any]:
